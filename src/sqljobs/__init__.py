@@ -1,0 +1,47 @@
+"""sqljobs: durable background jobs and periodic schedules in your SQL database."""
+
+from .app import App
+from .context import JobContext
+from .errors import (
+    BackendError,
+    ConfigurationError,
+    Discard,
+    JobNotFound,
+    JobSignal,
+    LeaseLost,
+    PayloadError,
+    RetryLater,
+    SqljobsError,
+)
+from .idempotency import idempotent
+from .jobs import Job, JobState
+from .retry import Retry
+from .stats import Stats
+from .tasks import BoundTask, JobHandle, Task
+from .worker import Worker, WorkerConfig
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "App",
+    "BackendError",
+    "BoundTask",
+    "ConfigurationError",
+    "Discard",
+    "Job",
+    "JobContext",
+    "JobHandle",
+    "JobNotFound",
+    "JobSignal",
+    "JobState",
+    "LeaseLost",
+    "PayloadError",
+    "Retry",
+    "RetryLater",
+    "SqljobsError",
+    "Stats",
+    "Task",
+    "Worker",
+    "WorkerConfig",
+    "idempotent",
+]

@@ -1,0 +1,276 @@
+"""App: the task registry, the enqueue path, and the entry to workers and stats."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
+from typing import Any, overload
+
+from . import payload
+from .backends import Backend, open_backend
+from .errors import ConfigurationError, PayloadError
+from .jobs import Job, NewJob
+from .retry import Retry, seconds
+from .stats import Stats
+from .tasks import EnqueueOptions, JobHandle, Task
+from .url import parse_url, resolve_url
+
+DEFAULT_QUEUE = "default"
+DEFAULT_LEASE = 30.0
+DEFAULT_RETENTION = 7 * 24 * 3600.0
+
+
+class App:
+    """A queue on one database: ``App("sqlite:///jobs.db")`` or ``App("postgresql://...")``.
+
+    With no URL, ``SQLJOBS_URL`` is used, else ``sqlite:///sqljobs.db``. The schema is
+    migrated on first use unless ``migrate=False`` (then run ``sqljobs migrate``).
+    ``retention`` is how long done and cancelled jobs are kept before the pruner deletes
+    them; dead jobs are kept until retried or deleted by hand.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        migrate: bool = True,
+        retention: float | timedelta = DEFAULT_RETENTION,
+        default_queue: str = DEFAULT_QUEUE,
+        default_lease: float = DEFAULT_LEASE,
+        default_retry: Retry | None = None,
+        clock: Callable[[], float] = time.time,
+        backend_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.url = resolve_url(url)
+        parse_url(self.url)  # a malformed URL fails here, at definition time
+        self.auto_migrate = migrate
+        self.retention = seconds(retention, "retention") or 0.0
+        self.default_queue = default_queue
+        self.default_lease = float(default_lease)
+        self.default_retry = default_retry or Retry()
+        self.clock = clock
+        self.backend_options = dict(backend_options or {})
+        self.tasks: dict[str, Task] = {}
+        self._backend: Backend | None = None
+        self._lock = threading.Lock()
+        self._wakeups: list[threading.Event] = []
+
+    def __repr__(self) -> str:
+        return f"<sqljobs.App {self.url} tasks={len(self.tasks)}>"
+
+    # -- database ----------------------------------------------------------------------
+
+    @property
+    def backend(self) -> Backend:
+        """The backend used for enqueueing and inspection, opened (and migrated) lazily."""
+        if self._backend is None:
+            with self._lock:
+                if self._backend is None:
+                    self._backend = self.open_backend()
+        return self._backend
+
+    def open_backend(self, **options: Any) -> Backend:
+        """A new backend instance on this app's database (workers take their own)."""
+        backend = open_backend(self.url, **{"clock": self.clock, **self.backend_options, **options})
+        if self.auto_migrate:
+            backend.migrate()
+        return backend
+
+    def migrate(self) -> list[str]:
+        """Apply pending schema migrations; return their names."""
+        return self.backend.migrate()
+
+    def close(self) -> None:
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None
+
+    # -- tasks -------------------------------------------------------------------------
+
+    @overload
+    def task(self, fn: Callable[..., Any], /) -> Task: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        lease: float | timedelta | None = None,
+        retry: Retry | None = None,
+        priority: int = 0,
+        timeout: float | timedelta | None = None,
+    ) -> Callable[[Callable[..., Any]], Task]: ...
+
+    def task(
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        queue: str | None = None,
+        lease: float | timedelta | None = None,
+        retry: Retry | None = None,
+        priority: int = 0,
+        timeout: float | timedelta | None = None,
+    ) -> Task | Callable[[Callable[..., Any]], Task]:
+        """Register a task. ``lease`` (seconds) is how long a claim lasts without renewal;
+        ``timeout`` how long one attempt may run before it is given up as timed out."""
+
+        def register(func: Callable[..., Any]) -> Task:
+            task_name = name or func.__name__
+            if task_name in self.tasks:
+                raise ConfigurationError(f"a task named {task_name!r} is already registered")
+            task = Task(
+                self,
+                func,
+                name=task_name,
+                queue=queue or self.default_queue,
+                lease=seconds(lease, "lease") or self.default_lease,
+                retry=retry or self.default_retry,
+                priority=priority,
+                timeout=seconds(timeout, "timeout"),
+            )
+            self.tasks[task_name] = task
+            return task
+
+        return register(fn) if fn is not None else register
+
+    # -- enqueue -----------------------------------------------------------------------
+
+    def enqueue(
+        self,
+        task: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        key: str | None = None,
+        delay: float | timedelta | None = None,
+        run_at: float | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        connection: Any = None,
+    ) -> JobHandle:
+        """Enqueue by task name, e.g. from a service that does not import the task.
+
+        A task registered here lends its queue, lease and retry policy; otherwise the
+        app's defaults apply and the worker that has the task runs it.
+        """
+        if not isinstance(task, str) or not task:
+            raise ConfigurationError(f"task name must be a non-empty string, got {task!r}")
+        if isinstance(args, str | bytes) or not isinstance(args, Sequence):
+            raise PayloadError(f"args for task {task!r} must be a list, got {type(args).__name__}")
+        opts = EnqueueOptions(
+            key, seconds(delay, "delay"), run_at, priority, queue, connection
+        )
+        registered = self.tasks.get(task)
+        now = self.clock()
+        if registered is not None:
+            job = registered.new_job(args, kwargs or {}, opts, now)
+        else:
+            job = self.build_job(task, args, kwargs or {}, opts, now)
+        return self.insert([job], connection)[0]
+
+    def build_job(
+        self,
+        name: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        opts: EnqueueOptions,
+        now: float,
+        task: Task | None = None,
+        names: Sequence[str] = (),
+    ) -> NewJob:
+        """The row for one enqueue, with the task's (or the app's) defaults filled in."""
+        retry = task.retry if task else self.default_retry
+        run_at = opts.run_at if opts.run_at is not None else now + (opts.delay or 0.0)
+        if opts.key is not None and (not isinstance(opts.key, str) or not opts.key):
+            raise ConfigurationError(f"key must be a non-empty string, got {opts.key!r}")
+        return NewJob(
+            task=name,
+            payload=payload.encode(name, args, kwargs, names),
+            queue=opts.queue or (task.queue if task else self.default_queue),
+            priority=opts.priority if opts.priority is not None else (task.priority if task else 0),
+            run_at=run_at,
+            lease=task.lease if task else self.default_lease,
+            max_attempts=retry.max_attempts,
+            deadline_at=None if retry.deadline is None else now + retry.deadline,
+            key=opts.key,
+        )
+
+    def insert(self, jobs: Sequence[NewJob], connection: Any = None) -> list[JobHandle]:
+        """Insert built jobs in one transaction and wake this process's workers."""
+        results = self.backend.enqueue_jobs(jobs, connection)
+        if connection is None:
+            self.wake_local_workers()
+        return [JobHandle(r.id, r.created, self) for r in results]
+
+    # -- in-process wake-ups -----------------------------------------------------------
+
+    def add_wakeup(self, event: threading.Event) -> None:
+        """Have ``event`` set whenever this app enqueues (a worker in this process)."""
+        with self._lock:
+            self._wakeups.append(event)
+
+    def remove_wakeup(self, event: threading.Event) -> None:
+        with self._lock:
+            if event in self._wakeups:
+                self._wakeups.remove(event)
+
+    def wake_local_workers(self) -> None:
+        for event in self._wakeups:
+            event.set()
+
+    # -- inspection --------------------------------------------------------------------
+
+    def stats(self) -> Stats:
+        """Counts by queue and state, and the age of the oldest due pending job."""
+        return self.backend.stats()
+
+    def get_job(self, job_id: int) -> Job | None:
+        return self.backend.get_job(job_id)
+
+    def list_jobs(
+        self, state: str | None = None, queue: str | None = None, limit: int = 50
+    ) -> list[Job]:
+        return self.backend.list_jobs(state, queue, limit)
+
+    def retry_job(self, job_id: int) -> bool:
+        """Send a dead or cancelled job back to pending with fresh attempts."""
+        return self.backend.retry_job(job_id)
+
+    def cancel_job(self, job_id: int) -> bool:
+        """Cancel a pending job, or a running one (its handler sees ``lease_lost``)."""
+        return self.backend.cancel_job(job_id)
+
+    # -- workers -----------------------------------------------------------------------
+
+    def run_worker(
+        self,
+        concurrency: int = 8,
+        queues: Sequence[str] | None = None,
+        *,
+        processes: int = 1,
+        drain_timeout: float | None = None,
+        **options: Any,
+    ) -> None:
+        """Run a worker until SIGTERM/SIGINT (graceful) or a second signal (at once).
+
+        ``processes`` > 1 forks that many worker processes under a supervisor that
+        restarts a crashed one and hands its jobs back at once.
+        """
+        from .worker import Worker, WorkerConfig
+        from .worker.supervisor import run_supervised
+
+        config = WorkerConfig(
+            concurrency=concurrency,
+            queues=tuple(queues) if queues else None,
+            drain_timeout=drain_timeout,
+            **options,
+        )
+        if processes > 1:
+            run_supervised(self, config, processes)
+        else:
+            Worker(self, config).run()

@@ -1,0 +1,101 @@
+"""The backend protocol: everything the app and worker ask of a database.
+
+Methods are verb-first and batch-first (``claim_jobs(n)``, ``finish_jobs([...])``,
+``renew_leases([...])``). Every write about a claimed job is conditional on the job still
+being ``running`` under the claim's fencing token, so a worker that lost its lease cannot
+overwrite anything. The protocol is synchronous; the worker runs async tasks on a loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..jobs import ClaimedJob, EnqueueResult, ExpiredJob, HeldJob, Job, NewJob, Outcome
+from ..stats import Stats
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """A worker process as registered in the database."""
+
+    id: str
+    host: str
+    pid: int
+    queues: Sequence[str] | None
+    concurrency: int
+    heartbeat_interval: float
+
+
+Decide = Callable[[ExpiredJob, float], Outcome]
+"""Maps an expired or orphaned job (and the current time) to what should happen to it."""
+
+
+class Backend(Protocol):
+    """A database that stores jobs. Implementations: SQLite, PostgreSQL."""
+
+    url: str
+
+    def now(self) -> float:
+        """The backend's clock, Unix seconds."""
+
+    def migrate(self) -> list[str]:
+        """Apply pending migrations; return the names applied."""
+
+    def enqueue_jobs(
+        self, jobs: Sequence[NewJob], connection: Any | None = None
+    ) -> list[EnqueueResult]:
+        """Insert jobs in one transaction (or in the caller's, never committing it)."""
+
+    def claim_jobs(
+        self, worker: str, queues: Sequence[str] | None, limit: int
+    ) -> list[ClaimedJob]:
+        """Atomically take up to ``limit`` due jobs, highest priority, then oldest first."""
+
+    def next_due(self, queues: Sequence[str] | None) -> float | None:
+        """The earliest ``run_at`` among pending jobs of these queues."""
+
+    def finish_jobs(self, outcomes: Sequence[Outcome]) -> list[int]:
+        """Apply outcomes (fenced); return the ids that were written."""
+
+    def renew_leases(self, worker: str, held: Sequence[HeldJob]) -> set[int]:
+        """Extend the lease of every held job (fenced) in one statement; mark the worker seen."""
+
+    def rescue_jobs(self, decide: Decide, worker: str | None = None, limit: int = 500) -> list[
+        Outcome
+    ]:
+        """Apply ``decide`` to running jobs whose lease expired (or, given ``worker``,
+        to every job that worker held); return the outcomes written."""
+
+    def register_worker(self, info: WorkerInfo) -> None: ...
+
+    def unregister_worker(self, worker: str) -> None: ...
+
+    def change_marker(self) -> int | None:
+        """A number that changes when another connection commits, if the backend has one."""
+
+    def job_transaction(self) -> AbstractContextManager[Any]:
+        """A new DB-API connection inside one transaction; commits on success."""
+
+    def finish_in_transaction(self, connection: Any, outcome: Outcome) -> bool:
+        """Apply one fenced outcome inside the caller's transaction."""
+
+    def stats(self) -> Stats: ...
+
+    def get_job(self, job_id: int) -> Job | None: ...
+
+    def list_jobs(
+        self, state: str | None = None, queue: str | None = None, limit: int = 50
+    ) -> list[Job]: ...
+
+    def retry_job(self, job_id: int) -> bool: ...
+
+    def retry_dead(self, queue: str | None = None) -> int: ...
+
+    def cancel_job(self, job_id: int) -> bool: ...
+
+    def prune_finished(self, before: float, limit: int = 1000) -> int: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,372 @@
+"""SQLite backend: one file, WAL, a connection per thread, ``BEGIN IMMEDIATE`` for writes.
+
+Every write starts with ``BEGIN IMMEDIATE`` so a busy database surfaces at the start of a
+transaction, where the busy timeout waits it out, never half-way through. The enqueue path
+and ``ctx.transaction()`` use ``synchronous=FULL``; a worker's own state changes may use
+``NORMAL``, since a lost completion only means a harmless re-run, never a lost job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict
+from typing import Any
+
+from ..errors import BackendError, ConfigurationError
+from ..jobs import (
+    ClaimedJob,
+    EnqueueResult,
+    ExpiredJob,
+    HeldJob,
+    Job,
+    JobState,
+    NewJob,
+    Outcome,
+)
+from ..stats import Stats
+from .base import Decide, WorkerInfo
+from .sqlfile import load_migrations, load_queries
+
+_PACKAGE = "sqljobs.backends.sqlite_sql"
+Q = load_queries(_PACKAGE, "queries.sql")
+MIGRATIONS = load_migrations(_PACKAGE + ".migrations")
+
+
+def row_to_job(row: sqlite3.Row | tuple[Any, ...]) -> Job:
+    """Build a Job from a ``get_job``/``list_jobs`` row (shared with other backends)."""
+    (id_, queue, task, payload, key, state, priority, run_at, created_at, attempts,
+     max_attempts, token, lease, lease_until, worker, started_at, finished_at, errors,
+     lease_expiries, crashes, last_error, last_traceback, deadline_at, history) = row  # fmt: skip
+    try:
+        data = json.loads(payload)
+        args, kwargs = list(data.get("args", [])), dict(data.get("kwargs", {}))
+    except (ValueError, TypeError, AttributeError):
+        args, kwargs = [payload], {}
+    hist = json.loads(history) if isinstance(history, str) else list(history or [])
+    return Job(id_, queue, task, args, kwargs, key, JobState(state), priority, run_at,
+               created_at, attempts, max_attempts, token, lease, lease_until, worker,
+               started_at, finished_at, errors, lease_expiries, crashes, last_error,
+               last_traceback, deadline_at, hist)  # fmt: skip
+
+
+class SqliteBackend:
+    """Jobs in one SQLite file, shared by the processes of one host."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        url: str | None = None,
+        synchronous: str = "FULL",
+        busy_timeout: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if path in ("", ":memory:") or path.startswith("file::memory:"):
+            raise ConfigurationError(
+                "an in-memory SQLite database cannot be shared between the enqueuer and the "
+                "workers: use a file, e.g. sqlite:///jobs.db"
+            )
+        if synchronous.upper() not in ("FULL", "NORMAL", "EXTRA", "OFF"):
+            raise ConfigurationError(f"unknown SQLite synchronous level {synchronous!r}")
+        self.path = path
+        self.url = url or f"sqlite:///{path}"
+        self.synchronous = synchronous.upper()
+        self.busy_timeout = busy_timeout
+        self.clock = clock
+        self._local = threading.local()
+        self._migrated = False
+        self._migrate_lock = threading.Lock()
+
+    # -- connections -------------------------------------------------------------------
+
+    def connect(self, synchronous: str | None = None) -> sqlite3.Connection:
+        """A new connection with sqljobs' settings (WAL, busy timeout, autocommit mode)."""
+        try:
+            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
+        except sqlite3.Error as exc:
+            raise BackendError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+        conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        if mode.lower() != "wal":
+            raise BackendError(f"SQLite database {self.path!r} refused WAL mode (got {mode})")
+        conn.execute(f"PRAGMA synchronous = {synchronous or self.synchronous}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        return conn
+
+    def _conn(self) -> sqlite3.Connection:
+        local = self._local
+        if getattr(local, "pid", None) != os.getpid():  # new thread, or a forked child
+            local.conn = self.connect()
+            local.pid = os.getpid()
+        conn: sqlite3.Connection = local.conn
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise BackendError(f"cannot start a write on {self.path!r}: {exc}") from exc
+        try:
+            yield conn
+            conn.execute("COMMIT")
+        except BaseException as exc:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.Error):
+                raise BackendError(f"SQLite write failed on {self.path!r}: {exc}") from exc
+            raise
+
+    def _read(self, sql: str, params: Any = ()) -> list[Any]:
+        try:
+            return self._conn().execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            raise BackendError(f"SQLite read failed on {self.path!r}: {exc}") from exc
+
+    def now(self) -> float:
+        return self.clock()
+
+    def close(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None and self._local.pid == os.getpid():
+            conn.close()
+        self._local = threading.local()
+
+    # -- schema ------------------------------------------------------------------------
+
+    def migrate(self) -> list[str]:
+        with self._migrate_lock, self._write() as conn:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS sqljobs_migrations "
+                "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL)"
+            )
+            done = {v for (v,) in conn.execute("SELECT version FROM sqljobs_migrations")}
+            applied = []
+            for version, name, sql in MIGRATIONS:
+                if version in done:
+                    continue
+                for statement in _split_statements(sql):
+                    conn.execute(statement)
+                conn.execute(
+                    "INSERT INTO sqljobs_migrations VALUES (?, ?, ?)", (version, name, self.now())
+                )
+                applied.append(f"{version:04d}_{name}")
+            self._migrated = True
+            return applied
+
+    # -- enqueue -----------------------------------------------------------------------
+
+    def enqueue_jobs(
+        self, jobs: Sequence[NewJob], connection: Any | None = None
+    ) -> list[EnqueueResult]:
+        if connection is not None:
+            if not isinstance(connection, sqlite3.Connection):
+                raise ConfigurationError(
+                    "a SQLite queue needs a sqlite3.Connection to enqueue in the caller's "
+                    f"transaction, got {type(connection).__name__}"
+                )
+            return self._insert(connection, jobs)
+        with self._write() as conn:
+            return self._insert(conn, jobs)
+
+    def _insert(self, conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        now = self.now()
+        insert, by_key = Q["insert_job"], Q["job_id_by_key"]
+        out = []
+        for job in jobs:
+            cur = conn.execute(
+                insert,
+                (job.queue, job.task, job.payload, job.key, job.priority, job.run_at, now,
+                 job.deadline_at, job.max_attempts, job.lease),
+            )  # fmt: skip
+            if cur.rowcount == 1:
+                out.append(EnqueueResult(int(cur.lastrowid or 0), True))
+            else:
+                (existing,) = conn.execute(by_key, (job.key,)).fetchone()
+                out.append(EnqueueResult(int(existing), False))
+        return out
+
+    # -- claim, finish, lease ----------------------------------------------------------
+
+    def claim_jobs(
+        self, worker: str, queues: Sequence[str] | None, limit: int
+    ) -> list[ClaimedJob]:
+        if limit <= 0:
+            return []
+        sql, params = self._by_queues("claim", queues)
+        params.update(worker=worker, now=self.now(), limit=limit)
+        with self._write() as conn:
+            rows = conn.execute(sql, params).fetchall()
+        rows.sort(key=lambda r: (-r[4], r[12], r[0]))
+        return [ClaimedJob(*r[:12]) for r in rows]
+
+    def next_due(self, queues: Sequence[str] | None) -> float | None:
+        sql, params = self._by_queues("next_due", queues)
+        (value,) = self._read(sql, params)[0]
+        return None if value is None else float(value)
+
+    @staticmethod
+    def _by_queues(prefix: str, queues: Sequence[str] | None) -> tuple[str, dict[str, Any]]:
+        if not queues:
+            return Q[f"{prefix}_all_queues"], {}
+        if len(queues) == 1:
+            return Q[f"{prefix}_one_queue"], {"queue": queues[0]}
+        return Q[f"{prefix}_some_queues"], {"queues": json.dumps(list(queues))}
+
+    def finish_jobs(self, outcomes: Sequence[Outcome]) -> list[int]:
+        if not outcomes:
+            return []
+        with self._write() as conn:
+            return self._finish(conn, outcomes)
+
+    def _finish(self, conn: sqlite3.Connection, outcomes: Sequence[Outcome]) -> list[int]:
+        now = self.now()
+        written = []
+        complete, finish = Q["complete_job"], Q["finish_job"]
+        for o in outcomes:
+            if o.state is JobState.DONE and o.history is None:
+                cur = conn.execute(complete, {"id": o.job_id, "token": o.token, "now": now})
+            else:
+                cur = conn.execute(finish, _outcome_params(o, now))
+            if cur.rowcount == 1:
+                written.append(o.job_id)
+        return written
+
+    def renew_leases(self, worker: str, held: Sequence[HeldJob]) -> set[int]:
+        now = self.now()
+        with self._write() as conn:
+            conn.execute(Q["touch_worker"], {"worker": worker, "now": now})
+            if not held:
+                return set()
+            packed = json.dumps([[h.id, h.token] for h in held])
+            rows = conn.execute(Q["renew_leases"], {"held": packed, "now": now}).fetchall()
+        return {r[0] for r in rows}
+
+    def rescue_jobs(
+        self, decide: Decide, worker: str | None = None, limit: int = 500
+    ) -> list[Outcome]:
+        with self._write() as conn:
+            now = self.now()
+            if worker is None:
+                rows = conn.execute(Q["expired_jobs"], {"now": now, "limit": limit}).fetchall()
+            else:
+                rows = conn.execute(
+                    Q["jobs_of_worker"], {"worker": worker, "limit": limit}
+                ).fetchall()
+            outcomes = [decide(_expired(r), now) for r in rows]
+            written = set(self._finish(conn, outcomes))
+        return [o for o in outcomes if o.job_id in written]
+
+    def register_worker(self, info: WorkerInfo) -> None:
+        params = asdict(info)
+        params["queues"] = json.dumps(list(info.queues) if info.queues else None)
+        params["now"] = self.now()
+        with self._write() as conn:
+            conn.execute(Q["register_worker"], params)
+
+    def unregister_worker(self, worker: str) -> None:
+        with self._write() as conn:
+            conn.execute(Q["unregister_worker"], {"worker": worker})
+
+    def change_marker(self) -> int | None:
+        (value,) = self._read("PRAGMA data_version")[0]
+        return int(value)
+
+    # -- handler transactions ----------------------------------------------------------
+
+    @contextmanager
+    def job_transaction(self) -> Iterator[sqlite3.Connection]:
+        conn = self.connect(synchronous="FULL")
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        finally:
+            conn.close()
+
+    def finish_in_transaction(self, connection: Any, outcome: Outcome) -> bool:
+        return bool(self._finish(connection, [outcome]))
+
+    # -- inspection and admin ----------------------------------------------------------
+
+    def stats(self) -> Stats:
+        now = self.now()
+        counts: dict[str, dict[str, int]] = {}
+        for queue, state, n in self._read(Q["count_by_queue_state"]):
+            counts.setdefault(queue, {s.value: 0 for s in JobState})[state] = n
+        ages = {q: max(0.0, now - t) for q, t in self._read(Q["oldest_due_by_queue"], {"now": now})}
+        (workers,) = self._read(Q["live_workers"], {"now": now})[0]
+        return Stats(counts, max(ages.values()) if ages else None, ages, workers)
+
+    def get_job(self, job_id: int) -> Job | None:
+        rows = self._read(Q["get_job"], (job_id,))
+        return row_to_job(rows[0]) if rows else None
+
+    def list_jobs(
+        self, state: str | None = None, queue: str | None = None, limit: int = 50
+    ) -> list[Job]:
+        rows = self._read(Q["list_jobs"], {"state": state, "queue": queue, "limit": limit})
+        return [row_to_job(r) for r in rows]
+
+    def retry_job(self, job_id: int) -> bool:
+        with self._write() as conn:
+            return conn.execute(Q["retry_job"], {"id": job_id, "now": self.now()}).rowcount == 1
+
+    def retry_dead(self, queue: str | None = None) -> int:
+        with self._write() as conn:
+            return conn.execute(Q["retry_dead"], {"queue": queue, "now": self.now()}).rowcount
+
+    def cancel_job(self, job_id: int) -> bool:
+        with self._write() as conn:
+            return conn.execute(Q["cancel_job"], {"id": job_id, "now": self.now()}).rowcount == 1
+
+    def prune_finished(self, before: float, limit: int = 1000) -> int:
+        with self._write() as conn:
+            return conn.execute(Q["prune_finished"], {"before": before, "limit": limit}).rowcount
+
+
+def _outcome_params(o: Outcome, now: float) -> dict[str, Any]:
+    return {
+        "id": o.job_id,
+        "token": o.token,
+        "state": o.state.value,
+        "delay": o.delay,
+        "uncharge": 1 if o.uncharge else 0,
+        "now": now,
+        "error": o.error,
+        "traceback": o.traceback,
+        "errors": o.errors,
+        "lease_expiries": o.lease_expiries,
+        "crashes": o.crashes,
+        "history": None if o.history is None else json.dumps(o.history),
+    }
+
+
+def _expired(r: Sequence[Any]) -> ExpiredJob:
+    return ExpiredJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], bool(r[10]),
+                      r[11], r[12], r[13])  # fmt: skip
+
+
+def _split_statements(sql: str) -> list[str]:
+    """Split a script into statements, ignoring ``--`` comment lines."""
+    statements, buffer = [], ""
+    for line in sql.splitlines():
+        if line.strip().startswith("--"):
+            continue
+        buffer += line + "\n"
+        if sqlite3.complete_statement(buffer):
+            statements.append(buffer.strip())
+            buffer = ""
+    return statements

@@ -1,0 +1,166 @@
+-- name: insert_job
+INSERT INTO sqljobs_jobs
+    (queue, task, payload, key, priority, run_at, created_at, deadline_at, max_attempts, lease)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (key) DO NOTHING
+
+-- name: job_id_by_key
+SELECT id FROM sqljobs_jobs WHERE key = ?
+
+-- name: claim_one_queue
+UPDATE sqljobs_jobs
+SET state = 'running', attempts = attempts + 1, token = token + 1,
+    worker = :worker, started_at = :now, lease_until = :now + lease
+WHERE id IN (
+    SELECT id FROM sqljobs_jobs
+    WHERE state = 'pending' AND queue = :queue AND run_at <= :now
+    ORDER BY priority DESC, run_at, id
+    LIMIT :limit)
+RETURNING id, task, payload, queue, priority, attempts, token, lease, max_attempts,
+          created_at, deadline_at, key, run_at
+
+-- name: claim_some_queues
+UPDATE sqljobs_jobs
+SET state = 'running', attempts = attempts + 1, token = token + 1,
+    worker = :worker, started_at = :now, lease_until = :now + lease
+WHERE id IN (
+    SELECT id FROM sqljobs_jobs
+    WHERE state = 'pending' AND run_at <= :now
+      AND queue IN (SELECT value FROM json_each(:queues))
+    ORDER BY priority DESC, run_at, id
+    LIMIT :limit)
+RETURNING id, task, payload, queue, priority, attempts, token, lease, max_attempts,
+          created_at, deadline_at, key, run_at
+
+-- name: claim_all_queues
+UPDATE sqljobs_jobs
+SET state = 'running', attempts = attempts + 1, token = token + 1,
+    worker = :worker, started_at = :now, lease_until = :now + lease
+WHERE id IN (
+    SELECT id FROM sqljobs_jobs
+    WHERE state = 'pending' AND run_at <= :now
+    ORDER BY priority DESC, run_at, id
+    LIMIT :limit)
+RETURNING id, task, payload, queue, priority, attempts, token, lease, max_attempts,
+          created_at, deadline_at, key, run_at
+
+-- name: next_due_one_queue
+SELECT min(run_at) FROM sqljobs_jobs WHERE state = 'pending' AND queue = :queue
+
+-- name: next_due_some_queues
+SELECT min(run_at) FROM sqljobs_jobs
+WHERE state = 'pending' AND queue IN (SELECT value FROM json_each(:queues))
+
+-- name: next_due_all_queues
+SELECT min(run_at) FROM sqljobs_jobs WHERE state = 'pending'
+
+-- name: complete_job
+UPDATE sqljobs_jobs
+SET state = 'done', finished_at = :now, lease_until = NULL
+WHERE id = :id AND token = :token AND state = 'running'
+
+-- name: finish_job
+UPDATE sqljobs_jobs
+SET state = :state,
+    run_at = CASE WHEN :delay IS NULL THEN run_at ELSE :now + :delay END,
+    attempts = attempts - :uncharge,
+    finished_at = CASE WHEN :state IN ('done', 'dead', 'cancelled') THEN :now END,
+    lease_until = NULL,
+    last_error = coalesce(:error, last_error),
+    last_traceback = CASE WHEN :error IS NULL THEN last_traceback ELSE :traceback END,
+    errors = errors + :errors,
+    lease_expiries = lease_expiries + :lease_expiries,
+    crashes = crashes + :crashes,
+    history = CASE WHEN :history IS NULL THEN history
+                   ELSE json_insert(history, '$[#]', json(:history)) END
+WHERE id = :id AND token = :token AND state = 'running'
+
+-- name: renew_leases
+UPDATE sqljobs_jobs
+SET lease_until = :now + lease
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token
+      FROM json_each(:held)) AS held
+WHERE sqljobs_jobs.id = held.id AND sqljobs_jobs.token = held.token
+  AND sqljobs_jobs.state = 'running'
+RETURNING sqljobs_jobs.id
+
+-- name: touch_worker
+UPDATE sqljobs_workers SET last_seen = :now WHERE id = :worker
+
+-- name: register_worker
+INSERT OR REPLACE INTO sqljobs_workers
+    (id, host, pid, queues, concurrency, heartbeat_interval, started_at, last_seen)
+VALUES (:id, :host, :pid, :queues, :concurrency, :heartbeat_interval, :now, :now)
+
+-- name: unregister_worker
+DELETE FROM sqljobs_workers WHERE id = :worker
+
+-- name: expired_jobs
+SELECT j.id, j.token, j.task, j.attempts, j.max_attempts, j.lease, j.started_at,
+       j.lease_until, j.deadline_at, j.worker,
+       (w.id IS NOT NULL AND w.last_seen >= :now - 2.5 * w.heartbeat_interval) AS alive,
+       j.errors, j.lease_expiries, j.crashes
+FROM sqljobs_jobs AS j LEFT JOIN sqljobs_workers AS w ON w.id = j.worker
+WHERE j.state = 'running' AND j.lease_until < :now
+ORDER BY j.lease_until
+LIMIT :limit
+
+-- name: jobs_of_worker
+SELECT j.id, j.token, j.task, j.attempts, j.max_attempts, j.lease, j.started_at,
+       j.lease_until, j.deadline_at, j.worker, 0 AS alive,
+       j.errors, j.lease_expiries, j.crashes
+FROM sqljobs_jobs AS j
+WHERE j.state = 'running' AND j.worker = :worker
+LIMIT :limit
+
+-- name: count_by_queue_state
+SELECT queue, state, count(*) FROM sqljobs_jobs GROUP BY queue, state
+
+-- name: oldest_due_by_queue
+SELECT queue, min(run_at) FROM sqljobs_jobs
+WHERE state = 'pending' AND run_at <= :now GROUP BY queue
+
+-- name: live_workers
+SELECT count(*) FROM sqljobs_workers WHERE last_seen >= :now - 2.5 * heartbeat_interval
+
+-- name: get_job
+SELECT id, queue, task, payload, key, state, priority, run_at, created_at, attempts,
+       max_attempts, token, lease, lease_until, worker, started_at, finished_at, errors,
+       lease_expiries, crashes, last_error, last_traceback, deadline_at, history
+FROM sqljobs_jobs WHERE id = ?
+
+-- name: list_jobs
+SELECT id, queue, task, payload, key, state, priority, run_at, created_at, attempts,
+       max_attempts, token, lease, lease_until, worker, started_at, finished_at, errors,
+       lease_expiries, crashes, last_error, last_traceback, deadline_at, history
+FROM sqljobs_jobs
+WHERE (:state IS NULL OR state = :state) AND (:queue IS NULL OR queue = :queue)
+ORDER BY id DESC
+LIMIT :limit
+
+-- name: retry_job
+UPDATE sqljobs_jobs
+SET state = 'pending', run_at = :now, finished_at = NULL, attempts = 0,
+    lease_expiries = 0, crashes = 0,
+    deadline_at = CASE WHEN deadline_at IS NULL THEN NULL
+                       ELSE :now + (deadline_at - created_at) END
+WHERE id = :id AND state IN ('dead', 'cancelled')
+
+-- name: retry_dead
+UPDATE sqljobs_jobs
+SET state = 'pending', run_at = :now, finished_at = NULL, attempts = 0,
+    lease_expiries = 0, crashes = 0,
+    deadline_at = CASE WHEN deadline_at IS NULL THEN NULL
+                       ELSE :now + (deadline_at - created_at) END
+WHERE state = 'dead' AND (:queue IS NULL OR queue = :queue)
+
+-- name: cancel_job
+UPDATE sqljobs_jobs
+SET state = 'cancelled', finished_at = :now, lease_until = NULL
+WHERE id = :id AND state IN ('pending', 'running')
+
+-- name: prune_finished
+DELETE FROM sqljobs_jobs WHERE id IN (
+    SELECT id FROM sqljobs_jobs
+    WHERE state IN ('done', 'cancelled') AND finished_at < :before
+    LIMIT :limit)

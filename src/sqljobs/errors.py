@@ -1,0 +1,66 @@
+"""Errors raised by sqljobs, and the control-flow signals a task may raise.
+
+    SqljobsError
+     ├── ConfigurationError      bad URL, option or worker setting, found at definition time
+     ├── PayloadError            arguments that are not JSON, or a stored payload that won't decode
+     ├── JobNotFound             no job with that id
+     ├── LeaseLost               this worker no longer holds the job; its writes were rolled back
+     └── BackendError            the database refused or could not be reached (``__cause__`` kept)
+
+    JobSignal                    raised by a task to choose its outcome; not an error
+     ├── RetryLater              run again after ``delay`` seconds (counts as an attempt)
+     └── Discard                 give up now: the job ends ``dead`` with the reason
+"""
+
+from __future__ import annotations
+
+
+class SqljobsError(Exception):
+    """Base of every error sqljobs raises."""
+
+
+class ConfigurationError(SqljobsError, ValueError):
+    """A URL, option or setting is invalid; raised where it was given."""
+
+
+class PayloadError(SqljobsError, ValueError):
+    """Arguments cannot be stored as JSON, or a stored payload cannot be decoded."""
+
+
+class JobNotFound(SqljobsError, LookupError):
+    """No job has the given id."""
+
+
+class BackendError(SqljobsError):
+    """The database failed; the driver's exception is kept as ``__cause__``."""
+
+
+class JobSignal(Exception):  # noqa: N818 - a signal, not an error
+    """Base for exceptions a task raises on purpose to pick its outcome."""
+
+
+class RetryLater(JobSignal):
+    """Ask for another attempt after ``delay`` seconds, whatever the retry policy says."""
+
+    def __init__(self, delay: float, reason: str = "retry requested by the task") -> None:
+        if delay < 0:
+            raise ConfigurationError(f"RetryLater delay must be >= 0, got {delay!r}")
+        super().__init__(reason)
+        self.delay = float(delay)
+        self.reason = reason
+
+
+class Discard(JobSignal):
+    """Give up on this job now; it ends ``dead`` with ``reason`` and is not retried."""
+
+    def __init__(self, reason: str = "discarded by the task") -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class LeaseLost(SqljobsError):
+    """This worker no longer holds the job (its lease expired and the job moved on).
+
+    Raised by ``ctx.transaction()`` when the fenced completion finds the job taken over:
+    the transaction is rolled back, so the handler's writes never happen twice.
+    """

@@ -1,0 +1,154 @@
+"""What a job is at each step: the record types that pass between the app, worker and backend.
+
+A Task is a registered function; a Job is one persisted run of it. These dataclasses are
+the vocabulary of the backend protocol and carry no behaviour.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class JobState(str, enum.Enum):
+    """Where a job is in its life. A retry is ``pending`` again with a later ``run_at``."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    DEAD = "dead"
+    CANCELLED = "cancelled"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+FINISHED_STATES = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)
+
+
+@dataclass(frozen=True)
+class NewJob:
+    """A job about to be inserted."""
+
+    task: str
+    payload: str
+    queue: str
+    priority: int
+    run_at: float
+    lease: float
+    max_attempts: int
+    deadline_at: float | None = None
+    key: str | None = None
+
+
+@dataclass(frozen=True)
+class EnqueueResult:
+    """What an insert gave: the job id, and whether this call created it."""
+
+    id: int
+    created: bool
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A job a worker now holds. ``token`` fences every later write about this claim."""
+
+    id: int
+    task: str
+    payload: str
+    queue: str
+    priority: int
+    attempt: int
+    token: int
+    lease: float
+    max_attempts: int
+    created_at: float
+    deadline_at: float | None
+    key: str | None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The end of one claim, written only if the job is still ``running`` under ``token``.
+
+    ``state`` is where the job goes: ``done``, ``pending`` (a retry or a release),
+    or ``dead``. ``delay`` (seconds from the backend's now) sets a retry's ``run_at``.
+    ``uncharge`` gives the attempt back (a release at shutdown).
+    """
+
+    job_id: int
+    token: int
+    state: JobState
+    delay: float | None = None
+    error: str | None = None
+    traceback: str | None = None
+    history: dict[str, Any] | None = None
+    uncharge: bool = False
+    errors: int = 0
+    lease_expiries: int = 0
+    crashes: int = 0
+
+
+@dataclass(frozen=True)
+class HeldJob:
+    """A (job id, fencing token) pair: what a heartbeat renews."""
+
+    id: int
+    token: int
+
+
+@dataclass(frozen=True)
+class ExpiredJob:
+    """A running job whose lease ran out, as the reaper sees it."""
+
+    id: int
+    token: int
+    task: str
+    attempt: int
+    max_attempts: int
+    lease: float
+    started_at: float | None
+    lease_until: float
+    deadline_at: float | None
+    worker: str | None
+    worker_alive: bool
+    errors: int
+    lease_expiries: int
+    crashes: int
+
+
+@dataclass
+class Job:
+    """A full job row, for inspection (CLI, dashboard, tests)."""
+
+    id: int
+    queue: str
+    task: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    key: str | None
+    state: JobState
+    priority: int
+    run_at: float
+    created_at: float
+    attempts: int
+    max_attempts: int
+    token: int
+    lease: float
+    lease_until: float | None
+    worker: str | None
+    started_at: float | None
+    finished_at: float | None
+    errors: int
+    lease_expiries: int
+    crashes: int
+    last_error: str | None
+    last_traceback: str | None
+    deadline_at: float | None
+    history: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        out["state"] = self.state.value
+        return out

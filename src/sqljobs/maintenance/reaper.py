@@ -1,0 +1,89 @@
+"""The reaper: returns jobs whose lease expired to ``pending``, or ends them ``dead``.
+
+It tells a crash from a slow job by the holder's worker row: a worker that stopped
+heartbeating died (a crash, counted in ``crashes``); a live worker that let a lease lapse
+ran the job longer than its lease without renewing it (counted in ``lease_expiries``).
+Safe to run from every worker at once: each write is fenced by state and token.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from ..backends.base import Backend
+from ..jobs import ExpiredJob, JobState, Outcome
+
+log = logging.getLogger("sqljobs.reaper")
+
+DEFAULT_MAX_CRASHES = 3
+
+
+def rescue_decision(max_crashes: int = DEFAULT_MAX_CRASHES) -> Callable[[ExpiredJob, float], Outcome]:
+    """Build the rule that decides what happens to an expired or orphaned job."""
+
+    def decide(job: ExpiredJob, now: float) -> Outcome:
+        ran = None if job.started_at is None else max(0.0, now - job.started_at)
+        entry = {
+            "attempt": job.attempt,
+            "started_at": job.started_at,
+            "ended_at": now,
+            "worker": job.worker,
+        }
+        out_of_time = job.deadline_at is not None and now >= job.deadline_at
+        exhausted = job.attempt >= job.max_attempts
+        if not job.worker_alive:
+            crashes = job.crashes + 1
+            error = f"worker {job.worker} died during attempt {job.attempt}"
+            entry.update(outcome="crashed", error=error)
+            if crashes >= max_crashes:
+                error = (
+                    f"crashed its worker {crashes} times: the task likely kills its process "
+                    "(out of memory, a segfault, os._exit); fix it, then "
+                    f"`sqljobs jobs retry {job.id}`"
+                )
+                return Outcome(job.id, job.token, JobState.DEAD, error=error, history=entry,
+                               crashes=1)  # fmt: skip
+            if exhausted or out_of_time:
+                why = "no attempts left" if exhausted else "its deadline passed"
+                return Outcome(job.id, job.token, JobState.DEAD, error=f"{error}; {why}",
+                               history=entry, crashes=1)  # fmt: skip
+            return Outcome(job.id, job.token, JobState.PENDING, delay=0.0, error=error,
+                           history=entry, crashes=1)  # fmt: skip
+        expiries = job.lease_expiries + 1
+        ran_text = "" if ran is None else f"; the attempt was still running after {ran:.2f} s"
+        error = f"lease of {job.lease:g} s expired on attempt {job.attempt}{ran_text}"
+        entry.update(outcome="lease_expired", error=error)
+        if exhausted or out_of_time:
+            error = (
+                f"lease expired {expiries} times (lease {job.lease:g} s{ran_text}): the lease "
+                "is likely shorter than this task's run time: raise lease= or keep heartbeats on"
+            )
+            return Outcome(job.id, job.token, JobState.DEAD, error=error, history=entry,
+                           lease_expiries=1)  # fmt: skip
+        return Outcome(job.id, job.token, JobState.PENDING, delay=0.0, error=error,
+                       history=entry, lease_expiries=1)  # fmt: skip
+
+    return decide
+
+
+class Reaper:
+    """Finds expired leases and applies :func:`rescue_decision` to them."""
+
+    def __init__(self, backend: Backend, max_crashes: int = DEFAULT_MAX_CRASHES) -> None:
+        self.backend = backend
+        self.decide = rescue_decision(max_crashes)
+
+    def run_once(self) -> list[Outcome]:
+        """Rescue every expired job now; return what was written."""
+        written = self.backend.rescue_jobs(self.decide)
+        for o in written:
+            log.warning("job %s: %s -> %s", o.job_id, o.error, o.state)
+        return written
+
+    def rescue_worker(self, worker: str) -> list[Outcome]:
+        """A supervisor saw ``worker`` die: hand back every job it held, as crashed."""
+        written = self.backend.rescue_jobs(self.decide, worker=worker)
+        for o in written:
+            log.warning("job %s: %s -> %s", o.job_id, o.error, o.state)
+        return written

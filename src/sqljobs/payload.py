@@ -1,0 +1,62 @@
+"""JSON payloads: encode at enqueue (naming the bad argument), decode once at the worker."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from .errors import PayloadError
+
+_encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def encode(
+    task: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    names: Sequence[str] = (),
+) -> str:
+    """Serialise a call; on failure say which argument of which task is to blame.
+
+    ``names`` are the parameter names of the positional arguments, when known.
+    """
+    try:
+        return _encoder.encode({"args": list(args), "kwargs": dict(kwargs)})
+    except (TypeError, ValueError) as exc:
+        raise _name_culprit(task, args, kwargs, names, exc) from exc
+
+
+def _name_culprit(
+    task: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    names: Sequence[str],
+    exc: Exception,
+) -> PayloadError:
+    named: list[tuple[str, Any]] = [
+        (f"argument {names[i]!r}" if i < len(names) else f"positional argument {i}", v)
+        for i, v in enumerate(args)
+    ]
+    named += [(f"argument {k!r}", v) for k, v in kwargs.items()]
+    for label, value in named:
+        try:
+            _encoder.encode(value)
+        except (TypeError, ValueError) as inner:
+            return PayloadError(
+                f"{label} of task {task!r} is not JSON-serialisable ({inner}); "
+                "sqljobs stores payloads as JSON: pass ids, strings and numbers, not objects"
+            )
+    return PayloadError(f"arguments of task {task!r} are not JSON-serialisable: {exc}")
+
+
+def decode(payload: str) -> tuple[list[Any], dict[str, Any]]:
+    """Parse a stored payload into (args, kwargs); raise PayloadError if it is not ours."""
+    try:
+        data = json.loads(payload)
+        args, kwargs = data["args"], data["kwargs"]
+    except (ValueError, TypeError, KeyError) as exc:
+        raise PayloadError(f"stored payload cannot be decoded ({exc}): {payload[:200]!r}") from exc
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        raise PayloadError(f"stored payload has the wrong shape: {payload[:200]!r}")
+    return args, kwargs

@@ -1,0 +1,211 @@
+"""Tasks: registered functions, and the options an enqueue may carry."""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from . import payload
+from .errors import ConfigurationError, PayloadError
+from .jobs import Job, NewJob
+from .retry import Retry, seconds
+
+if TYPE_CHECKING:
+    from .app import App
+
+
+@dataclass(frozen=True)
+class JobHandle:
+    """What an enqueue returns. ``created`` is False when the key already named a job."""
+
+    id: int
+    created: bool
+    app: App | None = None
+
+    def job(self) -> Job | None:
+        """The job as stored now."""
+        if self.app is None:
+            raise RuntimeError("this handle is not bound to an app")
+        return self.app.get_job(self.id)
+
+
+@dataclass(frozen=True)
+class EnqueueOptions:
+    """Per-enqueue choices; None means "the task's default"."""
+
+    key: str | None = None
+    delay: float | None = None
+    run_at: float | None = None
+    priority: int | None = None
+    queue: str | None = None
+    connection: Any = None
+
+
+def to_epoch(value: float | datetime | None, name: str) -> float | None:
+    """Accept a Unix time or an aware datetime."""
+    if value is None or isinstance(value, int | float):
+        return value
+    if isinstance(value, datetime):
+        if value.tzinfo is None:
+            raise ConfigurationError(f"{name} must be a timezone-aware datetime, got {value!r}")
+        return value.timestamp()
+    raise ConfigurationError(f"{name} must be a Unix time or an aware datetime, got {value!r}")
+
+
+class Task:
+    """A function registered with an App; ``enqueue`` stores a job that runs it."""
+
+    def __init__(
+        self,
+        app: App,
+        fn: Callable[..., Any],
+        *,
+        name: str,
+        queue: str,
+        lease: float,
+        retry: Retry,
+        priority: int,
+        timeout: float | None,
+    ) -> None:
+        if lease <= 0:
+            raise ConfigurationError(f"task {name!r}: lease must be > 0 seconds, got {lease}")
+        if timeout is not None and timeout <= 0:
+            raise ConfigurationError(f"task {name!r}: timeout must be > 0 seconds, got {timeout}")
+        self.app = app
+        self.fn = fn
+        self.name = name
+        self.queue = queue
+        self.lease = float(lease)
+        self.retry = retry
+        self.priority = int(priority)
+        self.timeout = timeout
+        self.is_async = inspect.iscoroutinefunction(fn)
+        self.takes_context = _first_param_is_context(fn)
+        sig = inspect.signature(fn)
+        params = list(sig.parameters.values())
+        self.signature = sig.replace(parameters=params[1:] if self.takes_context else params)
+        self._positional_names = [
+            p.name for p in self.signature.parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]  # fmt: skip
+        self.__doc__ = fn.__doc__
+        self.__name__ = getattr(fn, "__name__", name)
+
+    def __repr__(self) -> str:
+        return f"<Task {self.name} queue={self.queue}>"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function directly, in this process (no job is stored)."""
+        return self.fn(*args, **kwargs)
+
+    def with_options(
+        self,
+        *,
+        key: str | None = None,
+        delay: float | timedelta | None = None,
+        run_at: float | datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        connection: Any = None,
+    ) -> BoundTask:
+        """Options for the next enqueue: a business ``key`` (a second enqueue with it
+        returns the existing job), a ``delay`` or ``run_at``, a ``priority`` (higher runs
+        first), a ``queue``, or a ``connection`` to enqueue inside the caller's transaction."""
+        if delay is not None and run_at is not None:
+            raise ConfigurationError("give either delay or run_at, not both")
+        opts = EnqueueOptions(
+            key=key,
+            delay=seconds(delay, "delay"),
+            run_at=to_epoch(run_at, "run_at"),
+            priority=priority,
+            queue=queue,
+            connection=connection,
+        )
+        return BoundTask(self, opts)
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> JobHandle:
+        """Store a job that calls this task with these arguments."""
+        return BoundTask(self, EnqueueOptions()).enqueue(*args, **kwargs)
+
+    def enqueue_many(
+        self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]
+    ) -> list[JobHandle]:
+        """Store many jobs in one transaction. Each call is a tuple of positional
+        arguments or a dict of keyword arguments."""
+        return BoundTask(self, EnqueueOptions()).enqueue_many(calls)
+
+    def new_job(self, args: Sequence[Any], kwargs: Mapping[str, Any], opts: EnqueueOptions,
+                now: float) -> NewJob:  # fmt: skip
+        """Check arguments against the signature and build the row to insert."""
+        try:
+            self.signature.bind(*args, **kwargs)
+        except TypeError as exc:
+            raise PayloadError(
+                f"arguments do not match task {self.name}{self.signature}: {exc}"
+            ) from None
+        return self.app.build_job(self.name, args, kwargs, opts, now, task=self,
+                                  names=self._positional_names)  # fmt: skip
+
+
+class BoundTask:
+    """A task with enqueue options attached (see ``Task.with_options``)."""
+
+    def __init__(self, task: Task, options: EnqueueOptions) -> None:
+        self.task = task
+        self.options = options
+
+    def with_options(self, **changes: Any) -> BoundTask:
+        merged = self.task.with_options(**{**self.options.__dict__, **changes})
+        return BoundTask(self.task, merged.options)
+
+    def enqueue(self, *args: Any, **kwargs: Any) -> JobHandle:
+        now = self.task.app.clock()
+        job = self.task.new_job(args, kwargs, self.options, now)
+        return self.task.app.insert([job], self.options.connection)[0]
+
+    def enqueue_many(
+        self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]
+    ) -> list[JobHandle]:
+        if self.options.key is not None:
+            raise ConfigurationError(
+                "enqueue_many cannot share one key among several jobs; enqueue keyed jobs "
+                "one by one or give each its own key"
+            )
+        now = self.task.app.clock()
+        jobs = []
+        for i, call in enumerate(calls):
+            if isinstance(call, Mapping):
+                jobs.append(self.task.new_job((), call, self.options, now))
+            elif isinstance(call, Sequence) and not isinstance(call, str | bytes):
+                jobs.append(self.task.new_job(call, {}, self.options, now))
+            else:
+                raise PayloadError(
+                    f"enqueue_many call {i} for task {self.task.name!r} must be a tuple of "
+                    f"arguments or a dict of keyword arguments, got {type(call).__name__}"
+                )
+        return self.task.app.insert(jobs, self.options.connection)
+
+
+def _first_param_is_context(fn: Callable[..., Any]) -> bool:
+    from .context import JobContext
+
+    params = list(inspect.signature(fn).parameters.values())
+    if not params:
+        return False
+    annotation = params[0].annotation
+    if annotation is JobContext:
+        return True
+    if isinstance(annotation, str):
+        try:
+            hints = typing.get_type_hints(fn)
+            return hints.get(params[0].name) is JobContext
+        except Exception:
+            return annotation.split(".")[-1] == "JobContext"
+    return False
+
+
+__all__ = ["BoundTask", "EnqueueOptions", "JobHandle", "Task", "payload"]

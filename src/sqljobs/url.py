@@ -1,0 +1,63 @@
+"""Database URLs in SQLAlchemy's form, checked where they are given."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from .errors import ConfigurationError
+
+DEFAULT_URL = "sqlite:///sqljobs.db"
+
+
+@dataclass(frozen=True)
+class DatabaseURL:
+    """A parsed URL: ``scheme`` is ``sqlite`` or ``postgresql``; ``path`` is the SQLite file."""
+
+    raw: str
+    scheme: str
+    path: str
+
+
+def resolve_url(url: str | None) -> str:
+    """The URL given, else ``SQLJOBS_URL``, else ``sqlite:///sqljobs.db``."""
+    return url or os.environ.get("SQLJOBS_URL") or DEFAULT_URL
+
+
+def parse_url(url: str) -> DatabaseURL:
+    """Check a URL and say exactly what is wrong with it.
+
+    ``sqlite:///relative.db`` is relative to the working directory and
+    ``sqlite:////abs/path.db`` absolute; ``postgresql://user@host/db`` (or ``postgres://``).
+    """
+    if not isinstance(url, str) or "://" not in url:
+        raise ConfigurationError(
+            f"malformed database URL {url!r}: expected sqlite:///path.db or "
+            "postgresql://user@host/db"
+        )
+    scheme = url.split("://", 1)[0].lower()
+    driver = scheme.split("+", 1)[0]
+    if driver == "sqlite":
+        rest = url.split("://", 1)[1]
+        if not rest.startswith("/"):
+            raise ConfigurationError(
+                f"malformed SQLite URL {url!r}: use three slashes for a relative path "
+                "(sqlite:///jobs.db) or four for an absolute one (sqlite:////var/jobs.db)"
+            )
+        path = rest[1:].split("?", 1)[0]
+        if not path or path == ":memory:":
+            raise ConfigurationError(
+                f"SQLite URL {url!r} names no file: workers and enqueuers share the queue "
+                "through a file, e.g. sqlite:///jobs.db"
+            )
+        return DatabaseURL(url, "sqlite", path)
+    if driver in ("postgresql", "postgres"):
+        parts = urlsplit(url)
+        if not parts.hostname and not parts.path.strip("/") and not parts.query:
+            raise ConfigurationError(f"PostgreSQL URL {url!r} names no host or database")
+        return DatabaseURL(url, "postgresql", "")
+    raise ConfigurationError(
+        f"unsupported database URL scheme {scheme!r} in {url!r}: sqljobs supports "
+        "sqlite:///path.db and postgresql://user@host/db"
+    )

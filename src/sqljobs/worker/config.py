@@ -1,0 +1,57 @@
+"""Worker settings, checked before a worker starts."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ConfigurationError
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How a worker process runs.
+
+    ``drain_timeout`` bounds the wait for in-flight jobs at shutdown; it must be shorter
+    than the shortest lease, so held jobs are released before anyone could reap them.
+    ``heartbeat=False`` stops lease renewal (for demonstrating what a lease alone does).
+    ``change_check_interval`` is how often an idle SQLite worker looks at the database's
+    change counter (no table access); ``poll_interval`` is the fallback claim query.
+    """
+
+    concurrency: int = 8
+    queues: tuple[str, ...] | None = None
+    drain_timeout: float | None = None
+    heartbeat: bool = True
+    poll_interval: float = 1.0
+    change_check_interval: float = 0.002
+    reap_interval: float | None = None
+    prune_interval: float = 60.0
+    max_crashes: int = 3
+    prefetch: int = 0
+    worker_id: str | None = None
+    install_signal_handlers: bool = True
+    synchronous: str = "NORMAL"
+
+    def __post_init__(self) -> None:
+        if self.concurrency < 1:
+            raise ConfigurationError(f"concurrency must be >= 1, got {self.concurrency}")
+        if self.prefetch < 0:
+            raise ConfigurationError(f"prefetch must be >= 0, got {self.prefetch}")
+        if self.poll_interval <= 0 or self.change_check_interval <= 0:
+            raise ConfigurationError("poll_interval and change_check_interval must be > 0")
+        if self.drain_timeout is not None and self.drain_timeout < 0:
+            raise ConfigurationError(f"drain_timeout must be >= 0, got {self.drain_timeout}")
+        if self.max_crashes < 1:
+            raise ConfigurationError(f"max_crashes must be >= 1, got {self.max_crashes}")
+
+    def checked_drain_timeout(self, shortest_lease: float) -> float:
+        """The drain timeout to use, refusing one that is not shorter than every lease."""
+        if self.drain_timeout is None:
+            return min(10.0, shortest_lease / 2)
+        if self.drain_timeout >= shortest_lease:
+            raise ConfigurationError(
+                f"drain_timeout {self.drain_timeout:g} s is not shorter than the shortest "
+                f"lease {shortest_lease:g} s: jobs still held at the end of the drain could "
+                "already have been reaped and re-run; lower drain_timeout or raise the lease"
+            )
+        return self.drain_timeout

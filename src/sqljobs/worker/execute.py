@@ -1,0 +1,168 @@
+"""Run one job and map what happened to an Outcome; the thread pool and the async loop."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import queue
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..context import JobContext
+from ..errors import Discard, RetryLater
+from ..jobs import ClaimedJob, JobState, Outcome
+from ..tasks import Task
+
+log = logging.getLogger("sqljobs.worker")
+
+
+@dataclass(eq=False)
+class Running:
+    """One job in this worker's hands. Only the coordinator thread sets ``closed``."""
+
+    job: ClaimedJob
+    task: Task
+    ctx: JobContext
+    args: list[Any]
+    kwargs: dict[str, Any]
+    started_wall: float
+    started: float = field(default_factory=time.monotonic)
+    deadline: float | None = None
+    closed: bool = False
+    abandoned: bool = False
+    future: concurrent.futures.Future[Any] | None = None
+
+    def call_args(self) -> list[Any]:
+        return [self.ctx, *self.args] if self.task.takes_context else self.args
+
+
+Report = Callable[[Running, Outcome], None]
+Clock = Callable[[], float]
+
+
+def success(run: Running) -> Outcome:
+    return Outcome(run.job.id, run.job.token, JobState.DONE)
+
+
+def failure(run: Running, exc: BaseException, now: float, outcome: str = "failed") -> Outcome:
+    """An attempt failed: retry with backoff, or end ``dead`` when out of attempts or time."""
+    job = run.job
+    entry: dict[str, Any] = {
+        "attempt": job.attempt,
+        "outcome": outcome,
+        "started_at": run.started_wall,
+        "ended_at": now,
+        "error": _describe(exc),
+    }
+    tb = "".join(traceback.format_exception(exc))
+    if isinstance(exc, Discard):
+        entry["outcome"] = "discarded"
+        return Outcome(job.id, job.token, JobState.DEAD, error=f"discarded: {exc.reason}",
+                       traceback=tb, history=entry)  # fmt: skip
+    delay = exc.delay if isinstance(exc, RetryLater) else run.task.retry.delay(job.attempt)
+    if isinstance(exc, RetryLater):
+        entry["outcome"] = "retry_requested"
+    error = _describe(exc)
+    if job.attempt >= job.max_attempts:
+        error = f"failed {job.attempt} of {job.max_attempts} attempts; last: {error}"
+        return Outcome(job.id, job.token, JobState.DEAD, error=error, traceback=tb,
+                       history=entry, errors=1)  # fmt: skip
+    if job.deadline_at is not None and now + delay >= job.deadline_at:
+        error = f"deadline passed after {job.attempt} attempts; last: {error}"
+        return Outcome(job.id, job.token, JobState.DEAD, error=error, traceback=tb,
+                       history=entry, errors=1)  # fmt: skip
+    entry["retry_in"] = delay
+    return Outcome(job.id, job.token, JobState.PENDING, delay=delay, error=error,
+                   traceback=tb, history=entry, errors=1)  # fmt: skip
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def run_sync(run: Running, clock: Clock) -> Outcome:
+    try:
+        run.task.fn(*run.call_args(), **run.kwargs)
+    except Exception as exc:
+        return failure(run, exc, clock())
+    return success(run)
+
+
+async def run_async(run: Running, clock: Clock) -> Outcome:
+    try:
+        await run.task.fn(*run.call_args(), **run.kwargs)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        return failure(run, exc, clock())
+    return success(run)
+
+
+class ThreadPool:
+    """A fixed set of threads fed from one queue; a hung thread is replaced, not waited on."""
+
+    def __init__(self, size: int, report: Report, clock: Clock, name: str) -> None:
+        self._queue: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
+        self._report = report
+        self._clock = clock
+        self._name = name
+        self._started = 0
+        for _ in range(size):
+            self.add_thread()
+
+    def add_thread(self) -> None:
+        self._started += 1
+        thread = threading.Thread(
+            target=self._loop, name=f"{self._name}-{self._started}", daemon=True
+        )
+        thread.start()
+
+    def submit(self, run: Running) -> None:
+        self._queue.put(run)
+
+    def _loop(self) -> None:
+        while (run := self._queue.get()) is not None:
+            self._report(run, run_sync(run, self._clock))
+            if run.abandoned:  # a replacement thread took this one's place
+                return
+
+    def stop(self) -> None:
+        for _ in range(self._started):
+            self._queue.put(None)
+
+
+class AsyncRunner:
+    """One event loop on its own thread for ``async def`` tasks."""
+
+    def __init__(self, report: Report, clock: Clock) -> None:
+        self._report = report
+        self._clock = clock
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="sqljobs-async", daemon=True
+        )
+        self._thread.start()
+
+    def submit(self, run: Running) -> None:
+        run.future = asyncio.run_coroutine_threadsafe(self._run(run), self._loop)
+
+    async def _run(self, run: Running) -> None:
+        try:
+            outcome = await run_async(run, self._clock)
+        except asyncio.CancelledError:
+            return  # the coordinator already decided this job's fate
+        self._report(run, outcome)
+
+    def stop(self) -> None:
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=1.0)
+        if not self._thread.is_alive():
+            for task in asyncio.all_tasks(self._loop):
+                task.cancel()
+            self._loop.close()

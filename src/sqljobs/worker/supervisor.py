@@ -1,0 +1,112 @@
+"""``--processes N``: fork N worker processes and keep them running.
+
+The supervisor forwards SIGTERM/SIGINT to its children (a second signal is forwarded too,
+so they stop at once). When a child dies by itself, the supervisor hands that child's
+jobs back immediately, counted as a crash, instead of waiting for their leases to run
+out, and starts a replacement. A job that keeps killing its worker therefore reaches
+``dead`` ("crashed its worker 3 times") quickly instead of cycling through the fleet.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+import uuid
+from dataclasses import replace
+from types import FrameType
+from typing import TYPE_CHECKING
+
+from ..errors import BackendError
+from ..maintenance import Reaper
+from .config import WorkerConfig
+
+if TYPE_CHECKING:
+    from ..app import App
+
+log = logging.getLogger("sqljobs.supervisor")
+
+
+def run_supervised(app: App, config: WorkerConfig, processes: int) -> None:
+    """Run ``processes`` worker processes until signalled; restart any that crash."""
+    Supervisor(app, config, processes).run()
+
+
+class Supervisor:
+    def __init__(self, app: App, config: WorkerConfig, processes: int) -> None:
+        self.app = app
+        self.config = config
+        self.processes = processes
+        self.children: dict[int, str] = {}  # pid -> worker id
+        self.signals = 0
+        self.prefix = f"{socket.gethostname()}-{os.getpid()}"
+
+    def _spawn(self) -> None:
+        worker_id = f"{self.prefix}-{uuid.uuid4().hex[:6]}"
+        self.app.close()  # never carry an open database connection across fork
+        pid = os.fork()
+        if pid == 0:  # child
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            code = 0
+            try:
+                from .worker import Worker
+
+                Worker(self.app, replace(self.config, worker_id=worker_id)).run()
+            except BaseException:
+                log.exception("worker %s failed", worker_id)
+                code = 1
+            finally:
+                os._exit(code)
+        self.children[pid] = worker_id
+
+    def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
+        self.signals += 1
+        for pid in list(self.children):
+            try:
+                os.kill(pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def run(self) -> None:
+        from .worker import Worker
+
+        Worker(self.app, self.config)  # validate settings before forking anything
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            for _ in range(self.processes):
+                self._spawn()
+            recent_crashes: list[float] = []
+            while self.children:
+                try:
+                    pid, status = os.wait()
+                except ChildProcessError:
+                    break
+                worker_id = self.children.pop(pid, None)
+                if worker_id is None:
+                    continue
+                crashed = not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0)
+                if crashed:
+                    self._rescue(worker_id, status)
+                if crashed and not self.signals:
+                    now = time.monotonic()
+                    recent_crashes = [t for t in recent_crashes if now - t < 10] + [now]
+                    if len(recent_crashes) > 5 * self.processes:
+                        time.sleep(1.0)  # crash loop: slow down restarts
+                    self._spawn()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def _rescue(self, worker_id: str, status: int) -> None:
+        how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+               else f"exit code {os.WEXITSTATUS(status)}")  # fmt: skip
+        log.error("worker process %s died (%s); handing its jobs back", worker_id, how)
+        try:
+            backend = self.app.backend
+            Reaper(backend, self.config.max_crashes).rescue_worker(worker_id)
+            backend.unregister_worker(worker_id)
+        except BackendError as exc:
+            log.error("could not hand back the jobs of %s (%s); their leases will", worker_id, exc)
