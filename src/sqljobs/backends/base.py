@@ -8,7 +8,7 @@ overwrite anything. The protocol is synchronous; the worker runs async tasks on 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -50,9 +50,17 @@ class Backend(Protocol):
         """Insert jobs in one transaction (or in the caller's, never committing it)."""
 
     def claim_jobs(
-        self, worker: str, queues: Sequence[str] | None, limit: int
+        self,
+        worker: str,
+        queues: Sequence[str] | None,
+        limit: int,
+        leases: Mapping[str, float] | None = None,
     ) -> list[ClaimedJob]:
-        """Atomically take up to ``limit`` due jobs, highest priority, then oldest first."""
+        """Atomically take up to ``limit`` due jobs, highest priority, then oldest first.
+
+        ``leases`` maps task names to the lease the claiming worker gives them (the task
+        as registered where it runs decides); other jobs keep the lease they were stored
+        with."""
 
     def next_due(self, queues: Sequence[str] | None) -> float | None:
         """The earliest ``run_at`` among pending jobs of these queues."""

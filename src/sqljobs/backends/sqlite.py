@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
@@ -196,12 +196,17 @@ class SqliteBackend:
     # -- claim, finish, lease ----------------------------------------------------------
 
     def claim_jobs(
-        self, worker: str, queues: Sequence[str] | None, limit: int
+        self,
+        worker: str,
+        queues: Sequence[str] | None,
+        limit: int,
+        leases: Mapping[str, float] | None = None,
     ) -> list[ClaimedJob]:
         if limit <= 0:
             return []
         sql, params = self._by_queues("claim", queues)
-        params.update(worker=worker, now=self.now(), limit=limit)
+        params.update(worker=worker, now=self.now(), limit=limit,
+                      leases=json.dumps(dict(leases or {})))  # fmt: skip
         with self._write() as conn:
             rows = conn.execute(sql, params).fetchall()
         rows.sort(key=lambda r: (-r[4], r[12], r[0]))

@@ -50,6 +50,7 @@ class Worker:
             f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         )
         self.capacity = self.config.concurrency + self.config.prefetch
+        self._leases = {name: task.lease for name, task in app.tasks.items()}
         self.inflight: dict[int, Running] = {}
         self.stopped = threading.Event()
         self.counters: collections.Counter[str] = collections.Counter()
@@ -181,7 +182,7 @@ class Worker:
                         want_claim = True
                     free = self.capacity - len(self.inflight)
                     while want_claim and free > 0:
-                        jobs = backend.claim_jobs(self.id, cfg.queues, free)
+                        jobs = backend.claim_jobs(self.id, cfg.queues, free, self._leases)
                         next_poll = time.monotonic() + cfg.poll_interval
                         self.counters["claims"] += 1
                         for job in jobs:

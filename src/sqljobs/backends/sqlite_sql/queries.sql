@@ -10,7 +10,9 @@ SELECT id FROM sqljobs_jobs WHERE key = ?
 -- name: claim_one_queue
 UPDATE sqljobs_jobs
 SET state = 'running', attempts = attempts + 1, token = token + 1,
-    worker = :worker, started_at = :now, lease_until = :now + lease
+    worker = :worker, started_at = :now,
+    lease = coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease),
+    lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
 WHERE id IN (
     SELECT id FROM sqljobs_jobs
     WHERE state = 'pending' AND queue = :queue AND run_at <= :now
@@ -22,7 +24,9 @@ RETURNING id, task, payload, queue, priority, attempts, token, lease, max_attemp
 -- name: claim_some_queues
 UPDATE sqljobs_jobs
 SET state = 'running', attempts = attempts + 1, token = token + 1,
-    worker = :worker, started_at = :now, lease_until = :now + lease
+    worker = :worker, started_at = :now,
+    lease = coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease),
+    lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
 WHERE id IN (
     SELECT id FROM sqljobs_jobs
     WHERE state = 'pending' AND run_at <= :now
@@ -35,7 +39,9 @@ RETURNING id, task, payload, queue, priority, attempts, token, lease, max_attemp
 -- name: claim_all_queues
 UPDATE sqljobs_jobs
 SET state = 'running', attempts = attempts + 1, token = token + 1,
-    worker = :worker, started_at = :now, lease_until = :now + lease
+    worker = :worker, started_at = :now,
+    lease = coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease),
+    lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
 WHERE id IN (
     SELECT id FROM sqljobs_jobs
     WHERE state = 'pending' AND run_at <= :now

@@ -1,0 +1,43 @@
+"""Tasks that worker subprocesses in the tests run. Each run is appended to a log file
+(``SQLJOBS_TEST_RUNS``) as ``<label> <pid> <start|end>`` so tests count real executions."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+import sqljobs
+
+LEASE = float(os.environ.get("SQLJOBS_TEST_LEASE", "1.0"))
+app = sqljobs.App(default_lease=LEASE)
+
+
+def log_run(label: object, phase: str) -> None:
+    path = os.environ["SQLJOBS_TEST_RUNS"]
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{label} {os.getpid()} {phase}\n".encode())
+    finally:
+        os.close(fd)
+
+
+@app.task(lease=LEASE)
+def record(label: str, seconds: float = 0.0) -> None:
+    log_run(label, "start")
+    time.sleep(seconds)
+    log_run(label, "end")
+
+
+@app.task(lease=LEASE)
+async def record_async(label: str, seconds: float = 0.0) -> None:
+    log_run(label, "start")
+    await asyncio.sleep(seconds)
+    log_run(label, "end")
+
+
+@app.task(lease=LEASE, retry=sqljobs.Retry(max_attempts=10, base=0.01))
+def kill_my_worker(label: str) -> None:
+    log_run(label, "start")
+    os.kill(os.getpid(), signal.SIGKILL)

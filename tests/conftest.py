@@ -1,0 +1,124 @@
+"""Fixtures shared by every test: a fresh database per test, on each backend."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sqljobs
+
+ROOT = Path(__file__).resolve().parent.parent
+BACKENDS = ["sqlite"]
+
+
+@pytest.fixture(params=BACKENDS)
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty database URL on each backend."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'jobs.db'}"
+    raise AssertionError(request.param)
+
+
+@pytest.fixture
+def app(url: str) -> Iterator[sqljobs.App]:
+    application = sqljobs.App(url)
+    yield application
+    application.close()
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
+    """Poll ``predicate`` until it is truthy; fail the test after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what or predicate}")
+        time.sleep(0.005)
+
+
+@contextmanager
+def worker_thread(app: sqljobs.App, **options: Any) -> Iterator[sqljobs.Worker]:
+    """Run a worker in a thread of this process; stop it gracefully at the end."""
+    options.setdefault("install_signal_handlers", False)
+    worker = sqljobs.Worker(app, **options)
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "worker did not stop"
+        if errors:
+            raise errors[0]
+
+
+class Runs:
+    """The run log written by tests/apps/workload.py."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.touch()
+
+    def lines(self) -> list[tuple[str, int, str]]:
+        out = []
+        for line in self.path.read_text().splitlines():
+            label, pid, phase = line.split()
+            out.append((label, int(pid), phase))
+        return out
+
+    def count(self, phase: str = "end") -> Counter[str]:
+        return Counter(label for label, _, p in self.lines() if p == phase)
+
+    def started_by(self, pid: int) -> list[str]:
+        return [label for label, p, phase in self.lines() if p == pid and phase == "start"]
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Runs:
+    return Runs(tmp_path / "runs.log")
+
+
+@pytest.fixture
+def spawn(url: str, runs: Runs) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start ``sqljobs worker`` subprocesses on the test database; kill leftovers at the end."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start(*args: str, lease: float = 1.0, app: str = "tests.apps.workload:app"
+              ) -> subprocess.Popen[bytes]:  # fmt: skip
+        env = dict(os.environ, SQLJOBS_URL=url, SQLJOBS_TEST_RUNS=str(runs.path),
+                   SQLJOBS_TEST_LEASE=str(lease), PYTHONPATH=str(ROOT))  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sqljobs", "--app", app, "worker", *args],
+            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=10)
+        if proc.stdout:
+            proc.stdout.close()

@@ -1,0 +1,133 @@
+"""Atomic claims and fencing, checked at the backend level with real concurrent claimers."""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections import Counter
+
+import sqljobs
+from sqljobs import App, JobState
+from sqljobs.jobs import HeldJob, Outcome
+from sqljobs.maintenance import Reaper
+
+
+def _claim_until_empty(url: str, name: str, start: multiprocessing.synchronize.Event) -> list[int]:  # type: ignore[name-defined]
+    backend = App(url).open_backend()
+    start.wait()
+    got: list[int] = []
+    empty = 0
+    while empty < 3:
+        jobs = backend.claim_jobs(name, None, 7)
+        got += [j.id for j in jobs]
+        empty = 0 if jobs else empty + 1
+    return got
+
+
+def test_concurrent_claimers_in_processes_never_take_one_job_twice(app: App) -> None:
+    @app.task
+    def noop(i: int) -> None: ...
+
+    n = 3000
+    noop.enqueue_many([(i,) for i in range(n)])
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Manager().Event()
+    with ctx.Pool(4) as pool:
+        results = [
+            pool.apply_async(_claim_until_empty, (app.url, f"w{i}", start)) for i in range(6)
+        ]
+        start.set()
+        per_claimer = [r.get(timeout=120) for r in results]
+    claimed = Counter(i for ids in per_claimer for i in ids)
+    assert len(claimed) == n, "every job claimed"
+    assert max(claimed.values()) == 1, "no job claimed twice"
+    assert sum(1 for ids in per_claimer if ids) >= 2, "claimers really ran side by side"
+
+
+def test_claims_take_priority_then_age_and_respect_run_at_and_queue(app: App) -> None:
+    @app.task
+    def t(n: int) -> None: ...
+
+    low = t.enqueue(1).id
+    high = t.with_options(priority=5).enqueue(2).id
+    later = t.with_options(delay=3600, priority=9).enqueue(3).id
+    other = t.with_options(queue="other").enqueue(4).id
+    backend = app.backend
+    claimed = backend.claim_jobs("w", ["default"], 10)
+    assert [j.id for j in claimed] == [high, low]
+    assert later not in [j.id for j in claimed] and other not in [j.id for j in claimed]
+    assert [j.id for j in backend.claim_jobs("w", ["default", "other"], 10)] == [other]
+    assert all(j.attempt == 1 and j.token == 1 for j in claimed)
+
+
+def _expire(app: App, job_id: int) -> None:
+    conn = app.backend._conn()  # type: ignore[attr-defined]
+    conn.execute("UPDATE sqljobs_jobs SET lease_until = 0 WHERE id = ?", (job_id,))
+
+
+def test_a_stale_worker_cannot_complete_fail_release_or_renew(app: App) -> None:
+    @app.task(lease=30)
+    def t() -> None: ...
+
+    job_id = t.enqueue().id
+    backend = app.backend
+    (old,) = backend.claim_jobs("old-worker", None, 1)
+    _expire(app, job_id)
+    (rescued,) = Reaper(backend).run_once()
+    assert rescued.state is JobState.PENDING
+    (new,) = backend.claim_jobs("new-worker", None, 1)
+    assert new.id == old.id and new.token == old.token + 1 and new.attempt == 2
+
+    stale = [
+        Outcome(job_id, old.token, JobState.DONE),
+        Outcome(job_id, old.token, JobState.PENDING, delay=0, error="boom"),
+        Outcome(job_id, old.token, JobState.DEAD, error="boom"),
+        Outcome(job_id, old.token, JobState.PENDING, delay=0, uncharge=True),
+    ]
+    for outcome in stale:
+        assert backend.finish_jobs([outcome]) == []
+    assert backend.renew_leases("old-worker", [HeldJob(job_id, old.token)]) == set()
+    job = app.get_job(job_id)
+    assert job is not None
+    assert (job.state, job.token, job.worker, job.last_error) == (
+        JobState.RUNNING, new.token, "new-worker", rescued.error)
+    assert backend.renew_leases("new-worker", [HeldJob(job_id, new.token)]) == {job_id}
+    assert backend.finish_jobs([Outcome(job_id, new.token, JobState.DONE)]) == [job_id]
+    done = app.get_job(job_id)
+    assert done is not None and done.state is JobState.DONE
+
+
+def test_a_heartbeat_renews_every_held_lease_in_one_call(app: App) -> None:
+    @app.task(lease=10)
+    def t(i: int) -> None: ...
+
+    t.enqueue_many([(i,) for i in range(50)])
+    backend = app.backend
+    held = backend.claim_jobs("w", None, 50)
+    before = {j.id: j.lease_until for j in app.list_jobs(limit=100)}
+    renewed = backend.renew_leases("w", [HeldJob(j.id, j.token) for j in held])
+    assert renewed == {j.id for j in held}
+    after = {j.id: j.lease_until for j in app.list_jobs(limit=100)}
+    assert all(after[i] >= before[i] for i in renewed)  # type: ignore[operator]
+
+
+def test_the_reaper_is_safe_to_run_concurrently(app: App) -> None:
+    @app.task(lease=30)
+    def t(i: int) -> None: ...
+
+    t.enqueue_many([(i,) for i in range(200)])
+    held = app.backend.claim_jobs("gone", None, 200)
+    for j in held:
+        _expire(app, j.id)
+    reapers = [Reaper(sqljobs.App(app.url).backend) for _ in range(3)]
+    import threading
+
+    results: list[int] = []
+    threads = [threading.Thread(target=lambda r=r: results.append(len(r.run_once())))
+               for r in reapers]  # fmt: skip
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert sum(results) == 200
+    assert app.stats().total("pending") == 200
+    assert all(j.crashes == 1 for j in app.list_jobs(limit=300))

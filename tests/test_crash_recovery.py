@@ -1,0 +1,61 @@
+"""Real worker processes, real SIGKILL: nothing is lost, leases bring jobs back."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from sqljobs import App, JobState
+
+from .conftest import Runs, wait_until
+
+
+def test_a_worker_killed_mid_job_loses_nothing(app: App, spawn, runs: Runs) -> None:  # type: ignore[no-untyped-def]
+    n = 40
+    for i in range(n):
+        app.enqueue("record", args=[f"job{i}", 0.15])
+    victim = spawn("--concurrency", "4", lease=1.0)
+    survivor = spawn("--concurrency", "4", lease=1.0)
+    wait_until(lambda: runs.started_by(victim.pid), what="the victim to start a job")
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=10)
+    in_hand = {label for label in runs.started_by(victim.pid)} - {
+        label for label, pid, phase in runs.lines() if pid == victim.pid and phase == "end"}
+    assert in_hand, "the victim was killed holding jobs"
+
+    wait_until(lambda: app.stats().total("done") == n, timeout=30, what="all jobs done")
+    done = runs.count("end")
+    assert set(done) == {f"job{i}" for i in range(n)}, "every job finished"
+    for label in in_hand:
+        job = next(j for j in app.list_jobs(limit=100) if j.args[0] == label)
+        assert job.state is JobState.DONE
+        assert job.crashes == 1 and job.attempts == 2
+        assert [h["outcome"] for h in job.history] == ["crashed"]
+    assert survivor.poll() is None
+    survivor.send_signal(signal.SIGTERM)
+    assert survivor.wait(timeout=10) == 0
+
+
+def test_a_lease_shorter_than_the_job_ends_dead_with_a_lease_diagnosis(app: App) -> None:
+    from sqljobs import Retry
+
+    from .conftest import worker_thread
+
+    @app.task(lease=0.2, retry=Retry(max_attempts=3, base=0))
+    def slow(ctx: "sqljobs.JobContext") -> None:  # noqa: F821
+        deadline = time.monotonic() + 5
+        while not ctx.lease_lost and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    job_id = slow.enqueue().id
+    with worker_thread(app, heartbeat=False, drain_timeout=0.05, concurrency=2):
+        wait_until(lambda: app.get_job(job_id).state is JobState.DEAD, timeout=20)  # type: ignore[union-attr]
+    job = app.get_job(job_id)
+    assert job is not None
+    assert job.lease_expiries == 3 and job.crashes == 0 and job.errors == 0
+    assert "lease expired 3 times" in (job.last_error or "")
+    assert "raise lease" in (job.last_error or "")
+    assert [h["outcome"] for h in job.history] == ["lease_expired"] * 3
+
+
+import sqljobs  # noqa: E402

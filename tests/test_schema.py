@@ -1,0 +1,50 @@
+"""The fresh schema and the replayed migrations must describe the same database."""
+
+from __future__ import annotations
+
+import sqlite3
+from importlib import resources
+from pathlib import Path
+
+import sqljobs
+from sqljobs.backends.sqlite import MIGRATIONS, SqliteBackend, _split_statements
+
+
+def _describe(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
+    rows = conn.execute(
+        "SELECT type, name, sql FROM sqlite_master "
+        "WHERE name NOT LIKE 'sqlite_%' AND name != 'sqljobs_migrations' ORDER BY type, name"
+    ).fetchall()
+    return [(t, n, " ".join((s or "").split())) for t, n, s in rows]
+
+
+def test_fresh_schema_equals_replayed_migrations(tmp_path: Path) -> None:
+    fresh = sqlite3.connect(tmp_path / "fresh.db")
+    schema = resources.files("sqljobs.backends.sqlite_sql").joinpath("schema.sql").read_text()
+    for statement in _split_statements(schema):
+        fresh.execute(statement)
+    migrated = SqliteBackend(str(tmp_path / "migrated.db"))
+    applied = migrated.migrate()
+    assert applied == [f"{v:04d}_{n}" for v, n, _ in MIGRATIONS]
+    assert _describe(fresh) == _describe(migrated._conn())
+
+
+def test_migrate_is_idempotent_and_concurrent_safe(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'jobs.db'}"
+    first, second = sqljobs.App(url, migrate=False), sqljobs.App(url, migrate=False)
+    assert first.migrate()
+    assert second.migrate() == []
+
+
+def test_claim_uses_the_pending_index(tmp_path: Path) -> None:
+    backend = SqliteBackend(str(tmp_path / "jobs.db"))
+    backend.migrate()
+    from sqljobs.backends.sqlite import Q
+
+    plan = backend._conn().execute(
+        "EXPLAIN QUERY PLAN " + Q["claim_one_queue"],
+        {"worker": "w", "now": 0.0, "limit": 10, "queue": "default", "leases": "{}"},
+    ).fetchall()
+    text = " ".join(str(row[-1]) for row in plan)
+    assert "sqljobs_jobs_claim" in text, text
+    assert "SCAN sqljobs_jobs " not in text + " ", text
