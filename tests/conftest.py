@@ -100,18 +100,26 @@ def runs(tmp_path: Path) -> Runs:
 
 
 @pytest.fixture
-def spawn(url: str, runs: Runs) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
-    """Start ``sqljobs worker`` subprocesses on the test database; kill leftovers at the end."""
+def spawn(
+    url: str, runs: Runs, tmp_path: Path
+) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+    """Start ``sqljobs worker`` subprocesses on the test database; kill leftovers at the end.
+
+    Their output goes to ``worker-N.log`` files beside the database (printed on failure)."""
     procs: list[subprocess.Popen[bytes]] = []
+    logs: list[Path] = []
 
     def start(*args: str, lease: float = 1.0, app: str = "tests.apps.workload:app"
               ) -> subprocess.Popen[bytes]:  # fmt: skip
         env = dict(os.environ, SQLJOBS_URL=url, SQLJOBS_TEST_RUNS=str(runs.path),
                    SQLJOBS_TEST_LEASE=str(lease), PYTHONPATH=str(ROOT))  # fmt: skip
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "sqljobs", "--app", app, "worker", *args],
-            env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )  # fmt: skip
+        log_path = tmp_path / f"worker-{len(procs)}.log"
+        logs.append(log_path)
+        with log_path.open("wb") as out:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "sqljobs", "--app", app, "worker", *args],
+                env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
+            )  # fmt: skip
         procs.append(proc)
         return proc
 
@@ -120,5 +128,7 @@ def spawn(url: str, runs: Runs) -> Iterator[Callable[..., subprocess.Popen[bytes
         if proc.poll() is None:
             proc.kill()
         proc.wait(timeout=10)
-        if proc.stdout:
-            proc.stdout.close()
+    for log_path in logs:
+        text = log_path.read_text(errors="replace").strip()
+        if text:
+            print(f"--- {log_path.name}\n{text[-4000:]}")

@@ -62,6 +62,12 @@ class Backend(Protocol):
         as registered where it runs decides); other jobs keep the lease they were stored
         with."""
 
+    def claim_suspect(
+        self, worker: str, queues: Sequence[str] | None, leases: Mapping[str, float] | None = None
+    ) -> ClaimedJob | None:
+        """Take one job that was held by a worker that crashed (normal claims skip these),
+        to be run alone: if it crashes its worker again, it alone is blamed."""
+
     def next_due(self, queues: Sequence[str] | None) -> float | None:
         """The earliest ``run_at`` among pending jobs of these queues."""
 

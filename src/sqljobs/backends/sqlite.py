@@ -212,6 +212,15 @@ class SqliteBackend:
         rows.sort(key=lambda r: (-r[4], r[12], r[0]))
         return [ClaimedJob(*r[:12]) for r in rows]
 
+    def claim_suspect(
+        self, worker: str, queues: Sequence[str] | None, leases: Mapping[str, float] | None = None
+    ) -> ClaimedJob | None:
+        params = {"worker": worker, "now": self.now(), "leases": json.dumps(dict(leases or {})),
+                  "queues": json.dumps(list(queues)) if queues else None}  # fmt: skip
+        with self._write() as conn:
+            row = conn.execute(Q["claim_suspect"], params).fetchone()
+        return None if row is None else ClaimedJob(*row[:12])
+
     def next_due(self, queues: Sequence[str] | None) -> float | None:
         sql, params = self._by_queues("next_due", queues)
         (value,) = self._read(sql, params)[0]

@@ -44,23 +44,30 @@ class Supervisor:
         self.prefix = f"{socket.gethostname()}-{os.getpid()}"
 
     def _spawn(self) -> None:
+        """Fork one worker. Signals stay blocked across the fork, so one that arrives
+        meanwhile is handled by the child's worker (or forwarded by us), never lost."""
+        from .worker import Worker
+
         worker_id = f"{self.prefix}-{uuid.uuid4().hex[:6]}"
         self.app.close()  # never carry an open database connection across fork
+        stop_signals = {signal.SIGTERM, signal.SIGINT}
+        signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
         pid = os.fork()
         if pid == 0:  # child
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
             code = 0
             try:
-                from .worker import Worker
-
-                Worker(self.app, replace(self.config, worker_id=worker_id)).run()
+                worker = Worker(self.app, replace(self.config, worker_id=worker_id))
+                for signum in stop_signals:
+                    signal.signal(signum, worker._on_signal)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
+                worker.run()
             except BaseException:
                 log.exception("worker %s failed", worker_id)
                 code = 1
             finally:
                 os._exit(code)
         self.children[pid] = worker_id
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self.signals += 1

@@ -61,6 +61,8 @@ class Worker:
         self._immediate = False
         self._drain_deadline = 0.0
         self._heartbeat_requested = False
+        self._suspect: ClaimedJob | None = None  # claimed, waiting to run alone
+        self._solo: int | None = None  # id of the suspect running alone
         self._backend: Backend | None = None
         self._threads: ThreadPool | None = None
         self._async: AsyncRunner | None = None
@@ -140,6 +142,7 @@ class Worker:
         next_prune = now + cfg.prune_interval
         next_poll = now
         next_due: float | None = None
+        next_suspect_check = now
         marker = self._change_marker(backend)
         want_claim = True
         failures = 0
@@ -180,7 +183,10 @@ class Worker:
                         want_claim, next_due = True, None
                     if now >= next_poll:
                         want_claim = True
-                    free = self.capacity - len(self.inflight)
+                    if want_claim and (not self.inflight or now >= next_suspect_check):
+                        next_suspect_check = now + cfg.poll_interval
+                        self._take_suspect(backend)
+                    free = self._free_slots()
                     while want_claim and free > 0:
                         jobs = backend.claim_jobs(self.id, cfg.queues, free, self._leases)
                         next_poll = time.monotonic() + cfg.poll_interval
@@ -190,7 +196,7 @@ class Worker:
                         if len(jobs) < free:
                             want_claim = False
                             next_due = backend.next_due(cfg.queues)
-                        free = self.capacity - len(self.inflight)
+                        free = self._free_slots()
                 failures = 0
             except BackendError as exc:
                 failures += 1
@@ -221,6 +227,23 @@ class Worker:
         return backend.change_marker()
 
     # -- claiming and running ----------------------------------------------------------
+
+    def _free_slots(self) -> int:
+        """No claims while a suspect waits for the worker to empty or runs alone."""
+        if self._suspect is not None or self._solo in self.inflight:
+            return 0
+        return self.capacity - len(self.inflight)
+
+    def _take_suspect(self, backend: Backend) -> None:
+        """Claim a job that was in a crashed worker, then run it once nothing else runs."""
+        if self._suspect is None and self._solo not in self.inflight:
+            self._suspect = backend.claim_suspect(self.id, self.config.queues, self._leases)
+        if self._suspect is not None and not self.inflight:
+            job, self._suspect = self._suspect, None
+            self._solo = job.id
+            self.counters["suspects"] += 1
+            log.warning("job %s was in a worker that crashed; running it alone", job.id)
+            self._dispatch(backend, job)
 
     def _dispatch(self, backend: Backend, job: ClaimedJob) -> None:
         wall = self.app.clock()
@@ -322,11 +345,16 @@ class Worker:
 
     def _heartbeat(self, backend: Backend) -> None:
         held = [HeldJob(r.job.id, r.job.token) for r in self.inflight.values()]
+        if self._suspect is not None:
+            held.append(HeldJob(self._suspect.id, self._suspect.token))
         if not self.config.heartbeat:
             held = []
         renewed = backend.renew_leases(self.id, held)
         self.counters["heartbeats"] += 1
         for h in held:
+            if h.id not in renewed and self._suspect is not None and h.id == self._suspect.id:
+                self._suspect = None
+                self.counters["leases_lost"] += 1
             if h.id not in renewed and h.id in self.inflight:
                 run = self.inflight[h.id]
                 self._close(run, abandon=True)
@@ -336,10 +364,11 @@ class Worker:
 
     def _release_all(self, backend: Backend) -> None:
         """End of drain: hand every job still held back to pending, no attempt charged."""
-        if not self.inflight:
-            return
         wall = self.app.clock()
         outcomes = []
+        if self._suspect is not None:
+            job, self._suspect = self._suspect, None
+            outcomes.append(Outcome(job.id, job.token, JobState.PENDING, delay=0.0, uncharge=True))
         for run in list(self.inflight.values()):
             run.ctx.shutting_down = True
             self._close(run, abandon=False)
@@ -347,6 +376,8 @@ class Worker:
                      run.started_wall, "ended_at": wall, "worker": self.id}  # fmt: skip
             outcomes.append(Outcome(run.job.id, run.job.token, JobState.PENDING, delay=0.0,
                                     history=entry, uncharge=True))  # fmt: skip
+        if not outcomes:
+            return
         written = backend.finish_jobs(outcomes)
         self.counters["released"] += len(written)
         log.info("worker %s: released %d jobs still running at the end of the drain",

@@ -15,7 +15,7 @@ SET state = 'running', attempts = attempts + 1, token = token + 1,
     lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
 WHERE id IN (
     SELECT id FROM sqljobs_jobs
-    WHERE state = 'pending' AND queue = :queue AND run_at <= :now
+    WHERE state = 'pending' AND queue = :queue AND run_at <= :now AND crashes = 0
     ORDER BY priority DESC, run_at, id
     LIMIT :limit)
 RETURNING id, task, payload, queue, priority, attempts, token, lease, max_attempts,
@@ -29,7 +29,7 @@ SET state = 'running', attempts = attempts + 1, token = token + 1,
     lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
 WHERE id IN (
     SELECT id FROM sqljobs_jobs
-    WHERE state = 'pending' AND run_at <= :now
+    WHERE state = 'pending' AND run_at <= :now AND crashes = 0
       AND queue IN (SELECT value FROM json_each(:queues))
     ORDER BY priority DESC, run_at, id
     LIMIT :limit)
@@ -44,9 +44,26 @@ SET state = 'running', attempts = attempts + 1, token = token + 1,
     lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
 WHERE id IN (
     SELECT id FROM sqljobs_jobs
-    WHERE state = 'pending' AND run_at <= :now
+    WHERE state = 'pending' AND run_at <= :now AND crashes = 0
     ORDER BY priority DESC, run_at, id
     LIMIT :limit)
+RETURNING id, task, payload, queue, priority, attempts, token, lease, max_attempts,
+          created_at, deadline_at, key, run_at
+
+-- name: claim_suspect
+-- A job that was in a worker when it crashed is claimed alone and run alone, so a
+-- further crash is blamed on it and not on innocent jobs that ran beside it.
+UPDATE sqljobs_jobs
+SET state = 'running', attempts = attempts + 1, token = token + 1,
+    worker = :worker, started_at = :now,
+    lease = coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease),
+    lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
+WHERE id IN (
+    SELECT id FROM sqljobs_jobs
+    WHERE state = 'pending' AND run_at <= :now AND crashes > 0
+      AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+    ORDER BY priority DESC, run_at, id
+    LIMIT 1)
 RETURNING id, task, payload, queue, priority, attempts, token, lease, max_attempts,
           created_at, deadline_at, key, run_at
 

@@ -1,0 +1,39 @@
+"""``--processes N``: a supervisor keeps N workers, hands back a dead child's jobs, and
+ends a poison job that keeps killing its worker."""
+
+from __future__ import annotations
+
+import signal
+
+from sqljobs import App, JobState
+
+from .conftest import Runs, wait_until
+
+
+def test_processes_share_the_work(app: App, spawn, runs: Runs) -> None:  # type: ignore[no-untyped-def]
+    for i in range(60):
+        app.enqueue("record", args=[f"job{i}", 0.02])
+    proc = spawn("--processes", "3", "--concurrency", "2")
+    wait_until(lambda: app.stats().total("done") == 60, timeout=30)
+    pids = {pid for _, pid, _ in runs.lines()}
+    assert len(pids) >= 2 and proc.pid not in pids
+    assert max(runs.count("end").values()) == 1
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == 0
+
+
+def test_a_poison_job_ends_dead_after_crashing_its_worker_three_times(app: App, spawn, runs: Runs) -> None:  # type: ignore[no-untyped-def]
+    poison = app.enqueue("kill_my_worker", args=["poison"]).id
+    healthy = [app.enqueue("record", args=[f"ok{i}"]).id for i in range(10)]
+    proc = spawn("--processes", "2", "--concurrency", "2", lease=30.0)
+    wait_until(lambda: app.get_job(poison).state is JobState.DEAD, timeout=30)  # type: ignore[union-attr]
+    wait_until(lambda: all(app.get_job(i).state is JobState.DONE for i in healthy), timeout=30)  # type: ignore[union-attr]
+    job = app.get_job(poison)
+    assert job is not None
+    assert job.crashes == 3 and job.last_error is not None
+    assert job.last_error.startswith("crashed its worker 3 times")
+    assert [h["outcome"] for h in job.history] == ["crashed"] * 3
+    assert runs.count("start")["poison"] == 3
+    assert proc.poll() is None, "the supervisor survived its children"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == 0

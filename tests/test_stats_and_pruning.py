@@ -1,0 +1,47 @@
+"""Backlog health and retention."""
+
+from __future__ import annotations
+
+from sqljobs import App, JobState
+from sqljobs.maintenance import Pruner
+
+
+def test_stats_count_by_queue_and_state_and_age_the_oldest_due_job(url: str) -> None:
+    now = [1_000_000.0]
+    app = App(url, clock=lambda: now[0])
+
+    @app.task
+    def t() -> None: ...
+
+    t.enqueue()
+    now[0] += 30
+    t.with_options(queue="mail").enqueue()
+    t.with_options(delay=3600).enqueue()  # not due: does not age the backlog
+    now[0] += 12
+    st = app.stats()
+    assert st.counts["default"]["pending"] == 2 and st.counts["mail"]["pending"] == 1
+    assert st.oldest_pending_age == 42
+    assert st.oldest_pending_age_by_queue == {"default": 42, "mail": 12}
+    assert st.to_dict()["counts"]["mail"]["pending"] == 1
+    assert App(url).stats().total(JobState.RUNNING) == 0
+
+
+def test_empty_queue_has_no_oldest_age(app: App) -> None:
+    assert app.stats().oldest_pending_age is None
+
+
+def test_pruner_deletes_old_done_jobs_in_batches_and_keeps_dead_ones(url: str) -> None:
+    now = [1_000_000.0]
+    app = App(url, clock=lambda: now[0], retention=3600)
+    ids = [app.enqueue("t").id for _ in range(25)]
+    backend = app.backend
+    conn = backend._conn()  # type: ignore[attr-defined]
+    conn.execute("UPDATE sqljobs_jobs SET state = 'done', finished_at = ? WHERE id <= ?",
+                 (now[0], ids[19]))  # fmt: skip
+    conn.execute("UPDATE sqljobs_jobs SET state = 'dead', finished_at = ? WHERE id > ?",
+                 (now[0], ids[19]))  # fmt: skip
+    pruner = Pruner(backend, app.retention, batch=7)
+    assert pruner.run_once() == 0
+    now[0] += 3601
+    assert pruner.run_once() == 20
+    assert app.stats().total("dead") == 5 and app.stats().total("done") == 0

@@ -1,0 +1,242 @@
+"""The worker: threads and async tasks, timeouts, bad inputs, wake-ups, handler context."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+import time
+
+import pytest
+
+import sqljobs
+from sqljobs import App, ConfigurationError, JobState, Retry
+
+from .conftest import wait_until, worker_thread
+
+
+def _state(app: App, job_id: int) -> JobState:
+    job = app.get_job(job_id)
+    assert job is not None
+    return job.state
+
+
+def test_plain_functions_run_on_threads_and_async_tasks_on_a_loop(app: App) -> None:
+    seen: dict[str, str] = {}
+
+    @app.task
+    def plain(name: str) -> None:
+        seen[name] = threading.current_thread().name
+
+    @app.task
+    async def coro(name: str) -> None:
+        await asyncio.sleep(0)
+        seen[name] = "loop" if asyncio.get_running_loop() else "?"
+
+    ids = [plain.enqueue("a").id, coro.enqueue("b").id]
+    with worker_thread(app, concurrency=2):
+        wait_until(lambda: all(_state(app, i) is JobState.DONE for i in ids))
+    assert seen["a"].startswith("sqljobs-") and seen["b"] == "loop"
+
+
+def test_concurrency_bounds_jobs_in_flight(app: App) -> None:
+    running, peak, lock = [0], [0], threading.Lock()
+
+    @app.task
+    def busy() -> None:
+        with lock:
+            running[0] += 1
+            peak[0] = max(peak[0], running[0])
+        time.sleep(0.02)
+        with lock:
+            running[0] -= 1
+
+    busy.enqueue_many([() for _ in range(40)])
+    with worker_thread(app, concurrency=3):
+        wait_until(lambda: app.stats().total("done") == 40)
+    assert peak[0] == 3
+
+
+def test_a_hung_handler_times_out_is_recorded_and_retried(app: App) -> None:
+    release = threading.Event()
+    attempts: list[int] = []
+
+    @app.task(timeout=0.2, retry=Retry(max_attempts=2, base=0))
+    def hangs(ctx: sqljobs.JobContext) -> None:
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            release.wait(10)
+
+    @app.task(timeout=0.2, retry=Retry(max_attempts=1))
+    async def hangs_async() -> None:
+        await asyncio.sleep(30)
+
+    sync_id, async_id = hangs.enqueue().id, hangs_async.enqueue().id
+    with worker_thread(app, concurrency=1) as worker:
+        wait_until(lambda: _state(app, sync_id) is JobState.DONE)
+        wait_until(lambda: _state(app, async_id) is JobState.DEAD)
+        release.set()
+        wait_until(lambda: worker.counters["stale_results"] >= 1)
+    job = app.get_job(sync_id)
+    assert job is not None and attempts == [1, 2]
+    assert job.history[0]["outcome"] == "timed_out"
+    assert "timed out after 0.2 s" in job.history[0]["error"]
+    dead = app.get_job(async_id)
+    assert dead is not None and "timed out" in (dead.last_error or "")
+
+
+def test_an_unknown_task_is_retried_then_dead_naming_the_task(url: str) -> None:
+    app = App(url, default_retry=Retry(max_attempts=2, base=0))
+    job_id = app.enqueue("not_here", args=[1]).id
+    with worker_thread(app):
+        wait_until(lambda: _state(app, job_id) is JobState.DEAD)
+    job = app.get_job(job_id)
+    assert job is not None and job.attempts == 2
+    assert "task 'not_here' is not registered here" in (job.last_error or "")
+
+
+def test_an_undecodable_payload_ends_dead_with_a_clear_error(app: App) -> None:
+    @app.task
+    def t() -> None: ...
+
+    job_id = t.enqueue().id
+    good_id = t.enqueue().id
+    conn = sqlite3.connect(app.url.removeprefix("sqlite:///"))
+    conn.execute("UPDATE sqljobs_jobs SET payload = '{not json' WHERE id = ?", (job_id,))
+    conn.commit()
+    with worker_thread(app):
+        wait_until(lambda: _state(app, job_id) is JobState.DEAD)
+        wait_until(lambda: _state(app, good_id) is JobState.DONE)
+    job = app.get_job(job_id)
+    assert job is not None and "stored payload cannot be decoded" in (job.last_error or "")
+
+
+def test_a_drain_timeout_not_shorter_than_the_lease_is_refused(app: App) -> None:
+    @app.task(lease=5)
+    def t() -> None: ...
+
+    with pytest.raises(ConfigurationError, match="drain_timeout 5 s is not shorter"):
+        sqljobs.Worker(app, drain_timeout=5)
+
+
+def test_a_local_enqueue_wakes_the_worker_at_once(app: App) -> None:
+    started: list[float] = []
+
+    @app.task
+    def t(sent: float) -> None:
+        started.append(time.perf_counter() - sent)
+
+    with worker_thread(app, poll_interval=30, change_check_interval=30) as worker:
+        wait_until(lambda: worker.counters["claims"] >= 1, what="the first (empty) claim")
+        for _ in range(20):
+            t.enqueue(time.perf_counter())
+        wait_until(lambda: len(started) == 20)
+    assert max(started) < 1.0, "woken by the enqueue, not by the 30 s poll"
+
+
+def test_another_process_commit_wakes_the_worker_without_polling(app: App) -> None:
+    latencies: list[float] = []
+
+    @app.task
+    def t(sent: float) -> None:
+        latencies.append(time.time() - sent)
+
+    other = App(app.url)  # another connection, as another process would have
+    with worker_thread(app, poll_interval=30) as worker:
+        for _ in range(20):
+            other.enqueue("t", args=[time.time()])
+            wait_until(lambda n=len(latencies): len(latencies) > n)
+        claims = worker.counters["claims"]
+    assert max(latencies) < 1.0, "woken by the change check, not by the 30 s poll"
+    assert claims <= 45
+
+
+def test_an_idle_worker_does_not_run_claim_queries_in_a_loop(app: App) -> None:
+    with worker_thread(app, poll_interval=0.5) as worker:
+        wait_until(lambda: worker.counters["claims"] >= 1, what="the first (empty) claim")
+        before = worker.counters["claims"]
+        time.sleep(1.0)  # measuring idle cost over a fixed window
+        idle_claims = worker.counters["claims"] - before
+    assert idle_claims <= 3
+
+
+def test_ctx_transaction_commits_effects_with_the_completion(app: App) -> None:
+    path = app.url.removeprefix("sqlite:///")
+    setup = sqlite3.connect(path)
+    setup.execute("CREATE TABLE accounts (id TEXT PRIMARY KEY, balance INTEGER)")
+    setup.execute("INSERT INTO accounts VALUES ('1001', 10000)")
+    setup.commit()
+    app.migrate()
+
+    @app.task(lease=30)
+    def pay(ctx: sqljobs.JobContext, order_id: str) -> None:
+        with ctx.transaction() as tx:
+            if sqljobs.idempotent(tx, f"order-{order_id}:pay"):
+                tx.execute("UPDATE accounts SET balance = balance - 100 WHERE id = ?",
+                           (order_id,))  # fmt: skip
+
+    ids = [pay.enqueue("1001").id for _ in range(5)]  # five deliveries of one payment
+    with worker_thread(app):
+        wait_until(lambda: all(_state(app, i) is JobState.DONE for i in ids))
+    assert setup.execute("SELECT balance FROM accounts").fetchone() == (9900,)
+
+
+def test_a_lost_lease_rolls_back_the_transaction_and_tells_the_handler(app: App) -> None:
+    path = app.url.removeprefix("sqlite:///")
+    setup = sqlite3.connect(path)
+    setup.execute("CREATE TABLE effects (n INTEGER)")
+    setup.commit()
+    app.migrate()
+    entered, saw_loss = threading.Event(), threading.Event()
+    outcome: list[str] = []
+
+    @app.task(lease=30)
+    def effect(ctx: sqljobs.JobContext) -> None:
+        entered.set()
+        wait_until(lambda: ctx.lease_lost, timeout=10)
+        saw_loss.set()
+        try:
+            with ctx.transaction() as tx:
+                tx.execute("INSERT INTO effects VALUES (1)")
+        except sqljobs.LeaseLost as exc:
+            outcome.append(str(exc))
+
+    job_id = effect.enqueue().id
+    with worker_thread(app) as worker:
+        entered.wait(10)
+        # another worker takes the job over after an (simulated) lease expiry
+        setup.execute("UPDATE sqljobs_jobs SET lease_until = 0 WHERE id = ?", (job_id,))
+        setup.commit()
+        from sqljobs.maintenance import Reaper
+
+        other = App(app.url).backend
+        Reaper(other).run_once()
+        (taken,) = other.claim_jobs("other-worker", None, 1)
+        worker.request_heartbeat()
+        assert saw_loss.wait(10)
+        wait_until(lambda: outcome)
+    assert setup.execute("SELECT count(*) FROM effects").fetchone() == (0,)
+    job = app.get_job(job_id)
+    assert job is not None and job.state is JobState.RUNNING and job.token == taken.token
+    assert worker.counters["leases_lost"] == 1
+
+
+def test_cancelling_a_running_job_tells_its_handler(app: App) -> None:
+    entered, stopped = threading.Event(), threading.Event()
+
+    @app.task
+    async def long_async() -> None:
+        entered.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            stopped.set()
+            raise
+
+    job_id = long_async.enqueue().id
+    with worker_thread(app) as worker:
+        assert entered.wait(10)
+        assert app.cancel_job(job_id)
+        worker.request_heartbeat()
+        assert stopped.wait(10)
+    assert _state(app, job_id) is JobState.CANCELLED
