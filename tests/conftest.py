@@ -18,15 +18,19 @@ import pytest
 import sqljobs
 
 ROOT = Path(__file__).resolve().parent.parent
-BACKENDS = ["sqlite"]
+BACKENDS = ["sqlite", "postgres"]
 
 
 @pytest.fixture(params=BACKENDS)
-def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh, empty database URL on each backend."""
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database URL on each backend: a temp SQLite file, or a new
+    PostgreSQL database copied from a migrated template."""
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'jobs.db'}"
-    raise AssertionError(request.param)
+        yield f"sqlite:///{tmp_path / 'jobs.db'}"
+        return
+    template = request.getfixturevalue("pg_template")
+    with fresh_pg_database(template) as pg_url:
+        yield pg_url
 
 
 @pytest.fixture
@@ -132,3 +136,85 @@ def spawn(
         text = log_path.read_text(errors="replace").strip()
         if text:
             print(f"--- {log_path.name}\n{text[-4000:]}")
+
+
+# -- PostgreSQL: a fresh database per test, copied from a migrated template --------------
+
+PG_ADMIN_URL = os.environ.get("SQLJOBS_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
+
+
+@pytest.fixture(scope="session")
+def pg_template() -> Iterator[str]:
+    """A migrated template database; in CI a missing PostgreSQL fails the run."""
+    import psycopg
+
+    try:
+        admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5)
+    except psycopg.OperationalError as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"PostgreSQL is required in CI and is not reachable: {exc}")
+        pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN_URL}: {exc}")
+    name = f"sqljobs_template_{os.getpid()}"
+    admin.execute(f"DROP DATABASE IF EXISTS {name}")
+    admin.execute(f"CREATE DATABASE {name}")
+    backend = sqljobs.App(_pg_url(name)).backend
+    backend.close()
+    yield name
+    admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    admin.close()
+
+
+def _pg_url(database: str) -> str:
+    return PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + database
+
+
+@contextmanager
+def fresh_pg_database(template: str) -> Iterator[str]:
+    import uuid
+
+    import psycopg
+
+    name = f"sqljobs_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name} TEMPLATE {template} STRATEGY FILE_COPY")
+    try:
+        yield _pg_url(name)
+    finally:
+        with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+def is_pg(app_or_url: sqljobs.App | str) -> bool:
+    url = app_or_url if isinstance(app_or_url, str) else app_or_url.url
+    return url.startswith("postgres")
+
+
+def db_execute(app: sqljobs.App, sqlite: str, postgres: str | None = None,
+               params: tuple[Any, ...] = ()) -> list[Any]:  # fmt: skip
+    """Run raw SQL on the app's database (tests only): ``?`` placeholders, translated for
+    PostgreSQL; ``postgres`` gives a different statement where the dialects differ."""
+    if is_pg(app):
+        import psycopg
+
+        with psycopg.connect(app.url, autocommit=True) as conn:
+            cur = conn.execute((postgres or sqlite).replace("?", "%s"), params)  # type: ignore[arg-type]
+            return cur.fetchall() if cur.description else []
+    import sqlite3
+
+    conn = sqlite3.connect(app.url.removeprefix("sqlite:///"), isolation_level=None)
+    try:
+        return conn.execute(sqlite, params).fetchall()
+    finally:
+        conn.close()
+
+
+def expire_lease(app: sqljobs.App, job_id: int) -> None:
+    """Make a running job's lease look expired, as if its worker went silent."""
+    db_execute(app, "UPDATE sqljobs_jobs SET lease_until = 0 WHERE id = ?",
+               "UPDATE sqljobs_jobs SET lease_until = now() - interval '1 hour' WHERE id = ?",
+               (job_id,))  # fmt: skip
+
+
+def placeholder(app: sqljobs.App) -> str:
+    """The DB-API parameter marker of the app's backend (what ctx.transaction() speaks)."""
+    return "%s" if is_pg(app) else "?"

@@ -12,6 +12,8 @@ from sqljobs.backends import WorkerInfo
 from sqljobs.jobs import HeldJob, Outcome
 from sqljobs.maintenance import Reaper
 
+from .conftest import expire_lease
+
 
 def _claim_until_empty(url: str, name: str, start: multiprocessing.synchronize.Barrier) -> list[int]:  # type: ignore[name-defined]
     backend = App(url).open_backend()
@@ -62,11 +64,6 @@ def test_claims_take_priority_then_age_and_respect_run_at_and_queue(app: App) ->
     assert all(j.attempt == 1 and j.token == 1 for j in claimed)
 
 
-def _expire(app: App, job_id: int) -> None:
-    conn = app.backend._conn()  # type: ignore[attr-defined]
-    conn.execute("UPDATE sqljobs_jobs SET lease_until = 0 WHERE id = ?", (job_id,))
-
-
 def test_a_stale_worker_cannot_complete_fail_release_or_renew(app: App) -> None:
     @app.task(lease=30)
     def t() -> None: ...
@@ -75,7 +72,7 @@ def test_a_stale_worker_cannot_complete_fail_release_or_renew(app: App) -> None:
     backend = app.backend
     backend.register_worker(WorkerInfo("old-worker", "host", 1, None, 1, 10.0))  # alive, slow
     (old,) = backend.claim_jobs("old-worker", None, 1)
-    _expire(app, job_id)
+    expire_lease(app, job_id)
     (rescued,) = Reaper(backend).run_once()
     assert rescued.state is JobState.PENDING and rescued.lease_expiries == 1
     (new,) = backend.claim_jobs("new-worker", None, 1)
@@ -121,8 +118,8 @@ def test_the_reaper_is_safe_to_run_concurrently(app: App) -> None:
     t.enqueue_many([(i,) for i in range(200)])
     held = app.backend.claim_jobs("gone", None, 200)
     for j in held:
-        _expire(app, j.id)
-    reapers = [Reaper(sqljobs.App(app.url).backend) for _ in range(3)]
+        expire_lease(app, j.id)
+    reapers = [Reaper(sqljobs.App(app.url).open_backend()) for _ in range(3)]
     import threading
 
     results: list[int] = []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import threading
 import time
 
@@ -12,7 +11,9 @@ import pytest
 import sqljobs
 from sqljobs import App, ConfigurationError, JobState, Retry
 
-from .conftest import wait_until, worker_thread
+from sqljobs.backends import WorkerInfo
+
+from .conftest import db_execute, expire_lease, placeholder, wait_until, worker_thread
 
 
 def _state(app: App, job_id: int) -> JobState:
@@ -101,9 +102,7 @@ def test_an_undecodable_payload_ends_dead_with_a_clear_error(app: App) -> None:
 
     job_id = t.enqueue().id
     good_id = t.enqueue().id
-    conn = sqlite3.connect(app.url.removeprefix("sqlite:///"))
-    conn.execute("UPDATE sqljobs_jobs SET payload = '{not json' WHERE id = ?", (job_id,))
-    conn.commit()
+    db_execute(app, "UPDATE sqljobs_jobs SET payload = '{not json' WHERE id = ?", params=(job_id,))
     with worker_thread(app):
         wait_until(lambda: _state(app, job_id) is JobState.DEAD)
         wait_until(lambda: _state(app, good_id) is JobState.DONE)
@@ -161,32 +160,25 @@ def test_an_idle_worker_does_not_run_claim_queries_in_a_loop(app: App) -> None:
 
 
 def test_ctx_transaction_commits_effects_with_the_completion(app: App) -> None:
-    path = app.url.removeprefix("sqlite:///")
-    setup = sqlite3.connect(path)
-    setup.execute("CREATE TABLE accounts (id TEXT PRIMARY KEY, balance INTEGER)")
-    setup.execute("INSERT INTO accounts VALUES ('1001', 10000)")
-    setup.commit()
-    app.migrate()
+    db_execute(app, "CREATE TABLE accounts (id TEXT PRIMARY KEY, balance INTEGER)")
+    db_execute(app, "INSERT INTO accounts VALUES ('1001', 10000)")
+    mark = placeholder(app)
 
     @app.task(lease=30)
     def pay(ctx: sqljobs.JobContext, order_id: str) -> None:
         with ctx.transaction() as tx:
             if sqljobs.idempotent(tx, f"order-{order_id}:pay"):
-                tx.execute("UPDATE accounts SET balance = balance - 100 WHERE id = ?",
+                tx.execute(f"UPDATE accounts SET balance = balance - 100 WHERE id = {mark}",
                            (order_id,))  # fmt: skip
 
     ids = [pay.enqueue("1001").id for _ in range(5)]  # five deliveries of one payment
     with worker_thread(app):
         wait_until(lambda: all(_state(app, i) is JobState.DONE for i in ids))
-    assert setup.execute("SELECT balance FROM accounts").fetchone() == (9900,)
+    assert db_execute(app, "SELECT balance FROM accounts") == [(9900,)]
 
 
 def test_a_lost_lease_rolls_back_the_transaction_and_tells_the_handler(app: App) -> None:
-    path = app.url.removeprefix("sqlite:///")
-    setup = sqlite3.connect(path)
-    setup.execute("CREATE TABLE effects (n INTEGER)")
-    setup.commit()
-    app.migrate()
+    db_execute(app, "CREATE TABLE effects (n INTEGER)")
     entered, saw_loss = threading.Event(), threading.Event()
     outcome: list[str] = []
 
@@ -205,17 +197,17 @@ def test_a_lost_lease_rolls_back_the_transaction_and_tells_the_handler(app: App)
     with worker_thread(app) as worker:
         entered.wait(10)
         # another worker takes the job over after an (simulated) lease expiry
-        setup.execute("UPDATE sqljobs_jobs SET lease_until = 0 WHERE id = ?", (job_id,))
-        setup.commit()
+        expire_lease(app, job_id)
         from sqljobs.maintenance import Reaper
 
-        other = App(app.url).backend
+        other = App(app.url).open_backend()
+        other.register_worker(WorkerInfo("other-worker", "h", 1, None, 1, 10.0))
         Reaper(other).run_once()
         (taken,) = other.claim_jobs("other-worker", None, 1)
         worker.request_heartbeat()
         assert saw_loss.wait(10)
         wait_until(lambda: outcome)
-    assert setup.execute("SELECT count(*) FROM effects").fetchone() == (0,)
+    assert db_execute(app, "SELECT count(*) FROM effects") == [(0,)]
     job = app.get_job(job_id)
     assert job is not None and job.state is JobState.RUNNING and job.token == taken.token
     assert worker.counters["leases_lost"] == 1

@@ -87,6 +87,9 @@ class Backend(Protocol):
 
     def unregister_worker(self, worker: str) -> None: ...
 
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """Have ``callback`` called when another process enqueues, if the backend can push."""
+
     def change_marker(self) -> int | None:
         """A number that changes when another connection commits, if the backend has one."""
 

@@ -289,6 +289,9 @@ class SqliteBackend:
         with self._write() as conn:
             conn.execute(Q["unregister_worker"], {"worker": worker})
 
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """Nothing to subscribe to: workers watch ``change_marker`` (PRAGMA data_version)."""
+
     def change_marker(self) -> int | None:
         (value,) = self._read("PRAGMA data_version")[0]
         return int(value)

@@ -90,10 +90,12 @@ class Worker:
 
     def run(self) -> None:
         """Work until stopped; on return every job this worker held is finished or released."""
-        options = {"synchronous": self.config.synchronous}
-        if parse_url(self.app.url).scheme != "sqlite":
-            options = {}
+        if parse_url(self.app.url).scheme == "sqlite":
+            options: dict[str, Any] = {"synchronous": self.config.synchronous}
+        else:  # the coordinator plus one connection per ctx.transaction() in flight
+            options = {"pool_size": max(10, self.config.concurrency + 2)}
         backend = self._backend = self.app.open_backend(**options)
+        backend.subscribe(self._wake.set)
         self._reaper = Reaper(backend, self.config.max_crashes)
         self._pruner = Pruner(backend, self.app.retention)
         heartbeat_interval = self.shortest_lease / 3

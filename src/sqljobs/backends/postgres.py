@@ -1,0 +1,463 @@
+"""PostgreSQL backend: many worker hosts on one database.
+
+Claims are one statement (``FOR UPDATE SKIP LOCKED`` in a materialised CTE feeding an
+``UPDATE ... RETURNING``); completions, retries and heartbeats are one ``unnest`` statement
+per batch, every one fenced by state and token. Enqueues send a NOTIFY in their own
+transaction, at most one per queue per short window (a burst of enqueues must not
+serialise its commits on NOTIFY's global lock), with a trailing NOTIFY so the last job of
+a burst is never left to the fallback poll. A listener thread turns notifications into
+worker wake-ups. ``listen=False`` is poll-only mode, for PgBouncer in transaction mode.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import psycopg.errors
+import psycopg_pool
+
+from ..errors import BackendError, ConfigurationError
+from ..jobs import (
+    ClaimedJob,
+    EnqueueResult,
+    ExpiredJob,
+    HeldJob,
+    Job,
+    JobState,
+    NewJob,
+    Outcome,
+)
+from ..stats import Stats
+from .base import Decide, WorkerInfo
+from .sqlfile import load_migrations, load_queries
+from .sqlite import row_to_job
+
+log = logging.getLogger("sqljobs.postgres")
+_PACKAGE = "sqljobs.backends.postgres_sql"
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_RETRYABLE = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
+T = TypeVar("T")
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for error messages and logs."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+class PostgresBackend:
+    """Jobs in PostgreSQL tables (``sqljobs_*``) in ``schema``."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str = "public",
+        pool_size: int = 10,
+        pool_timeout: float = 10.0,
+        listen: bool = True,
+        notify_window: float = 0.005,
+        connect_timeout: float = 10.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not _IDENTIFIER.match(schema):
+            raise ConfigurationError(f"schema {schema!r} is not a plain SQL identifier")
+        if pool_size < 2:
+            raise ConfigurationError(f"pool_size must be >= 2, got {pool_size}")
+        self.url = url
+        self.schema = schema
+        self.listen = listen
+        self.notify_window = notify_window
+        self.pool_size = pool_size
+        self.pool_timeout = pool_timeout
+        self.connect_timeout = connect_timeout
+        self.clock = clock
+        self.channel = f"sqljobs_{schema}"
+        self.queries = {k: v.replace("{schema}", schema)
+                        for k, v in load_queries(_PACKAGE, "queries.sql").items()}  # fmt: skip
+        self._pool: psycopg_pool.ConnectionPool | None = None
+        self._lock = threading.Lock()
+        self._notified = 0
+        self._subscribers: list[Callable[[], None]] = []
+        self._listener: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._last_notify: dict[str, float] = {}
+        self._trailing: dict[str, threading.Timer] = {}
+
+    # -- connections -------------------------------------------------------------------
+
+    def _conninfo(self) -> str:
+        return self.url.replace("postgres://", "postgresql://", 1)
+
+    def _open_pool(self) -> psycopg_pool.ConnectionPool:
+        with self._lock:
+            if self._pool is None:
+                self._check_connect()
+                self._pool = psycopg_pool.ConnectionPool(
+                    self._conninfo(), min_size=1, max_size=self.pool_size,
+                    timeout=self.pool_timeout, open=True, name="sqljobs",
+                    kwargs={"autocommit": True, "connect_timeout": int(self.connect_timeout)},
+                )  # fmt: skip
+            return self._pool
+
+    def _check_connect(self) -> None:
+        """Connect once up front so a wrong URL or password fails now, clearly."""
+        try:
+            psycopg.connect(self._conninfo(), connect_timeout=int(self.connect_timeout)).close()
+        except psycopg.Error as exc:
+            raise BackendError(
+                f"cannot connect to PostgreSQL at {redact(self.url)}: {str(exc).strip()}"
+            ) from exc
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        pool = self._pool or self._open_pool()
+        try:
+            with pool.connection() as conn:
+                yield conn
+        except psycopg_pool.PoolTimeout as exc:
+            raise BackendError(
+                f"no free PostgreSQL connection within {self.pool_timeout:g} s: all "
+                f"{self.pool_size} pooled connections are busy; raise pool_size "
+                "(backend_options={'pool_size': N}) or lower worker concurrency"
+            ) from exc
+        except psycopg.OperationalError as exc:
+            raise BackendError(f"PostgreSQL connection failed: {str(exc).strip()}") from exc
+        except psycopg.Error as exc:
+            raise BackendError(f"PostgreSQL error: {str(exc).strip()}") from exc
+
+    def _run(self, work: Callable[[psycopg.Connection[Any]], T], attempts: int = 5) -> T:
+        """Run ``work`` in one transaction, retried on serialization failure or deadlock."""
+        for attempt in range(1, attempts + 1):
+            try:
+                with self._connection() as conn, conn.transaction():
+                    return work(conn)
+            except BackendError as exc:
+                if not isinstance(exc.__cause__, _RETRYABLE) or attempt == attempts:
+                    raise
+                time.sleep(0.01 * attempt)
+        raise AssertionError("unreachable")
+
+    def _fetch(self, name: str, params: Mapping[str, Any] | None = None,
+               sql: str | None = None) -> list[Any]:  # fmt: skip
+        return self._run(lambda c: c.execute(sql or self.queries[name], params).fetchall())
+
+    def now(self) -> float:
+        return self.clock()
+
+    def close(self) -> None:
+        self._closing.set()
+        for timer in list(self._trailing.values()):
+            timer.cancel()
+        if self._listener is not None:
+            self._listener.join(timeout=2)
+            self._listener = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        self._closing = threading.Event()
+
+    # -- schema ------------------------------------------------------------------------
+
+    def migrate(self) -> list[str]:
+        def work(conn: psycopg.Connection[Any]) -> list[str]:
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (self.channel,))
+            conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self.schema}")
+            conn.execute(
+                f"CREATE TABLE IF NOT EXISTS {self.schema}.sqljobs_migrations (version integer "
+                "PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
+            )
+            done = {r[0] for r in conn.execute(
+                f"SELECT version FROM {self.schema}.sqljobs_migrations").fetchall()}  # fmt: skip
+            applied = []
+            for version, name, sql in load_migrations(_PACKAGE + ".migrations"):
+                if version in done:
+                    continue
+                conn.execute(sql.replace("{schema}", self.schema))  # type: ignore[arg-type]
+                conn.execute(
+                    f"INSERT INTO {self.schema}.sqljobs_migrations (version, name) "
+                    "VALUES (%s, %s)", (version, name))  # fmt: skip
+                applied.append(f"{version:04d}_{name}")
+            return applied
+
+        return self._run(work)
+
+    # -- enqueue -----------------------------------------------------------------------
+
+    def enqueue_jobs(
+        self, jobs: Sequence[NewJob], connection: Any | None = None
+    ) -> list[EnqueueResult]:
+        if not jobs:
+            return []
+        if connection is not None:
+            if not isinstance(connection, psycopg.Connection):
+                raise ConfigurationError(
+                    "a PostgreSQL queue needs a psycopg Connection to enqueue in the caller's "
+                    f"transaction, got {type(connection).__name__}"
+                )
+            try:
+                results = self._insert(connection, jobs)
+                for queue in {j.queue for j in jobs}:  # delivered only if the caller commits
+                    connection.execute("SELECT pg_notify(%s, %s)", (self.channel, queue))
+            except psycopg.Error as exc:
+                raise BackendError(f"PostgreSQL enqueue failed: {str(exc).strip()}") from exc
+            return results
+
+        def work(conn: psycopg.Connection[Any]) -> list[EnqueueResult]:
+            results = self._insert(conn, jobs)
+            self._notify_in(conn, {j.queue for j in jobs})
+            return results
+
+        return self._run(work)
+
+    def _insert(self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob]
+                ) -> list[EnqueueResult]:  # fmt: skip
+        params = {
+            "queue": [j.queue for j in jobs], "task": [j.task for j in jobs],
+            "payload": [j.payload for j in jobs], "key": [j.key for j in jobs],
+            "priority": [j.priority for j in jobs], "run_at": [j.run_at for j in jobs],
+            "deadline_at": [j.deadline_at for j in jobs],
+            "max_attempts": [j.max_attempts for j in jobs], "lease": [j.lease for j in jobs],
+        }  # fmt: skip
+        rows = conn.execute(self.queries["insert_jobs"], params).fetchall()
+        missing = [jobs[ord_ - 1].key for ord_, id_, _ in rows if id_ is None]
+        found = {}
+        if missing:  # keyed rows committed by a concurrent enqueue after our snapshot
+            found = dict(conn.execute(self.queries["job_ids_by_key"], {"keys": missing}).fetchall())
+        return [EnqueueResult(int(id_ if id_ is not None else found[jobs[ord_ - 1].key]),
+                              bool(created)) for ord_, id_, created in rows]  # fmt: skip
+
+    def _notify_in(self, conn: psycopg.Connection[Any], queues: set[str]) -> None:
+        """NOTIFY inside the enqueue transaction, at most once per queue per window; a
+        suppressed one is sent by a trailing timer after the window."""
+        if not self.listen:
+            return
+        now = time.monotonic()
+        with self._lock:
+            send = [q for q in queues if now - self._last_notify.get(q, 0.0) >= self.notify_window]
+            for q in send:
+                self._last_notify[q] = now
+            late = [q for q in queues if q not in send and q not in self._trailing]
+            for q in late:
+                timer = threading.Timer(self.notify_window, self._trailing_notify, (q,))
+                timer.daemon = True
+                self._trailing[q] = timer
+                timer.start()
+        for q in send:
+            conn.execute("SELECT pg_notify(%s, %s)", (self.channel, q))
+
+    def _trailing_notify(self, queue: str) -> None:
+        with self._lock:
+            self._trailing.pop(queue, None)
+            self._last_notify[queue] = time.monotonic()
+        try:
+            self._fetch("", sql="SELECT pg_notify(%(c)s, %(q)s)", params={"c": self.channel,
+                                                                          "q": queue})  # fmt: skip
+        except BackendError as exc:
+            log.debug("trailing notify failed: %s", exc)
+
+    # -- claim, finish, lease ----------------------------------------------------------
+
+    def _queue_sql(self, name: str, queues: Sequence[str] | None) -> str:
+        flt = "" if not queues else "AND queue = ANY(%(queues)s::text[])"
+        return self.queries[name].replace("{queue_filter}", flt)
+
+    def claim_jobs(
+        self,
+        worker: str,
+        queues: Sequence[str] | None,
+        limit: int,
+        leases: Mapping[str, float] | None = None,
+    ) -> list[ClaimedJob]:
+        if limit <= 0:
+            return []
+        params = {"worker": worker, "limit": limit, "queues": list(queues or []),
+                  "leases": json.dumps(dict(leases or {}))}  # fmt: skip
+        rows = self._fetch("claim", params, self._queue_sql("claim", queues))
+        rows.sort(key=lambda r: (-r[4], r[12], r[0]))
+        return [ClaimedJob(*r[:12]) for r in rows]
+
+    def claim_suspect(
+        self, worker: str, queues: Sequence[str] | None, leases: Mapping[str, float] | None = None
+    ) -> ClaimedJob | None:
+        params = {"worker": worker, "queues": list(queues) if queues else None,
+                  "leases": json.dumps(dict(leases or {}))}  # fmt: skip
+        rows = self._fetch("claim_suspect", params)
+        return ClaimedJob(*rows[0][:12]) if rows else None
+
+    def next_due(self, queues: Sequence[str] | None) -> float | None:
+        rows = self._fetch("next_due", {"queues": list(queues or [])},
+                           self._queue_sql("next_due", queues))  # fmt: skip
+        return rows[0][0]
+
+    def finish_jobs(self, outcomes: Sequence[Outcome]) -> list[int]:
+        if not outcomes:
+            return []
+        return self._run(lambda conn: self._finish(conn, outcomes))
+
+    def _finish(self, conn: psycopg.Connection[Any], outcomes: Sequence[Outcome]) -> list[int]:
+        plain = [o for o in outcomes if o.state is JobState.DONE and o.history is None]
+        other = [o for o in outcomes if not (o.state is JobState.DONE and o.history is None)]
+        written: list[int] = []
+        if plain:
+            rows = conn.execute(self.queries["complete_jobs"], {
+                "ids": [o.job_id for o in plain], "tokens": [o.token for o in plain]}).fetchall()
+            written += [r[0] for r in rows]
+        if other:
+            params = {
+                "ids": [o.job_id for o in other], "tokens": [o.token for o in other],
+                "states": [o.state.value for o in other], "delays": [o.delay for o in other],
+                "uncharges": [1 if o.uncharge else 0 for o in other],
+                "errors_text": [o.error for o in other],
+                "tracebacks": [o.traceback for o in other],
+                "errors": [o.errors for o in other],
+                "lease_expiries": [o.lease_expiries for o in other],
+                "crashes": [o.crashes for o in other],
+                "histories": [None if o.history is None else json.dumps(o.history)
+                              for o in other],
+            }  # fmt: skip
+            written += [r[0] for r in conn.execute(self.queries["finish_jobs"], params).fetchall()]
+        return written
+
+    def renew_leases(self, worker: str, held: Sequence[HeldJob]) -> set[int]:
+        params = {"worker": worker, "ids": [h.id for h in held], "tokens": [h.token for h in held]}
+        return {r[0] for r in self._fetch("renew_leases", params)}
+
+    def rescue_jobs(
+        self, decide: Decide, worker: str | None = None, limit: int = 500
+    ) -> list[Outcome]:
+        def work(conn: psycopg.Connection[Any]) -> list[Outcome]:
+            if worker is None:
+                rows = conn.execute(self.queries["expired_jobs"], {"limit": limit}).fetchall()
+            else:
+                rows = conn.execute(self.queries["jobs_of_worker"],
+                                    {"worker": worker, "limit": limit}).fetchall()  # fmt: skip
+            outcomes = [decide(ExpiredJob(*r[:14]), r[14]) for r in rows]
+            written = set(self._finish(conn, outcomes))
+            return [o for o in outcomes if o.job_id in written]
+
+        return self._run(work)
+
+    def register_worker(self, info: WorkerInfo) -> None:
+        self._fetch_none("register_worker", {
+            "id": info.id, "host": info.host, "pid": info.pid,
+            "queues": json.dumps(list(info.queues) if info.queues else None),
+            "concurrency": info.concurrency, "heartbeat_interval": info.heartbeat_interval})  # fmt: skip
+
+    def unregister_worker(self, worker: str) -> None:
+        self._fetch_none("unregister_worker", {"worker": worker})
+
+    def _fetch_none(self, name: str, params: Mapping[str, Any]) -> int:
+        return self._run(lambda conn: conn.execute(self.queries[name], params).rowcount)
+
+    # -- wake-ups ----------------------------------------------------------------------
+
+    def change_marker(self) -> int | None:
+        """How many notifications the listener has seen (None in poll-only mode)."""
+        if not self.listen:
+            return None
+        self._ensure_listener()
+        return self._notified
+
+    def subscribe(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (from the listener thread) whenever jobs are enqueued."""
+        with self._lock:
+            self._subscribers.append(callback)
+        if self.listen:
+            self._ensure_listener()
+
+    def _ensure_listener(self) -> None:
+        with self._lock:
+            if self._listener is None:
+                self._listener = threading.Thread(target=self._listen, name="sqljobs-listen",
+                                                  daemon=True)  # fmt: skip
+                self._listener.start()
+
+    def _listen(self) -> None:
+        failures = 0
+        while not self._closing.is_set():
+            try:
+                with psycopg.connect(self._conninfo(), autocommit=True,
+                                     connect_timeout=int(self.connect_timeout)) as conn:  # fmt: skip
+                    conn.execute(f"LISTEN {self.channel}")
+                    failures = 0
+                    self._wake()  # anything enqueued while we were not listening
+                    while not self._closing.is_set():
+                        for _ in conn.notifies(timeout=0.5):
+                            self._wake()
+            except psycopg.Error as exc:
+                failures += 1
+                pause = min(5.0, 0.1 * 2**failures)
+                log.warning("LISTEN connection lost (%s); reconnecting in %.1f s", exc, pause)
+                self._closing.wait(pause)
+
+    def _wake(self) -> None:
+        self._notified += 1
+        for callback in list(self._subscribers):
+            callback()
+
+    # -- handler transactions ----------------------------------------------------------
+
+    @contextmanager
+    def job_transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._connection() as conn, conn.transaction():
+            yield conn
+
+    def finish_in_transaction(self, connection: Any, outcome: Outcome) -> bool:
+        return bool(self._finish(connection, [outcome]))
+
+    # -- inspection and admin ----------------------------------------------------------
+
+    def stats(self) -> Stats:
+        counts: dict[str, dict[str, int]] = {}
+        for queue, state, n in self._fetch("count_by_queue_state"):
+            counts.setdefault(queue, {s.value: 0 for s in JobState})[state] = n
+        ages = {q: max(0.0, age) for q, age in self._fetch("oldest_due_by_queue")}
+        (workers,) = self._fetch("live_workers")[0]
+        return Stats(counts, max(ages.values()) if ages else None, ages, workers)
+
+    def get_job(self, job_id: int) -> Job | None:
+        rows = self._fetch("", {"id": job_id},
+                           self.queries["job_columns"] + " WHERE id = %(id)s")  # fmt: skip
+        return _to_job(rows[0]) if rows else None
+
+    def list_jobs(
+        self, state: str | None = None, queue: str | None = None, limit: int = 50
+    ) -> list[Job]:
+        sql = self.queries["job_columns"] + (
+            " WHERE (%(state)s::text IS NULL OR state = %(state)s::text)"
+            " AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)"
+            " ORDER BY id DESC LIMIT %(limit)s"
+        )
+        rows = self._fetch("", {"state": state, "queue": queue, "limit": limit}, sql)
+        return [_to_job(r) for r in rows]
+
+    def retry_job(self, job_id: int) -> bool:
+        return self._fetch_none("retry_job", {"id": job_id}) == 1
+
+    def retry_dead(self, queue: str | None = None) -> int:
+        return self._fetch_none("retry_dead", {"queue": queue})
+
+    def cancel_job(self, job_id: int) -> bool:
+        return self._fetch_none("cancel_job", {"id": job_id}) == 1
+
+    def prune_finished(self, before: float, limit: int = 1000) -> int:
+        return self._fetch_none("prune_finished", {"before": before, "limit": limit})
+
+
+def _to_job(row: Sequence[Any]) -> Job:
+    values = list(row)
+    values[-1] = json.dumps(values[-1])  # jsonb arrives decoded; row_to_job wants text
+    return row_to_job(tuple(values))

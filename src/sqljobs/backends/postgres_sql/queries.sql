@@ -1,0 +1,195 @@
+-- Named statements for PostgreSQL. {schema} is the configured schema; parameters are
+-- psycopg's %(name)s. Times cross the boundary as Unix seconds (float).
+
+-- name: insert_jobs
+WITH input AS (
+    SELECT t.*, nextval(pg_get_serial_sequence('{schema}.sqljobs_jobs', 'id')) AS new_id
+    FROM unnest(%(queue)s::text[], %(task)s::text[], %(payload)s::text[], %(key)s::text[],
+                %(priority)s::int[], %(run_at)s::float8[], %(deadline_at)s::float8[],
+                %(max_attempts)s::int[], %(lease)s::float8[])
+         WITH ORDINALITY AS t(queue, task, payload, key, priority, run_at, deadline_at,
+                              max_attempts, lease, ord)
+), inserted AS (
+    INSERT INTO {schema}.sqljobs_jobs
+        (id, queue, task, payload, key, priority, run_at, deadline_at, max_attempts, lease)
+    SELECT new_id, queue, task, payload, key, priority, to_timestamp(run_at),
+           to_timestamp(deadline_at), max_attempts, lease
+    FROM input ORDER BY ord
+    ON CONFLICT (key) DO NOTHING
+    RETURNING id, key
+)
+SELECT input.ord,
+       coalesce(mine.id, same_batch.id, existing.id) AS id,
+       mine.id IS NOT NULL AS created
+FROM input
+LEFT JOIN inserted AS mine ON mine.id = input.new_id
+LEFT JOIN inserted AS same_batch ON mine.id IS NULL AND same_batch.key = input.key
+LEFT JOIN {schema}.sqljobs_jobs AS existing ON mine.id IS NULL AND existing.key = input.key
+ORDER BY input.ord
+
+-- name: job_ids_by_key
+SELECT key, id FROM {schema}.sqljobs_jobs WHERE key = ANY(%(keys)s::text[])
+
+-- name: claim
+WITH picked AS MATERIALIZED (
+    SELECT id FROM {schema}.sqljobs_jobs
+    WHERE state = 'pending' AND run_at <= now() AND crashes = 0 {queue_filter}
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.sqljobs_jobs AS j
+SET state = 'running', attempts = j.attempts + 1, token = j.token + 1,
+    worker = %(worker)s, started_at = now(),
+    lease = coalesce((%(leases)s::jsonb ->> j.task)::float8, j.lease),
+    lease_until = now() + make_interval(secs => coalesce((%(leases)s::jsonb ->> j.task)::float8,
+                                                         j.lease))
+FROM picked WHERE j.id = picked.id
+RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts, j.token, j.lease,
+          j.max_attempts, extract(epoch FROM j.created_at)::float8,
+          extract(epoch FROM j.deadline_at)::float8, j.key, extract(epoch FROM j.run_at)::float8
+
+-- name: claim_suspect
+WITH picked AS MATERIALIZED (
+    SELECT id FROM {schema}.sqljobs_jobs
+    WHERE state = 'pending' AND run_at <= now() AND crashes > 0
+      AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+    ORDER BY priority DESC, run_at, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.sqljobs_jobs AS j
+SET state = 'running', attempts = j.attempts + 1, token = j.token + 1,
+    worker = %(worker)s, started_at = now(),
+    lease = coalesce((%(leases)s::jsonb ->> j.task)::float8, j.lease),
+    lease_until = now() + make_interval(secs => coalesce((%(leases)s::jsonb ->> j.task)::float8,
+                                                         j.lease))
+FROM picked WHERE j.id = picked.id
+RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts, j.token, j.lease,
+          j.max_attempts, extract(epoch FROM j.created_at)::float8,
+          extract(epoch FROM j.deadline_at)::float8, j.key, extract(epoch FROM j.run_at)::float8
+
+-- name: next_due
+SELECT extract(epoch FROM min(run_at))::float8 FROM {schema}.sqljobs_jobs
+WHERE state = 'pending' {queue_filter}
+
+-- name: complete_jobs
+UPDATE {schema}.sqljobs_jobs AS j
+SET state = 'done', finished_at = now(), lease_until = NULL
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS o(id, token)
+WHERE j.id = o.id AND j.token = o.token AND j.state = 'running'
+RETURNING j.id
+
+-- name: finish_jobs
+UPDATE {schema}.sqljobs_jobs AS j
+SET state = o.state,
+    run_at = CASE WHEN o.delay IS NULL THEN j.run_at
+                  ELSE now() + make_interval(secs => o.delay) END,
+    attempts = j.attempts - o.uncharge,
+    finished_at = CASE WHEN o.state IN ('done', 'dead', 'cancelled') THEN now() END,
+    lease_until = NULL,
+    last_error = coalesce(o.error, j.last_error),
+    last_traceback = CASE WHEN o.error IS NULL THEN j.last_traceback ELSE o.traceback END,
+    errors = j.errors + o.errors,
+    lease_expiries = j.lease_expiries + o.lease_expiries,
+    crashes = j.crashes + o.crashes,
+    history = CASE WHEN o.history IS NULL THEN j.history
+                   ELSE j.history || jsonb_build_array(o.history::jsonb) END
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(states)s::text[], %(delays)s::float8[],
+            %(uncharges)s::int[], %(errors_text)s::text[], %(tracebacks)s::text[],
+            %(errors)s::int[], %(lease_expiries)s::int[], %(crashes)s::int[],
+            %(histories)s::text[])
+     AS o(id, token, state, delay, uncharge, error, traceback, errors, lease_expiries,
+          crashes, history)
+WHERE j.id = o.id AND j.token = o.token AND j.state = 'running'
+RETURNING j.id
+
+-- name: renew_leases
+WITH seen AS (
+    UPDATE {schema}.sqljobs_workers SET last_seen = now() WHERE id = %(worker)s
+)
+UPDATE {schema}.sqljobs_jobs AS j
+SET lease_until = now() + make_interval(secs => j.lease)
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
+WHERE j.id = h.id AND j.token = h.token AND j.state = 'running'
+RETURNING j.id
+
+-- name: register_worker
+INSERT INTO {schema}.sqljobs_workers
+    (id, host, pid, queues, concurrency, heartbeat_interval, started_at, last_seen)
+VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s, %(heartbeat_interval)s,
+        now(), now())
+ON CONFLICT (id) DO UPDATE SET last_seen = now()
+
+-- name: unregister_worker
+DELETE FROM {schema}.sqljobs_workers WHERE id = %(worker)s
+
+-- name: expired_jobs
+SELECT j.id, j.token, j.task, j.attempts, j.max_attempts, j.lease,
+       extract(epoch FROM j.started_at)::float8, extract(epoch FROM j.lease_until)::float8,
+       extract(epoch FROM j.deadline_at)::float8, j.worker,
+       (w.id IS NOT NULL
+        AND w.last_seen >= now() - make_interval(secs => 2.5 * w.heartbeat_interval)) AS alive,
+       j.errors, j.lease_expiries, j.crashes, extract(epoch FROM now())::float8
+FROM {schema}.sqljobs_jobs AS j LEFT JOIN {schema}.sqljobs_workers AS w ON w.id = j.worker
+WHERE j.state = 'running' AND j.lease_until < now()
+ORDER BY j.lease_until
+LIMIT %(limit)s
+FOR UPDATE OF j SKIP LOCKED
+
+-- name: jobs_of_worker
+SELECT j.id, j.token, j.task, j.attempts, j.max_attempts, j.lease,
+       extract(epoch FROM j.started_at)::float8, extract(epoch FROM j.lease_until)::float8,
+       extract(epoch FROM j.deadline_at)::float8, j.worker, false AS alive,
+       j.errors, j.lease_expiries, j.crashes, extract(epoch FROM now())::float8
+FROM {schema}.sqljobs_jobs AS j
+WHERE j.state = 'running' AND j.worker = %(worker)s
+LIMIT %(limit)s
+FOR UPDATE OF j SKIP LOCKED
+
+-- name: count_by_queue_state
+SELECT queue, state, count(*) FROM {schema}.sqljobs_jobs GROUP BY queue, state
+
+-- name: oldest_due_by_queue
+SELECT queue, extract(epoch FROM now() - min(run_at))::float8
+FROM {schema}.sqljobs_jobs
+WHERE state = 'pending' AND run_at <= now() GROUP BY queue
+
+-- name: live_workers
+SELECT count(*) FROM {schema}.sqljobs_workers
+WHERE last_seen >= now() - make_interval(secs => 2.5 * heartbeat_interval)
+
+-- name: job_columns
+SELECT id, queue, task, payload, key, state, priority, extract(epoch FROM run_at)::float8,
+       extract(epoch FROM created_at)::float8, attempts, max_attempts, token, lease,
+       extract(epoch FROM lease_until)::float8, worker, extract(epoch FROM started_at)::float8,
+       extract(epoch FROM finished_at)::float8, errors, lease_expiries, crashes, last_error,
+       last_traceback, extract(epoch FROM deadline_at)::float8, history
+FROM {schema}.sqljobs_jobs
+
+-- name: retry_job
+UPDATE {schema}.sqljobs_jobs
+SET state = 'pending', run_at = now(), finished_at = NULL, attempts = 0,
+    lease_expiries = 0, crashes = 0,
+    deadline_at = CASE WHEN deadline_at IS NULL THEN NULL
+                       ELSE now() + (deadline_at - created_at) END
+WHERE id = %(id)s AND state IN ('dead', 'cancelled')
+
+-- name: retry_dead
+UPDATE {schema}.sqljobs_jobs
+SET state = 'pending', run_at = now(), finished_at = NULL, attempts = 0,
+    lease_expiries = 0, crashes = 0,
+    deadline_at = CASE WHEN deadline_at IS NULL THEN NULL
+                       ELSE now() + (deadline_at - created_at) END
+WHERE state = 'dead' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+
+-- name: cancel_job
+UPDATE {schema}.sqljobs_jobs
+SET state = 'cancelled', finished_at = now(), lease_until = NULL
+WHERE id = %(id)s AND state IN ('pending', 'running')
+
+-- name: prune_finished
+DELETE FROM {schema}.sqljobs_jobs WHERE id IN (
+    SELECT id FROM {schema}.sqljobs_jobs
+    WHERE state IN ('done', 'cancelled') AND finished_at < to_timestamp(%(before)s)
+    LIMIT %(limit)s)
