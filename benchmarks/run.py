@@ -134,6 +134,7 @@ def bench_article(runs: int) -> list[Row]:
     """The reference article: 200 jobs of 2 ms on 8 idle workers (ideal 50 ms)."""
     got = collect(runs, {
         "sqljobs": lambda: sqlite_bench.article(ARTICLE_JOBS),
+        "sqljobs prefetch=8": lambda: sqlite_bench.article(ARTICLE_JOBS, prefetch=8),
         "huey": lambda: peers.article(ARTICLE_JOBS),
     })  # fmt: skip
     b = "200 x 2 ms jobs, c=8"
@@ -141,12 +142,14 @@ def bench_article(runs: int) -> list[Row]:
                 Target("<", 80), "article: 113 ms (Go); ideal 50 ms")  # fmt: skip
     sq_total = figure(b, "sqljobs enqueue start -> all done", got["sqljobs"], "total_ms", "ms",
                       note="enqueue_many of 200")  # fmt: skip
+    sq8 = figure(b, "sqljobs prefetch=8, enqueue done -> all done", got["sqljobs prefetch=8"],
+                 "after_enqueue_ms", "ms")  # fmt: skip
     hu = figure(b, "huey enqueue done -> all done", got["huey"], "after_enqueue_ms", "ms",
                 note="jobs run while huey's 200 enqueues go on")  # fmt: skip
     hu_total = figure(b, "huey enqueue start -> all done", got["huey"], "total_ms", "ms",
                       note="200 single enqueues")  # fmt: skip
     ideal = Row(b, "ideal (200 x 2 ms / 8)", 50.0, "ms")
-    return [sq, sq_total, hu, hu_total,
+    return [sq, sq_total, sq8, hu, hu_total,
             ratio_row(b, "sqljobs / ideal (start -> done)", sq_total, ideal, "%"),
             ratio_row(b, "huey / sqljobs (start -> done)", hu_total, sq_total)]  # fmt: skip
 
@@ -200,10 +203,9 @@ def fmt(value: float | None, unit: str) -> str:
 
 def table(rows: list[Row], title: str) -> Table:
     t = Table(title=title, show_lines=False)
-    for col, justify in (("benchmark", "left"), ("measure", "left"), ("median", "right"),
-                         ("unit", "left"), ("runs", "right"), ("target", "left"),
-                         ("status", "left"), ("note", "left")):  # fmt: skip
-        t.add_column(col, justify=justify)  # type: ignore[arg-type]
+    for col in ("benchmark", "measure", "median", "unit", "runs", "target", "status"):
+        t.add_column(col, justify="right" if col in ("median", "runs") else "left", no_wrap=True)
+    t.add_column("note", overflow="fold")
     style = {"PASS": "green", "MISS": "bold red", "ERROR": "bold red"}
     previous = ""
     for r in rows:
@@ -212,9 +214,9 @@ def table(rows: list[Row], title: str) -> Table:
         previous = r.bench
         runs = " ".join(fmt(v, r.unit) for v in r.runs) if len(r.runs) > 1 else ""
         status = f"[{style[r.status]}]{r.status}[/]" if r.status else ""
-        unit = "" if r.unit in ("x", "%") and not r.runs else r.unit
-        t.add_row(r.bench, r.measure, fmt(r.value, r.unit), unit, runs,
-                  str(r.target or ""), status, r.note)  # fmt: skip
+        unit = "" if r.unit == "x" else r.unit
+        target = f"{r.target}{unit if r.unit == 'x' else ''}" if r.target else ""
+        t.add_row(r.bench, r.measure, fmt(r.value, r.unit), unit, runs, target, status, r.note)
     return t
 
 
@@ -254,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         title = (f"sqljobs SQLite benchmarks: median of {runs} run(s); "
                  + ", ".join(f"{k} {v}" for k, v in env.items()))  # fmt: skip
-        console = Console(width=max(160, Console().width))
+        console = Console(width=None if sys.stdout.isatty() else 200)
         console.print(table(rows, title))
         misses = sum(r.status in ("MISS", "ERROR") for r in rows)
         console.print(f"{misses} target(s) missed or errored; took {elapsed:.0f} s")

@@ -110,7 +110,7 @@ def enqueue_loop(n: int) -> Sample:
     return {"jobs_per_s": n / elapsed}
 
 
-def article(n: int = 200, work: float = 0.002, concurrency: int = 8) -> Sample:
+def article(n: int = 200, work: float = 0.002, concurrency: int = 8, prefetch: int = 0) -> Sample:
     """The reference article's workload: ``n`` jobs of ``work`` seconds on an idle worker.
 
     ``after_enqueue_ms`` runs from the return of ``enqueue_many`` to the last outcome
@@ -126,7 +126,7 @@ def article(n: int = 200, work: float = 0.002, concurrency: int = 8) -> Sample:
             countdown.hit()
 
         app.migrate()
-        with running_worker(app, concurrency=concurrency):
+        with running_worker(app, concurrency=concurrency, prefetch=prefetch):
             _wait_registered(app)
             started = time.perf_counter()
             work_2ms.enqueue_many([(i,) for i in range(n)])

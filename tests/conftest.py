@@ -149,19 +149,21 @@ def pg_template() -> Iterator[str]:
     import psycopg
 
     try:
-        admin = psycopg.connect(PG_ADMIN_URL, autocommit=True, connect_timeout=5)
+        psycopg.connect(PG_ADMIN_URL, connect_timeout=5).close()
     except psycopg.OperationalError as exc:
         if os.environ.get("CI") == "true":
             pytest.fail(f"PostgreSQL is required in CI and is not reachable: {exc}")
         pytest.skip(f"PostgreSQL not reachable at {PG_ADMIN_URL}: {exc}")
     name = f"sqljobs_template_{os.getpid()}"
-    admin.execute(f"DROP DATABASE IF EXISTS {name}")
-    admin.execute(f"CREATE DATABASE {name}")
-    backend = sqljobs.App(_pg_url(name)).backend
-    backend.close()
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.execute(f"CREATE DATABASE {name}")
+    app = sqljobs.App(_pg_url(name))
+    app.migrate()
+    app.close()
     yield name
-    admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    admin.close()
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
 def _pg_url(database: str) -> str:

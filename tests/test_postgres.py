@@ -1,0 +1,212 @@
+"""What only PostgreSQL has: schemas, the caller's psycopg transaction, LISTEN/NOTIFY,
+connection pools, server errors and restarts."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import threading
+from collections.abc import Iterator
+from importlib import resources
+
+import psycopg
+import pytest
+
+import sqljobs
+from sqljobs import App, BackendError, JobState
+from sqljobs.backends.postgres import PostgresBackend, load_migrations
+
+from .conftest import Runs, fresh_pg_database, wait_until, worker_thread
+
+
+@pytest.fixture
+def url(pg_template: str) -> Iterator[str]:
+    """PostgreSQL only here (overrides the conftest fixture that covers both backends)."""
+    with fresh_pg_database(pg_template) as url:
+        yield url
+
+
+def _describe(conn: psycopg.Connection, schema: str) -> dict[str, object]:  # type: ignore[type-arg]
+    columns = conn.execute(
+        "SELECT table_name, column_name, data_type, is_nullable, column_default "
+        "FROM information_schema.columns WHERE table_schema = %s AND table_name <> "
+        "'sqljobs_migrations' ORDER BY 1, 2", (schema,)).fetchall()  # fmt: skip
+    indexes = conn.execute(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s ORDER BY 1",
+        (schema,)).fetchall()  # fmt: skip
+    options = conn.execute(
+        "SELECT c.relname, c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = "
+        "c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r' ORDER BY 1", (schema,)).fetchall()
+    checks = conn.execute(
+        "SELECT conname, pg_get_constraintdef(c.oid) FROM pg_constraint c JOIN pg_namespace n "
+        "ON n.oid = c.connamespace WHERE n.nspname = %s ORDER BY 1", (schema,)).fetchall()
+    described = [[r for r in rows if "sqljobs_migrations" not in r[0]]
+                 for rows in (columns, indexes, options, checks)]  # fmt: skip
+    text = repr(described).replace(schema, "SCHEMA")
+    return {"described": re.sub(r"\s+", " ", text)}
+
+
+def test_fresh_schema_equals_replayed_migrations(url: str) -> None:
+    PostgresBackend(url, schema="migrated").migrate()
+    schema_sql = resources.files("sqljobs.backends.postgres_sql").joinpath("schema.sql")
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA fresh")
+        conn.execute(schema_sql.read_text().replace("{schema}", "fresh"))  # type: ignore[arg-type]
+        assert _describe(conn, "fresh") == _describe(conn, "migrated")
+    assert [v for v, _, _ in load_migrations("sqljobs.backends.postgres_sql.migrations")] == [1]
+
+
+def test_a_schema_option_keeps_sqljobs_beside_the_users_tables(url: str) -> None:
+    app = App(url, backend_options={"schema": "jobs"})
+    done: list[int] = []
+
+    @app.task
+    def t(n: int) -> None:
+        done.append(n)
+
+    t.enqueue(1)
+    with worker_thread(app):
+        wait_until(lambda: done == [1])
+    with psycopg.connect(url) as conn:
+        (n,) = conn.execute("SELECT count(*) FROM jobs.sqljobs_jobs").fetchone()  # type: ignore[misc]
+    assert n == 1
+    with pytest.raises(sqljobs.ConfigurationError, match="identifier"):
+        App(url, backend_options={"schema": "x; drop table y"}).backend
+
+
+def test_transactional_enqueue_commits_or_rolls_back_with_the_caller(url: str) -> None:
+    app = App(url)
+
+    @app.task
+    def t() -> None: ...
+
+    with psycopg.connect(url) as conn:
+        handle = t.with_options(connection=conn).enqueue()
+        assert app.get_job(handle.id) is None, "invisible before the caller commits"
+        conn.rollback()
+    assert app.get_job(handle.id) is None
+    with psycopg.connect(url) as conn:
+        handle = t.with_options(connection=conn).enqueue()
+        conn.commit()
+    assert app.get_job(handle.id) is not None
+
+
+def test_a_wrong_password_or_database_fails_clearly_at_startup(url: str) -> None:
+    base = url.rsplit("/", 1)[0]
+    with pytest.raises(BackendError, match=r"cannot connect to PostgreSQL .*no_such_db"):
+        App(base + "/no_such_db").stats()
+    with pytest.raises(BackendError, match="cannot connect to PostgreSQL at .*:\\*\\*\\*@"):
+        App(url.replace("postgres@", "nobody:secret@")).stats()
+    with pytest.raises(BackendError, match="cannot connect"):
+        sqljobs.Worker(App("postgresql://postgres@127.0.0.1:1/x"), install_signal_handlers=False).run()
+
+
+def test_a_full_pool_is_a_clear_error_not_a_hang(url: str) -> None:
+    app = App(url, backend_options={"pool_size": 2, "pool_timeout": 0.3})
+    app.stats()
+    backend = app.backend
+    with backend.job_transaction(), backend.job_transaction():
+        with pytest.raises(BackendError, match="no free PostgreSQL connection within 0.3 s"):
+            app.stats()
+    assert app.stats().total("pending") == 0
+
+
+def test_serialization_failures_are_retried(url: str) -> None:
+    backend = PostgresBackend(url)
+    calls: list[int] = []
+
+    def work(conn: psycopg.Connection) -> str:  # type: ignore[type-arg]
+        calls.append(1)
+        if len(calls) < 3:  # a real server error of class 40001, twice
+            conn.execute("DO $$ BEGIN RAISE EXCEPTION 'conflict' USING ERRCODE = '40001'; END $$")
+        return "ok"
+
+    assert backend._run(work) == "ok" and len(calls) == 3
+    backend.close()
+
+
+def test_a_burst_of_enqueues_is_debounced_and_none_waits_for_the_poll(url: str) -> None:
+    app = App(url)
+    got: list[int] = []
+
+    @app.task
+    def t(n: int) -> None:
+        got.append(n)
+
+    producer = App(url)  # another connection pool, as another service would have
+    with worker_thread(app, poll_interval=60) as worker:
+        wait_until(lambda: worker.counters["claims"] >= 1)
+        for i in range(100):
+            producer.enqueue("t", args=[i])
+        wait_until(lambda: len(got) == 100, timeout=10, what="all jobs, without the 60 s poll")
+
+
+def test_poll_only_mode_works_without_listen(url: str) -> None:
+    app = App(url, backend_options={"listen": False})
+    got: list[int] = []
+
+    @app.task
+    def t(n: int) -> None:
+        got.append(n)
+
+    with worker_thread(app, poll_interval=0.1):
+        App(url, backend_options={"listen": False}).enqueue("t", args=[1])
+        wait_until(lambda: got == [1])
+
+
+def _terminate_connections(url: str) -> int:
+    database = url.rsplit("/", 1)[1]
+    with psycopg.connect(url.rsplit("/", 1)[0] + "/test", autocommit=True) as admin:
+        rows = admin.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+            "AND pid <> pg_backend_pid()", (database,)).fetchall()  # fmt: skip
+    return len(rows)
+
+
+def test_workers_survive_lost_connections_and_lose_nothing(url: str, spawn, runs: Runs) -> None:  # type: ignore[no-untyped-def]
+    app = App(url)
+    n = 60
+    for i in range(n):
+        app.enqueue("record", args=[f"job{i}", 0.05])
+    proc = spawn("--concurrency", "4", lease=2.0)
+    for _ in range(3):  # cut every connection of the database, three times, mid-run
+        wait_until(lambda: len(runs.count("end")) >= 5 + 15 * _, timeout=30)
+        assert _terminate_connections(url) >= 1
+    wait_until(lambda: App(url).stats().total("done") == n, timeout=60)
+    assert set(runs.count("end")) == {f"job{i}" for i in range(n)}
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+
+
+def _pg_restart() -> None:
+    version = subprocess.run(["ls", "/etc/postgresql"], capture_output=True, text=True,
+                             check=True).stdout.split()[0]  # fmt: skip
+    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart",
+                    "-m", "fast"], check=True, timeout=60)  # fmt: skip
+
+
+def test_workers_survive_a_postgresql_restart(url: str, spawn, runs: Runs) -> None:  # type: ignore[no-untyped-def]
+    if subprocess.run(["which", "pg_ctlcluster"], capture_output=True).returncode != 0:
+        pytest.skip("pg_ctlcluster is not available to restart the server")
+    app = App(url)
+    n = 40
+    for i in range(n):
+        app.enqueue("record", args=[f"job{i}", 0.05])
+    app.close()
+    proc = spawn("--concurrency", "4", lease=2.0)
+    wait_until(lambda: len(runs.count("end")) >= 5, timeout=30)
+    restarter = threading.Thread(target=_pg_restart)
+    restarter.start()
+    restarter.join(timeout=90)
+
+    def all_done() -> bool:
+        try:
+            return App(url).stats().total(JobState.DONE) == n
+        except BackendError:
+            return False
+
+    wait_until(all_done, timeout=90, what="every job done after the restart")
+    assert set(runs.count("end")) == {f"job{i}" for i in range(n)}
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
