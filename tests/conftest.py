@@ -19,6 +19,7 @@ import sqljobs
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKENDS = ["sqlite", "postgres"]
+Spawn = Callable[..., "subprocess.Popen[bytes]"]
 
 
 @pytest.fixture(params=BACKENDS)
@@ -104,26 +105,33 @@ def runs(tmp_path: Path) -> Runs:
 
 
 @pytest.fixture
-def spawn(
-    url: str, runs: Runs, tmp_path: Path
-) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
+def spawn(url: str, runs: Runs, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     """Start ``sqljobs worker`` subprocesses on the test database; kill leftovers at the end.
 
     Their output goes to ``worker-N.log`` files beside the database (printed on failure)."""
     procs: list[subprocess.Popen[bytes]] = []
     logs: list[Path] = []
 
-    def start(*args: str, lease: float = 1.0, app: str = "tests.apps.workload:app"
-              ) -> subprocess.Popen[bytes]:  # fmt: skip
-        env = dict(os.environ, SQLJOBS_URL=url, SQLJOBS_TEST_RUNS=str(runs.path),
-                   SQLJOBS_TEST_LEASE=str(lease), PYTHONPATH=str(ROOT))  # fmt: skip
+    def start(
+        *args: str, lease: float = 1.0, app: str = "tests.apps.workload:app"
+    ) -> subprocess.Popen[bytes]:
+        env = dict(
+            os.environ,
+            SQLJOBS_URL=url,
+            SQLJOBS_TEST_RUNS=str(runs.path),
+            SQLJOBS_TEST_LEASE=str(lease),
+            PYTHONPATH=str(ROOT),
+        )
         log_path = tmp_path / f"worker-{len(procs)}.log"
         logs.append(log_path)
         with log_path.open("wb") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "sqljobs", "--app", app, "worker", *args],
-                env=env, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-            )  # fmt: skip
+                env=env,
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         procs.append(proc)
         return proc
 
@@ -191,8 +199,9 @@ def is_pg(app_or_url: sqljobs.App | str) -> bool:
     return url.startswith("postgres")
 
 
-def db_execute(app: sqljobs.App, sqlite: str, postgres: str | None = None,
-               params: tuple[Any, ...] = ()) -> list[Any]:  # fmt: skip
+def db_execute(
+    app: sqljobs.App, sqlite: str, postgres: str | None = None, params: tuple[Any, ...] = ()
+) -> list[Any]:
     """Run raw SQL on the app's database (tests only): ``?`` placeholders, translated for
     PostgreSQL; ``postgres`` gives a different statement where the dialects differ."""
     if is_pg(app):
@@ -212,9 +221,12 @@ def db_execute(app: sqljobs.App, sqlite: str, postgres: str | None = None,
 
 def expire_lease(app: sqljobs.App, job_id: int) -> None:
     """Make a running job's lease look expired, as if its worker went silent."""
-    db_execute(app, "UPDATE sqljobs_jobs SET lease_until = 0 WHERE id = ?",
-               "UPDATE sqljobs_jobs SET lease_until = now() - interval '1 hour' WHERE id = ?",
-               (job_id,))  # fmt: skip
+    db_execute(
+        app,
+        "UPDATE sqljobs_jobs SET lease_until = 0 WHERE id = ?",
+        "UPDATE sqljobs_jobs SET lease_until = now() - interval '1 hour' WHERE id = ?",
+        (job_id,),
+    )
 
 
 def placeholder(app: sqljobs.App) -> str:

@@ -15,7 +15,9 @@ from sqljobs.maintenance import Reaper
 from .conftest import expire_lease
 
 
-def _claim_until_empty(url: str, name: str, start: multiprocessing.synchronize.Barrier) -> list[int]:  # type: ignore[name-defined]
+def _claim_until_empty(
+    url: str, name: str, start: multiprocessing.synchronize.Barrier
+) -> list[int]:  # type: ignore[name-defined]
     backend = App(url).open_backend()
     start.wait()  # every claimer starts at the same moment
     got: list[int] = []
@@ -38,8 +40,7 @@ def test_concurrent_claimers_in_processes_never_take_one_job_twice(app: App) -> 
     start = ctx.Manager().Barrier(claimers)
     with ctx.Pool(claimers) as pool:
         results = [
-            pool.apply_async(_claim_until_empty, (app.url, f"w{i}", start))
-            for i in range(claimers)
+            pool.apply_async(_claim_until_empty, (app.url, f"w{i}", start)) for i in range(claimers)
         ]
         per_claimer = [r.get(timeout=120) for r in results]
     claimed = Counter(i for ids in per_claimer for i in ids)
@@ -90,7 +91,11 @@ def test_a_stale_worker_cannot_complete_fail_release_or_renew(app: App) -> None:
     job = app.get_job(job_id)
     assert job is not None
     assert (job.state, job.token, job.worker, job.last_error) == (
-        JobState.RUNNING, new.token, "new-worker", rescued.error)
+        JobState.RUNNING,
+        new.token,
+        "new-worker",
+        rescued.error,
+    )
     assert backend.renew_leases("new-worker", [HeldJob(job_id, new.token)]) == {job_id}
     assert backend.finish_jobs([Outcome(job_id, new.token, JobState.DONE)]) == [job_id]
     done = app.get_job(job_id)
@@ -123,8 +128,9 @@ def test_the_reaper_is_safe_to_run_concurrently(app: App) -> None:
     import threading
 
     results: list[int] = []
-    threads = [threading.Thread(target=lambda r=r: results.append(len(r.run_once())))
-               for r in reapers]  # fmt: skip
+    threads = [
+        threading.Thread(target=lambda r=r: results.append(len(r.run_once()))) for r in reapers
+    ]
     for th in threads:
         th.start()
     for th in threads:

@@ -14,16 +14,29 @@ from .conftest import ROOT, db_execute, is_pg
 def sqljobs_cli(url: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "sqljobs", "--url", url, *args],
-        capture_output=True, text=True, cwd=ROOT, check=check, timeout=60,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        check=check,
+        timeout=60,
+    )
 
 
 def test_migrate_enqueue_stats_and_jobs_commands(url: str) -> None:
     first_run = sqljobs_cli(url, "migrate").stdout
     assert "applied: 0001_initial" in first_run or is_pg(url)  # PG tests start migrated
     assert "up to date" in sqljobs_cli(url, "migrate").stdout
-    out = sqljobs_cli(url, "enqueue", "send_report", "--args", '["acme"]', "--kwargs",
-                      '{"day": "2026-12-01"}', "--key", "report:acme").stdout  # fmt: skip
+    out = sqljobs_cli(
+        url,
+        "enqueue",
+        "send_report",
+        "--args",
+        '["acme"]',
+        "--kwargs",
+        '{"day": "2026-12-01"}',
+        "--key",
+        "report:acme",
+    ).stdout
     first = json.loads(out)
     again = json.loads(sqljobs_cli(url, "enqueue", "send_report", "--key", "report:acme").stdout)
     assert first["created"] and not again["created"] and first["id"] == again["id"]

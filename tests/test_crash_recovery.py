@@ -7,10 +7,10 @@ import time
 
 from sqljobs import App, JobState
 
-from .conftest import Runs, wait_until
+from .conftest import Runs, Spawn, wait_until
 
 
-def test_a_worker_killed_mid_job_loses_nothing(app: App, spawn, runs: Runs) -> None:  # type: ignore[no-untyped-def]
+def test_a_worker_killed_mid_job_loses_nothing(app: App, spawn: Spawn, runs: Runs) -> None:
     n = 40
     for i in range(n):
         app.enqueue("record", args=[f"job{i}", 0.15])
@@ -20,7 +20,8 @@ def test_a_worker_killed_mid_job_loses_nothing(app: App, spawn, runs: Runs) -> N
     victim.send_signal(signal.SIGKILL)
     victim.wait(timeout=10)
     in_hand = {label for label in runs.started_by(victim.pid)} - {
-        label for label, pid, phase in runs.lines() if pid == victim.pid and phase == "end"}
+        label for label, pid, phase in runs.lines() if pid == victim.pid and phase == "end"
+    }
     assert in_hand, "the victim was killed holding jobs"
 
     wait_until(lambda: app.stats().total("done") == n, timeout=30, what="all jobs done")
@@ -42,7 +43,7 @@ def test_a_lease_shorter_than_the_job_ends_dead_with_a_lease_diagnosis(app: App)
     from .conftest import worker_thread
 
     @app.task(lease=0.2, retry=Retry(max_attempts=3, base=0))
-    def slow(ctx: "sqljobs.JobContext") -> None:  # noqa: F821
+    def slow(ctx: sqljobs.JobContext) -> None:
         deadline = time.monotonic() + 5
         while not ctx.lease_lost and time.monotonic() < deadline:
             time.sleep(0.01)

@@ -21,7 +21,12 @@ def test_enqueue_returns_a_handle_and_stores_the_call(app: App) -> None:
     assert handle.created and handle.id > 0
     job = handle.job()
     assert job is not None
-    assert (job.task, job.queue, job.priority, job.state) == ("send_report", "reports", 2, "pending")
+    assert (job.task, job.queue, job.priority, job.state) == (
+        "send_report",
+        "reports",
+        2,
+        "pending",
+    )
     assert (job.args, job.kwargs) == (["acme"], {"day": "2026-12-01"})
 
 

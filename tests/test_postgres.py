@@ -17,7 +17,7 @@ import sqljobs
 from sqljobs import App, BackendError, JobState
 from sqljobs.backends.postgres import PostgresBackend, load_migrations
 
-from .conftest import Runs, fresh_pg_database, wait_until, worker_thread
+from .conftest import Runs, Spawn, fresh_pg_database, wait_until, worker_thread
 
 
 @pytest.fixture
@@ -31,18 +31,26 @@ def _describe(conn: psycopg.Connection, schema: str) -> dict[str, object]:  # ty
     columns = conn.execute(
         "SELECT table_name, column_name, data_type, is_nullable, column_default "
         "FROM information_schema.columns WHERE table_schema = %s AND table_name <> "
-        "'sqljobs_migrations' ORDER BY 1, 2", (schema,)).fetchall()  # fmt: skip
+        "'sqljobs_migrations' ORDER BY 1, 2",
+        (schema,),
+    ).fetchall()
     indexes = conn.execute(
-        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s ORDER BY 1",
-        (schema,)).fetchall()  # fmt: skip
+        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s ORDER BY 1", (schema,)
+    ).fetchall()
     options = conn.execute(
         "SELECT c.relname, c.reloptions FROM pg_class c JOIN pg_namespace n ON n.oid = "
-        "c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r' ORDER BY 1", (schema,)).fetchall()
+        "c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r' ORDER BY 1",
+        (schema,),
+    ).fetchall()
     checks = conn.execute(
         "SELECT conname, pg_get_constraintdef(c.oid) FROM pg_constraint c JOIN pg_namespace n "
-        "ON n.oid = c.connamespace WHERE n.nspname = %s ORDER BY 1", (schema,)).fetchall()
-    described = [[r for r in rows if "sqljobs_migrations" not in r[0]]
-                 for rows in (columns, indexes, options, checks)]  # fmt: skip
+        "ON n.oid = c.connamespace WHERE n.nspname = %s ORDER BY 1",
+        (schema,),
+    ).fetchall()
+    described = [
+        [r for r in rows if "sqljobs_migrations" not in r[0]]
+        for rows in (columns, indexes, options, checks)
+    ]
     text = repr(described).replace(schema, "SCHEMA")
     return {"described": re.sub(r"\s+", " ", text)}
 
@@ -72,7 +80,7 @@ def test_a_schema_option_keeps_sqljobs_beside_the_users_tables(url: str) -> None
         (n,) = conn.execute("SELECT count(*) FROM jobs.sqljobs_jobs").fetchone()  # type: ignore[misc]
     assert n == 1
     with pytest.raises(sqljobs.ConfigurationError, match="identifier"):
-        App(url, backend_options={"schema": "x; drop table y"}).backend
+        App(url, backend_options={"schema": "x; drop table y"}).migrate()
 
 
 def test_transactional_enqueue_commits_or_rolls_back_with_the_caller(url: str) -> None:
@@ -96,19 +104,21 @@ def test_a_wrong_password_or_database_fails_clearly_at_startup(url: str) -> None
     base = url.rsplit("/", 1)[0]
     with pytest.raises(BackendError, match=r"cannot connect to PostgreSQL .*no_such_db"):
         App(base + "/no_such_db").stats()
-    with pytest.raises(BackendError, match="cannot connect to PostgreSQL at .*:\\*\\*\\*@"):
+    with pytest.raises(BackendError, match=r"cannot connect to PostgreSQL at .*:\*\*\*@"):
         App(url.replace("postgres@", "nobody:secret@")).stats()
     with pytest.raises(BackendError, match="cannot connect"):
-        sqljobs.Worker(App("postgresql://postgres@127.0.0.1:1/x"), install_signal_handlers=False).run()
+        sqljobs.Worker(
+            App("postgresql://postgres@127.0.0.1:1/x"), install_signal_handlers=False
+        ).run()
 
 
 def test_a_full_pool_is_a_clear_error_not_a_hang(url: str) -> None:
     app = App(url, backend_options={"pool_size": 2, "pool_timeout": 0.3})
     app.stats()
     backend = app.backend
-    with backend.job_transaction(), backend.job_transaction():
-        with pytest.raises(BackendError, match="no free PostgreSQL connection within 0.3 s"):
-            app.stats()
+    full = pytest.raises(BackendError, match=r"no free PostgreSQL connection within 0\.3 s")
+    with backend.job_transaction(), backend.job_transaction(), full:
+        app.stats()
     assert app.stats().total("pending") == 0
 
 
@@ -160,18 +170,22 @@ def _terminate_connections(url: str) -> int:
     with psycopg.connect(url.rsplit("/", 1)[0] + "/test", autocommit=True) as admin:
         rows = admin.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
-            "AND pid <> pg_backend_pid()", (database,)).fetchall()  # fmt: skip
+            "AND pid <> pg_backend_pid()",
+            (database,),
+        ).fetchall()
     return len(rows)
 
 
-def test_workers_survive_lost_connections_and_lose_nothing(url: str, spawn, runs: Runs) -> None:  # type: ignore[no-untyped-def]
+def test_workers_survive_lost_connections_and_lose_nothing(
+    url: str, spawn: Spawn, runs: Runs
+) -> None:
     app = App(url)
     n = 60
     for i in range(n):
         app.enqueue("record", args=[f"job{i}", 0.05])
     proc = spawn("--concurrency", "4", lease=2.0)
-    for _ in range(3):  # cut every connection of the database, three times, mid-run
-        wait_until(lambda: len(runs.count("end")) >= 5 + 15 * _, timeout=30)
+    for cut in range(3):  # cut every connection of the database, three times, mid-run
+        wait_until(lambda cut=cut: len(runs.count("end")) >= 5 + 15 * cut, timeout=30)
         assert _terminate_connections(url) >= 1
     wait_until(lambda: App(url).stats().total("done") == n, timeout=60)
     assert set(runs.count("end")) == {f"job{i}" for i in range(n)}
@@ -180,13 +194,17 @@ def test_workers_survive_lost_connections_and_lose_nothing(url: str, spawn, runs
 
 
 def _pg_restart() -> None:
-    version = subprocess.run(["ls", "/etc/postgresql"], capture_output=True, text=True,
-                             check=True).stdout.split()[0]  # fmt: skip
-    subprocess.run(["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart",
-                    "-m", "fast"], check=True, timeout=60)  # fmt: skip
+    version = subprocess.run(
+        ["ls", "/etc/postgresql"], capture_output=True, text=True, check=True
+    ).stdout.split()[0]
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart", "-m", "fast"],
+        check=True,
+        timeout=60,
+    )
 
 
-def test_workers_survive_a_postgresql_restart(url: str, spawn, runs: Runs) -> None:  # type: ignore[no-untyped-def]
+def test_workers_survive_a_postgresql_restart(url: str, spawn: Spawn, runs: Runs) -> None:
     if subprocess.run(["which", "pg_ctlcluster"], capture_output=True).returncode != 0:
         pytest.skip("pg_ctlcluster is not available to restart the server")
     app = App(url)

@@ -7,10 +7,10 @@ import signal
 
 from sqljobs import App, JobState
 
-from .conftest import Runs, wait_until
+from .conftest import Runs, Spawn, wait_until
 
 
-def test_processes_share_the_work(app: App, spawn, runs: Runs) -> None:  # type: ignore[no-untyped-def]
+def test_processes_share_the_work(app: App, spawn: Spawn, runs: Runs) -> None:
     for i in range(60):
         app.enqueue("record", args=[f"job{i}", 0.02])
     proc = spawn("--processes", "3", "--concurrency", "2")
@@ -22,7 +22,9 @@ def test_processes_share_the_work(app: App, spawn, runs: Runs) -> None:  # type:
     assert proc.wait(timeout=15) == 0
 
 
-def test_a_poison_job_ends_dead_after_crashing_its_worker_three_times(app: App, spawn, runs: Runs) -> None:  # type: ignore[no-untyped-def]
+def test_a_poison_job_ends_dead_after_crashing_its_worker_three_times(
+    app: App, spawn, runs: Runs
+) -> None:  # type: ignore[no-untyped-def]
     poison = app.enqueue("kill_my_worker", args=["poison"]).id
     healthy = [app.enqueue("record", args=[f"ok{i}"]).id for i in range(10)]
     proc = spawn("--processes", "2", "--concurrency", "2", lease=30.0)

@@ -41,10 +41,14 @@ def test_claim_uses_the_pending_index(tmp_path: Path) -> None:
     backend.migrate()
     from sqljobs.backends.sqlite import Q
 
-    plan = backend._conn().execute(
-        "EXPLAIN QUERY PLAN " + Q["claim_one_queue"],
-        {"worker": "w", "now": 0.0, "limit": 10, "queue": "default", "leases": "{}"},
-    ).fetchall()
+    plan = (
+        backend._conn()
+        .execute(
+            "EXPLAIN QUERY PLAN " + Q["claim_one_queue"],
+            {"worker": "w", "now": 0.0, "limit": 10, "queue": "default", "leases": "{}"},
+        )
+        .fetchall()
+    )
     text = " ".join(str(row[-1]) for row in plan)
     assert "sqljobs_jobs_claim" in text, text
     assert "SCAN sqljobs_jobs " not in text + " ", text

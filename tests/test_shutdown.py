@@ -7,14 +7,16 @@ import time
 
 from sqljobs import App, JobState
 
-from .conftest import Runs, wait_until
+from .conftest import Runs, Spawn, wait_until
 
 
 def _started(runs: Runs) -> set[str]:
     return {label for label, _, phase in runs.lines() if phase == "start"}
 
 
-def test_sigterm_finishes_in_flight_jobs_and_claims_no_more(app: App, spawn, runs: Runs) -> None:  # type: ignore[no-untyped-def]
+def test_sigterm_finishes_in_flight_jobs_and_claims_no_more(
+    app: App, spawn: Spawn, runs: Runs
+) -> None:
     for i in range(20):
         app.enqueue("record", args=[f"job{i}", 0.3])
     proc = spawn("--concurrency", "4", "--drain-timeout", "1.5", lease=3.0)
@@ -30,7 +32,9 @@ def test_sigterm_finishes_in_flight_jobs_and_claims_no_more(app: App, spawn, run
     assert len(pending) == 20 - len(started) and all(j.attempts == 0 for j in pending)
 
 
-def test_jobs_still_running_after_the_drain_are_released_uncharged(app: App, spawn, runs: Runs) -> None:  # type: ignore[no-untyped-def]
+def test_jobs_still_running_after_the_drain_are_released_uncharged(
+    app: App, spawn, runs: Runs
+) -> None:  # type: ignore[no-untyped-def]
     for i in range(4):
         app.enqueue("record", args=[f"long{i}", 5.0])
     proc = spawn("--concurrency", "4", "--drain-timeout", "0.3", lease=2.0)
@@ -45,7 +49,7 @@ def test_jobs_still_running_after_the_drain_are_released_uncharged(app: App, spa
     assert not runs.count("end")
 
 
-def test_a_second_signal_stops_at_once(app: App, spawn, runs: Runs) -> None:  # type: ignore[no-untyped-def]
+def test_a_second_signal_stops_at_once(app: App, spawn: Spawn, runs: Runs) -> None:
     for i in range(2):
         app.enqueue("record", args=[f"long{i}", 5.0])
     proc = spawn("--concurrency", "2", "--drain-timeout", "9", lease=20.0)

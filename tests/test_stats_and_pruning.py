@@ -38,9 +38,13 @@ def test_pruner_deletes_old_done_jobs_in_batches_and_keeps_dead_ones(url: str) -
     ids = [app.enqueue("t").id for _ in range(25)]
     backend = app.backend
     for state, cmp in (("done", "<="), ("dead", ">")):
-        db_execute(app, f"UPDATE sqljobs_jobs SET state = '{state}', finished_at = ? WHERE id {cmp} ?",
-                   f"UPDATE sqljobs_jobs SET state = '{state}', finished_at = to_timestamp(?) "
-                   f"WHERE id {cmp} ?", (now[0], ids[19]))  # fmt: skip
+        db_execute(
+            app,
+            f"UPDATE sqljobs_jobs SET state = '{state}', finished_at = ? WHERE id {cmp} ?",
+            f"UPDATE sqljobs_jobs SET state = '{state}', finished_at = to_timestamp(?) "
+            f"WHERE id {cmp} ?",
+            (now[0], ids[19]),
+        )
     pruner = Pruner(backend, app.retention, batch=7)
     assert pruner.run_once() == 0
     now[0] += 3601

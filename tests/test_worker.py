@@ -10,7 +10,6 @@ import pytest
 
 import sqljobs
 from sqljobs import App, ConfigurationError, JobState, Retry
-
 from sqljobs.backends import WorkerInfo
 
 from .conftest import db_execute, expire_lease, placeholder, wait_until, worker_thread
@@ -144,7 +143,8 @@ def test_another_process_commit_wakes_the_worker_without_polling(app: App) -> No
     with worker_thread(app, poll_interval=30) as worker:
         for _ in range(20):
             other.enqueue("t", args=[time.time()])
-            wait_until(lambda n=len(latencies): len(latencies) > n)
+            seen = len(latencies)
+            wait_until(lambda seen=seen: len(latencies) > seen)
         claims = worker.counters["claims"]
     assert max(latencies) < 1.0, "woken by the change check, not by the 30 s poll"
     assert claims <= 45
@@ -168,8 +168,9 @@ def test_ctx_transaction_commits_effects_with_the_completion(app: App) -> None:
     def pay(ctx: sqljobs.JobContext, order_id: str) -> None:
         with ctx.transaction() as tx:
             if sqljobs.idempotent(tx, f"order-{order_id}:pay"):
-                tx.execute(f"UPDATE accounts SET balance = balance - 100 WHERE id = {mark}",
-                           (order_id,))  # fmt: skip
+                tx.execute(
+                    f"UPDATE accounts SET balance = balance - 100 WHERE id = {mark}", (order_id,)
+                )
 
     ids = [pay.enqueue("1001").id for _ in range(5)]  # five deliveries of one payment
     with worker_thread(app):

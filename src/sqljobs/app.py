@@ -95,6 +95,8 @@ class App:
     @overload
     def task(
         self,
+        fn: None = None,
+        /,
         *,
         name: str | None = None,
         queue: str | None = None,
@@ -162,9 +164,7 @@ class App:
             raise ConfigurationError(f"task name must be a non-empty string, got {task!r}")
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise PayloadError(f"args for task {task!r} must be a list, got {type(args).__name__}")
-        opts = EnqueueOptions(
-            key, seconds(delay, "delay"), run_at, priority, queue, connection
-        )
+        opts = EnqueueOptions(key, seconds(delay, "delay"), run_at, priority, queue, connection)
         registered = self.tasks.get(task)
         now = self.clock()
         if registered is not None:

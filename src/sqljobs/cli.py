@@ -32,7 +32,9 @@ def load_app(spec: str | None, url: str | None) -> App:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise click.BadParameter(f"cannot import {module_name!r}: {exc}", param_hint="--app")
+        raise click.BadParameter(
+            f"cannot import {module_name!r}: {exc}", param_hint="--app"
+        ) from exc
     app = getattr(module, attr, None)
     if not isinstance(app, App):
         raise click.BadParameter(f"{spec!r} is not a sqljobs.App", param_hint="--app")
@@ -72,15 +74,21 @@ def cli(click_ctx: click.Context, app_spec: str | None, url: str | None, verbose
 @click.option("--concurrency", default=8, show_default=True, help="Jobs run at once per process.")
 @click.option("--processes", default=1, show_default=True, help="Worker processes.")
 @click.option("--queues", default=None, help="Comma-separated queues (default: all).")
-@click.option("--drain-timeout", type=float, default=None,
-              help="Seconds to wait for in-flight jobs at shutdown (< shortest lease).")
+@click.option(
+    "--drain-timeout",
+    type=float,
+    default=None,
+    help="Seconds to wait for in-flight jobs at shutdown (< shortest lease).",
+)
 @pass_ctx
-def worker(ctx: Ctx, concurrency: int, processes: int, queues: str | None,
-           drain_timeout: float | None) -> None:  # fmt: skip
+def worker(
+    ctx: Ctx, concurrency: int, processes: int, queues: str | None, drain_timeout: float | None
+) -> None:
     """Run jobs until SIGTERM (graceful drain) or a second signal (at once)."""
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
-    ctx.app.run_worker(concurrency=concurrency, queues=names, processes=processes,
-                       drain_timeout=drain_timeout)  # fmt: skip
+    ctx.app.run_worker(
+        concurrency=concurrency, queues=names, processes=processes, drain_timeout=drain_timeout
+    )
 
 
 @cli.command()
@@ -92,13 +100,22 @@ def worker(ctx: Ctx, concurrency: int, processes: int, queues: str | None,
 @click.option("--queue", default=None)
 @click.option("--priority", type=int, default=None)
 @pass_ctx
-def enqueue(ctx: Ctx, task: str, args_json: str, kwargs_json: str, key: str | None,
-            delay: float | None, queue: str | None, priority: int | None) -> None:  # fmt: skip
+def enqueue(
+    ctx: Ctx,
+    task: str,
+    args_json: str,
+    kwargs_json: str,
+    key: str | None,
+    delay: float | None,
+    queue: str | None,
+    priority: int | None,
+) -> None:
     """Enqueue TASK by name."""
     args = _json_arg(args_json, list, "--args")
     kwargs = _json_arg(kwargs_json, dict, "--kwargs")
-    handle = ctx.app.enqueue(task, args=args, kwargs=kwargs, key=key, delay=delay,
-                             queue=queue, priority=priority)  # fmt: skip
+    handle = ctx.app.enqueue(
+        task, args=args, kwargs=kwargs, key=key, delay=delay, queue=queue, priority=priority
+    )
     click.echo(json.dumps({"id": handle.id, "created": handle.created}))
 
 
@@ -106,7 +123,7 @@ def _json_arg(text: str, kind: type, name: str) -> Any:
     try:
         value = json.loads(text)
     except ValueError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=name)
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=name) from exc
     if not isinstance(value, kind):
         raise click.BadParameter(f"must be a JSON {kind.__name__}", param_hint=name)
     return value
@@ -159,9 +176,15 @@ def jobs_list(ctx: Ctx, state: str | None, queue: str | None, limit: int, as_jso
     for col in ("id", "task", "queue", "state", "attempts", "run at", "last error"):
         table.add_column(col)
     for j in rows:
-        table.add_row(str(j.id), j.task, j.queue, j.state.value,
-                      f"{j.attempts}/{j.max_attempts}", _when(j.run_at),
-                      (j.last_error or "")[:60])  # fmt: skip
+        table.add_row(
+            str(j.id),
+            j.task,
+            j.queue,
+            j.state.value,
+            f"{j.attempts}/{j.max_attempts}",
+            _when(j.run_at),
+            (j.last_error or "")[:60],
+        )
     Console().print(table)
 
 
@@ -198,8 +221,9 @@ def jobs_retry(ctx: Ctx, job_id: int | None, all_dead: bool, queue: str | None) 
         return
     job = _get(ctx, job_id)  # type: ignore[arg-type]
     if not ctx.app.retry_job(job.id):
-        raise click.ClickException(f"job {job.id} is {job.state.value}; only dead or cancelled "
-                                   "jobs can be retried")
+        raise click.ClickException(
+            f"job {job.id} is {job.state.value}; only dead or cancelled jobs can be retried"
+        )
     click.echo(f"job {job.id} is pending again")
 
 

@@ -51,16 +51,28 @@ def main(jobs: int = 300, workers: int = 3) -> int:
     db.execute("CREATE TABLE demo_account (balance INTEGER)")
     db.execute("INSERT INTO demo_account VALUES (?)", (jobs,))
     ids = [demo.enqueue("charge", kwargs={"order": i}).id for i in range(jobs)]
-    console.print(f"[bold]sqljobs demo[/]: {jobs} jobs in {url}, {workers} worker processes, "
-                  f"lease {LEASE:g} s; one worker gets SIGKILL mid-run")  # fmt: skip
+    console.print(
+        f"[bold]sqljobs demo[/]: {jobs} jobs in {url}, {workers} worker processes, "
+        f"lease {LEASE:g} s; one worker gets SIGKILL mid-run"
+    )
 
     env = dict(os.environ, SQLJOBS_URL=url)
     procs = [
         subprocess.Popen(
-            [sys.executable, "-m", "sqljobs", "--app", "sqljobs.demo:app", "worker",
-             "--concurrency", "4"],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "sqljobs",
+                "--app",
+                "sqljobs.demo:app",
+                "worker",
+                "--concurrency",
+                "4",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         for _ in range(workers)
     ]
     victim, killed_holding = procs[0], 0
@@ -71,13 +83,16 @@ def main(jobs: int = 300, workers: int = 3) -> int:
             done = demo.stats().total("done")
             progress.update(bar, completed=done)
             if victim.poll() is None and done >= jobs // 3:
-                held = db.execute("SELECT count(*) FROM sqljobs_jobs WHERE state = 'running' "
-                                  "AND worker LIKE ?", (f"%-{victim.pid}-%",)).fetchone()[0]  # fmt: skip
+                held = db.execute(
+                    "SELECT count(*) FROM sqljobs_jobs WHERE state = 'running' AND worker LIKE ?",
+                    (f"%-{victim.pid}-%",),
+                ).fetchone()[0]
                 victim.send_signal(signal.SIGKILL)
                 victim.wait()
                 killed_holding = held
-                progress.console.print(f"SIGKILL sent to worker pid {victim.pid} holding "
-                                       f"{held} jobs")  # fmt: skip
+                progress.console.print(
+                    f"SIGKILL sent to worker pid {victim.pid} holding {held} jobs"
+                )
             if done == jobs or time.monotonic() - started > 120:
                 break
             time.sleep(0.05)
@@ -92,16 +107,26 @@ def main(jobs: int = 300, workers: int = 3) -> int:
     twice = sum(1 for i in ids if runs.get(i, 0) > 1)
     (balance,) = db.execute("SELECT balance FROM demo_account").fetchone()
     table = Table(title="at-least-once delivery, made harmless")
-    for col in ("jobs", "done", "lost", "runs", "ran twice", "killed held", "effects",
-                "time"):  # fmt: skip
+    for col in ("jobs", "done", "lost", "runs", "ran twice", "killed held", "effects", "time"):
         table.add_column(col, justify="right")
-    table.add_row(str(jobs), str(finished), str(jobs - finished), str(sum(runs.values())),
-                  str(twice), str(killed_holding), str(jobs - balance), f"{elapsed:.1f} s")  # fmt: skip
+    table.add_row(
+        str(jobs),
+        str(finished),
+        str(jobs - finished),
+        str(sum(runs.values())),
+        str(twice),
+        str(killed_holding),
+        str(jobs - balance),
+        f"{elapsed:.1f} s",
+    )
     console.print(table)
     ok = finished == jobs and jobs - balance == jobs
     console.print(
-        ("[green]every job finished; each effect applied exactly once[/]" if ok
-         else "[red]something was lost or applied twice[/]")  # fmt: skip
+        (
+            "[green]every job finished; each effect applied exactly once[/]"
+            if ok
+            else "[red]something was lost or applied twice[/]"
+        )
         + f"; {twice} jobs ran twice because the killed worker held them (lease recovery)"
     )
     return 0 if ok else 1

@@ -1,15 +1,15 @@
 """Errors raised by sqljobs, and the control-flow signals a task may raise.
 
-    SqljobsError
-     ├── ConfigurationError      bad URL, option or worker setting, found at definition time
-     ├── PayloadError            arguments that are not JSON, or a stored payload that won't decode
-     ├── JobNotFound             no job with that id
-     ├── LeaseLost               this worker no longer holds the job; its writes were rolled back
-     └── BackendError            the database refused or could not be reached (``__cause__`` kept)
+SqljobsError
+ ├── ConfigurationError      bad URL, option or worker setting, found at definition time
+ ├── PayloadError            arguments that are not JSON, or a stored payload that won't decode
+ ├── JobNotFound             no job with that id
+ ├── LeaseLost               this worker no longer holds the job; its writes were rolled back
+ └── BackendError            the database refused or could not be reached (``__cause__`` kept)
 
-    JobSignal                    raised by a task to choose its outcome; not an error
-     ├── RetryLater              run again after ``delay`` seconds (counts as an attempt)
-     └── Discard                 give up now: the job ends ``dead`` with the reason
+JobSignal                    raised by a task to choose its outcome; not an error
+ ├── RetryLater              run again after ``delay`` seconds (counts as an attempt)
+ └── Discard                 give up now: the job ends ``dead`` with the reason
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class BackendError(SqljobsError):
     """The database failed; the driver's exception is kept as ``__cause__``."""
 
 
-class JobSignal(Exception):  # noqa: N818 - a signal, not an error
+class JobSignal(Exception):
     """Base for exceptions a task raises on purpose to pick its outcome."""
 
 

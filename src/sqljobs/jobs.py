@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-class JobState(str, enum.Enum):
+class JobState(enum.StrEnum):
     """Where a job is in its life. A retry is ``pending`` again with a later ``run_at``."""
 
     PENDING = "pending"
@@ -19,9 +19,6 @@ class JobState(str, enum.Enum):
     DONE = "done"
     DEAD = "dead"
     CANCELLED = "cancelled"
-
-    def __str__(self) -> str:
-        return self.value
 
 
 FINISHED_STATES = (JobState.DONE, JobState.DEAD, JobState.CANCELLED)

@@ -89,9 +89,10 @@ class Task:
         params = list(sig.parameters.values())
         self.signature = sig.replace(parameters=params[1:] if self.takes_context else params)
         self._positional_names = [
-            p.name for p in self.signature.parameters.values()
+            p.name
+            for p in self.signature.parameters.values()
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-        ]  # fmt: skip
+        ]
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", name)
 
@@ -131,15 +132,14 @@ class Task:
         """Store a job that calls this task with these arguments."""
         return BoundTask(self, EnqueueOptions()).enqueue(*args, **kwargs)
 
-    def enqueue_many(
-        self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]
-    ) -> list[JobHandle]:
+    def enqueue_many(self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[JobHandle]:
         """Store many jobs in one transaction. Each call is a tuple of positional
         arguments or a dict of keyword arguments."""
         return BoundTask(self, EnqueueOptions()).enqueue_many(calls)
 
-    def new_job(self, args: Sequence[Any], kwargs: Mapping[str, Any], opts: EnqueueOptions,
-                now: float) -> NewJob:  # fmt: skip
+    def new_job(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], opts: EnqueueOptions, now: float
+    ) -> NewJob:
         """Check arguments against the signature and build the row to insert."""
         try:
             self.signature.bind(*args, **kwargs)
@@ -147,8 +147,9 @@ class Task:
             raise PayloadError(
                 f"arguments do not match task {self.name}{self.signature}: {exc}"
             ) from None
-        return self.app.build_job(self.name, args, kwargs, opts, now, task=self,
-                                  names=self._positional_names)  # fmt: skip
+        return self.app.build_job(
+            self.name, args, kwargs, opts, now, task=self, names=self._positional_names
+        )
 
 
 class BoundTask:
@@ -167,9 +168,7 @@ class BoundTask:
         job = self.task.new_job(args, kwargs, self.options, now)
         return self.task.app.insert([job], self.options.connection)[0]
 
-    def enqueue_many(
-        self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]
-    ) -> list[JobHandle]:
+    def enqueue_many(self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[JobHandle]:
         if self.options.key is not None:
             raise ConfigurationError(
                 "enqueue_many cannot share one key among several jobs; enqueue keyed jobs "

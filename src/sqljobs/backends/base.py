@@ -77,9 +77,9 @@ class Backend(Protocol):
     def renew_leases(self, worker: str, held: Sequence[HeldJob]) -> set[int]:
         """Extend the lease of every held job (fenced) in one statement; mark the worker seen."""
 
-    def rescue_jobs(self, decide: Decide, worker: str | None = None, limit: int = 500) -> list[
-        Outcome
-    ]:
+    def rescue_jobs(
+        self, decide: Decide, worker: str | None = None, limit: int = 500
+    ) -> list[Outcome]:
         """Apply ``decide`` to running jobs whose lease expired (or, given ``worker``,
         to every job that worker held); return the outcomes written."""
 

@@ -85,8 +85,10 @@ class PostgresBackend:
         self.connect_timeout = connect_timeout
         self.clock = clock
         self.channel = f"sqljobs_{schema}"
-        self.queries = {k: v.replace("{schema}", schema)
-                        for k, v in load_queries(_PACKAGE, "queries.sql").items()}  # fmt: skip
+        self.queries = {
+            k: v.replace("{schema}", schema)
+            for k, v in load_queries(_PACKAGE, "queries.sql").items()
+        }
         self._pool: psycopg_pool.ConnectionPool | None = None
         self._lock = threading.Lock()
         self._notified = 0
@@ -106,10 +108,14 @@ class PostgresBackend:
             if self._pool is None:
                 self._check_connect()
                 self._pool = psycopg_pool.ConnectionPool(
-                    self._conninfo(), min_size=1, max_size=self.pool_size,
-                    timeout=self.pool_timeout, open=True, name="sqljobs",
+                    self._conninfo(),
+                    min_size=1,
+                    max_size=self.pool_size,
+                    timeout=self.pool_timeout,
+                    open=True,
+                    name="sqljobs",
                     kwargs={"autocommit": True, "connect_timeout": int(self.connect_timeout)},
-                )  # fmt: skip
+                )
             return self._pool
 
     def _check_connect(self) -> None:
@@ -150,8 +156,9 @@ class PostgresBackend:
                 time.sleep(0.01 * attempt)
         raise AssertionError("unreachable")
 
-    def _fetch(self, name: str, params: Mapping[str, Any] | None = None,
-               sql: str | None = None) -> list[Any]:  # fmt: skip
+    def _fetch(
+        self, name: str, params: Mapping[str, Any] | None = None, sql: str | None = None
+    ) -> list[Any]:
         return self._run(lambda c: c.execute(sql or self.queries[name], params).fetchall())
 
     def now(self) -> float:
@@ -179,16 +186,21 @@ class PostgresBackend:
                 f"CREATE TABLE IF NOT EXISTS {self.schema}.sqljobs_migrations (version integer "
                 "PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())"
             )
-            done = {r[0] for r in conn.execute(
-                f"SELECT version FROM {self.schema}.sqljobs_migrations").fetchall()}  # fmt: skip
+            done = {
+                r[0]
+                for r in conn.execute(
+                    f"SELECT version FROM {self.schema}.sqljobs_migrations"
+                ).fetchall()
+            }
             applied = []
             for version, name, sql in load_migrations(_PACKAGE + ".migrations"):
                 if version in done:
                     continue
                 conn.execute(sql.replace("{schema}", self.schema))  # type: ignore[arg-type]
                 conn.execute(
-                    f"INSERT INTO {self.schema}.sqljobs_migrations (version, name) "
-                    "VALUES (%s, %s)", (version, name))  # fmt: skip
+                    f"INSERT INTO {self.schema}.sqljobs_migrations (version, name) VALUES (%s, %s)",
+                    (version, name),
+                )
                 applied.append(f"{version:04d}_{name}")
             return applied
 
@@ -222,22 +234,27 @@ class PostgresBackend:
 
         return self._run(work)
 
-    def _insert(self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob]
-                ) -> list[EnqueueResult]:  # fmt: skip
+    def _insert(self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         params = {
-            "queue": [j.queue for j in jobs], "task": [j.task for j in jobs],
-            "payload": [j.payload for j in jobs], "key": [j.key for j in jobs],
-            "priority": [j.priority for j in jobs], "run_at": [j.run_at for j in jobs],
+            "queue": [j.queue for j in jobs],
+            "task": [j.task for j in jobs],
+            "payload": [j.payload for j in jobs],
+            "key": [j.key for j in jobs],
+            "priority": [j.priority for j in jobs],
+            "run_at": [j.run_at for j in jobs],
             "deadline_at": [j.deadline_at for j in jobs],
-            "max_attempts": [j.max_attempts for j in jobs], "lease": [j.lease for j in jobs],
-        }  # fmt: skip
+            "max_attempts": [j.max_attempts for j in jobs],
+            "lease": [j.lease for j in jobs],
+        }
         rows = conn.execute(self.queries["insert_jobs"], params).fetchall()
         missing = [jobs[ord_ - 1].key for ord_, id_, _ in rows if id_ is None]
         found = {}
         if missing:  # keyed rows committed by a concurrent enqueue after our snapshot
             found = dict(conn.execute(self.queries["job_ids_by_key"], {"keys": missing}).fetchall())
-        return [EnqueueResult(int(id_ if id_ is not None else found[jobs[ord_ - 1].key]),
-                              bool(created)) for ord_, id_, created in rows]  # fmt: skip
+        return [
+            EnqueueResult(int(id_ if id_ is not None else found[jobs[ord_ - 1].key]), bool(created))
+            for ord_, id_, created in rows
+        ]
 
     def _notify_in(self, conn: psycopg.Connection[Any], queues: set[str]) -> None:
         """NOTIFY inside the enqueue transaction, at most once per queue per window; a
@@ -263,8 +280,9 @@ class PostgresBackend:
             self._trailing.pop(queue, None)
             self._last_notify[queue] = time.monotonic()
         try:
-            self._fetch("", sql="SELECT pg_notify(%(c)s, %(q)s)", params={"c": self.channel,
-                                                                          "q": queue})  # fmt: skip
+            self._fetch(
+                "", sql="SELECT pg_notify(%(c)s, %(q)s)", params={"c": self.channel, "q": queue}
+            )
         except BackendError as exc:
             log.debug("trailing notify failed: %s", exc)
 
@@ -283,8 +301,12 @@ class PostgresBackend:
     ) -> list[ClaimedJob]:
         if limit <= 0:
             return []
-        params = {"worker": worker, "limit": limit, "queues": list(queues or []),
-                  "leases": json.dumps(dict(leases or {}))}  # fmt: skip
+        params = {
+            "worker": worker,
+            "limit": limit,
+            "queues": list(queues or []),
+            "leases": json.dumps(dict(leases or {})),
+        }
         rows = self._fetch("claim", params, self._queue_sql("claim", queues))
         rows.sort(key=lambda r: (-r[4], r[12], r[0]))
         return [ClaimedJob(*r[:12]) for r in rows]
@@ -292,15 +314,20 @@ class PostgresBackend:
     def claim_suspect(
         self, worker: str, queues: Sequence[str] | None, leases: Mapping[str, float] | None = None
     ) -> ClaimedJob | None:
-        params = {"worker": worker, "queues": list(queues) if queues else None,
-                  "leases": json.dumps(dict(leases or {}))}  # fmt: skip
+        params = {
+            "worker": worker,
+            "queues": list(queues) if queues else None,
+            "leases": json.dumps(dict(leases or {})),
+        }
         rows = self._fetch("claim_suspect", params)
         return ClaimedJob(*rows[0][:12]) if rows else None
 
     def next_due(self, queues: Sequence[str] | None) -> float | None:
-        rows = self._fetch("next_due", {"queues": list(queues or [])},
-                           self._queue_sql("next_due", queues))  # fmt: skip
-        return rows[0][0]
+        rows = self._fetch(
+            "next_due", {"queues": list(queues or [])}, self._queue_sql("next_due", queues)
+        )
+        value = rows[0][0]
+        return None if value is None else float(value)
 
     def finish_jobs(self, outcomes: Sequence[Outcome]) -> list[int]:
         if not outcomes:
@@ -312,22 +339,25 @@ class PostgresBackend:
         other = [o for o in outcomes if not (o.state is JobState.DONE and o.history is None)]
         written: list[int] = []
         if plain:
-            rows = conn.execute(self.queries["complete_jobs"], {
-                "ids": [o.job_id for o in plain], "tokens": [o.token for o in plain]}).fetchall()
+            rows = conn.execute(
+                self.queries["complete_jobs"],
+                {"ids": [o.job_id for o in plain], "tokens": [o.token for o in plain]},
+            ).fetchall()
             written += [r[0] for r in rows]
         if other:
             params = {
-                "ids": [o.job_id for o in other], "tokens": [o.token for o in other],
-                "states": [o.state.value for o in other], "delays": [o.delay for o in other],
+                "ids": [o.job_id for o in other],
+                "tokens": [o.token for o in other],
+                "states": [o.state.value for o in other],
+                "delays": [o.delay for o in other],
                 "uncharges": [1 if o.uncharge else 0 for o in other],
                 "errors_text": [o.error for o in other],
                 "tracebacks": [o.traceback for o in other],
                 "errors": [o.errors for o in other],
                 "lease_expiries": [o.lease_expiries for o in other],
                 "crashes": [o.crashes for o in other],
-                "histories": [None if o.history is None else json.dumps(o.history)
-                              for o in other],
-            }  # fmt: skip
+                "histories": [None if o.history is None else json.dumps(o.history) for o in other],
+            }
             written += [r[0] for r in conn.execute(self.queries["finish_jobs"], params).fetchall()]
         return written
 
@@ -342,8 +372,9 @@ class PostgresBackend:
             if worker is None:
                 rows = conn.execute(self.queries["expired_jobs"], {"limit": limit}).fetchall()
             else:
-                rows = conn.execute(self.queries["jobs_of_worker"],
-                                    {"worker": worker, "limit": limit}).fetchall()  # fmt: skip
+                rows = conn.execute(
+                    self.queries["jobs_of_worker"], {"worker": worker, "limit": limit}
+                ).fetchall()
             outcomes = [decide(ExpiredJob(*r[:14]), r[14]) for r in rows]
             written = set(self._finish(conn, outcomes))
             return [o for o in outcomes if o.job_id in written]
@@ -351,10 +382,17 @@ class PostgresBackend:
         return self._run(work)
 
     def register_worker(self, info: WorkerInfo) -> None:
-        self._fetch_none("register_worker", {
-            "id": info.id, "host": info.host, "pid": info.pid,
-            "queues": json.dumps(list(info.queues) if info.queues else None),
-            "concurrency": info.concurrency, "heartbeat_interval": info.heartbeat_interval})  # fmt: skip
+        self._fetch_none(
+            "register_worker",
+            {
+                "id": info.id,
+                "host": info.host,
+                "pid": info.pid,
+                "queues": json.dumps(list(info.queues) if info.queues else None),
+                "concurrency": info.concurrency,
+                "heartbeat_interval": info.heartbeat_interval,
+            },
+        )
 
     def unregister_worker(self, worker: str) -> None:
         self._fetch_none("unregister_worker", {"worker": worker})
@@ -381,16 +419,18 @@ class PostgresBackend:
     def _ensure_listener(self) -> None:
         with self._lock:
             if self._listener is None:
-                self._listener = threading.Thread(target=self._listen, name="sqljobs-listen",
-                                                  daemon=True)  # fmt: skip
+                self._listener = threading.Thread(
+                    target=self._listen, name="sqljobs-listen", daemon=True
+                )
                 self._listener.start()
 
     def _listen(self) -> None:
         failures = 0
         while not self._closing.is_set():
             try:
-                with psycopg.connect(self._conninfo(), autocommit=True,
-                                     connect_timeout=int(self.connect_timeout)) as conn:  # fmt: skip
+                with psycopg.connect(
+                    self._conninfo(), autocommit=True, connect_timeout=int(self.connect_timeout)
+                ) as conn:
                     conn.execute(f"LISTEN {self.channel}")
                     failures = 0
                     self._wake()  # anything enqueued while we were not listening
@@ -429,8 +469,7 @@ class PostgresBackend:
         return Stats(counts, max(ages.values()) if ages else None, ages, workers)
 
     def get_job(self, job_id: int) -> Job | None:
-        rows = self._fetch("", {"id": job_id},
-                           self.queries["job_columns"] + " WHERE id = %(id)s")  # fmt: skip
+        rows = self._fetch("", {"id": job_id}, self.queries["job_columns"] + " WHERE id = %(id)s")
         return _to_job(rows[0]) if rows else None
 
     def list_jobs(

@@ -40,19 +40,65 @@ MIGRATIONS = load_migrations(_PACKAGE + ".migrations")
 
 def row_to_job(row: sqlite3.Row | tuple[Any, ...]) -> Job:
     """Build a Job from a ``get_job``/``list_jobs`` row (shared with other backends)."""
-    (id_, queue, task, payload, key, state, priority, run_at, created_at, attempts,
-     max_attempts, token, lease, lease_until, worker, started_at, finished_at, errors,
-     lease_expiries, crashes, last_error, last_traceback, deadline_at, history) = row  # fmt: skip
+    (
+        id_,
+        queue,
+        task,
+        payload,
+        key,
+        state,
+        priority,
+        run_at,
+        created_at,
+        attempts,
+        max_attempts,
+        token,
+        lease,
+        lease_until,
+        worker,
+        started_at,
+        finished_at,
+        errors,
+        lease_expiries,
+        crashes,
+        last_error,
+        last_traceback,
+        deadline_at,
+        history,
+    ) = row
     try:
         data = json.loads(payload)
         args, kwargs = list(data.get("args", [])), dict(data.get("kwargs", {}))
     except (ValueError, TypeError, AttributeError):
         args, kwargs = [payload], {}
     hist = json.loads(history) if isinstance(history, str) else list(history or [])
-    return Job(id_, queue, task, args, kwargs, key, JobState(state), priority, run_at,
-               created_at, attempts, max_attempts, token, lease, lease_until, worker,
-               started_at, finished_at, errors, lease_expiries, crashes, last_error,
-               last_traceback, deadline_at, hist)  # fmt: skip
+    return Job(
+        id_,
+        queue,
+        task,
+        args,
+        kwargs,
+        key,
+        JobState(state),
+        priority,
+        run_at,
+        created_at,
+        attempts,
+        max_attempts,
+        token,
+        lease,
+        lease_until,
+        worker,
+        started_at,
+        finished_at,
+        errors,
+        lease_expiries,
+        crashes,
+        last_error,
+        last_traceback,
+        deadline_at,
+        hist,
+    )
 
 
 class SqliteBackend:
@@ -183,9 +229,19 @@ class SqliteBackend:
         for job in jobs:
             cur = conn.execute(
                 insert,
-                (job.queue, job.task, job.payload, job.key, job.priority, job.run_at, now,
-                 job.deadline_at, job.max_attempts, job.lease),
-            )  # fmt: skip
+                (
+                    job.queue,
+                    job.task,
+                    job.payload,
+                    job.key,
+                    job.priority,
+                    job.run_at,
+                    now,
+                    job.deadline_at,
+                    job.max_attempts,
+                    job.lease,
+                ),
+            )
             if cur.rowcount == 1:
                 out.append(EnqueueResult(int(cur.lastrowid or 0), True))
             else:
@@ -205,8 +261,9 @@ class SqliteBackend:
         if limit <= 0:
             return []
         sql, params = self._by_queues("claim", queues)
-        params.update(worker=worker, now=self.now(), limit=limit,
-                      leases=json.dumps(dict(leases or {})))  # fmt: skip
+        params.update(
+            worker=worker, now=self.now(), limit=limit, leases=json.dumps(dict(leases or {}))
+        )
         with self._write() as conn:
             rows = conn.execute(sql, params).fetchall()
         rows.sort(key=lambda r: (-r[4], r[12], r[0]))
@@ -215,8 +272,12 @@ class SqliteBackend:
     def claim_suspect(
         self, worker: str, queues: Sequence[str] | None, leases: Mapping[str, float] | None = None
     ) -> ClaimedJob | None:
-        params = {"worker": worker, "now": self.now(), "leases": json.dumps(dict(leases or {})),
-                  "queues": json.dumps(list(queues)) if queues else None}  # fmt: skip
+        params = {
+            "worker": worker,
+            "now": self.now(),
+            "leases": json.dumps(dict(leases or {})),
+            "queues": json.dumps(list(queues)) if queues else None,
+        }
         with self._write() as conn:
             row = conn.execute(Q["claim_suspect"], params).fetchone()
         return None if row is None else ClaimedJob(*row[:12])
@@ -372,8 +433,9 @@ def _outcome_params(o: Outcome, now: float) -> dict[str, Any]:
 
 
 def _expired(r: Sequence[Any]) -> ExpiredJob:
-    return ExpiredJob(r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], bool(r[10]),
-                      r[11], r[12], r[13])  # fmt: skip
+    return ExpiredJob(
+        r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], bool(r[10]), r[11], r[12], r[13]
+    )
 
 
 def _split_statements(sql: str) -> list[str]:

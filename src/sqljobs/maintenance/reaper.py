@@ -19,7 +19,9 @@ log = logging.getLogger("sqljobs.reaper")
 DEFAULT_MAX_CRASHES = 3
 
 
-def rescue_decision(max_crashes: int = DEFAULT_MAX_CRASHES) -> Callable[[ExpiredJob, float], Outcome]:
+def rescue_decision(
+    max_crashes: int = DEFAULT_MAX_CRASHES,
+) -> Callable[[ExpiredJob, float], Outcome]:
     """Build the rule that decides what happens to an expired or orphaned job."""
 
     def decide(job: ExpiredJob, now: float) -> Outcome:
@@ -42,14 +44,28 @@ def rescue_decision(max_crashes: int = DEFAULT_MAX_CRASHES) -> Callable[[Expired
                     "(out of memory, a segfault, os._exit); fix it, then "
                     f"`sqljobs jobs retry {job.id}`"
                 )
-                return Outcome(job.id, job.token, JobState.DEAD, error=error, history=entry,
-                               crashes=1)  # fmt: skip
+                return Outcome(
+                    job.id, job.token, JobState.DEAD, error=error, history=entry, crashes=1
+                )
             if exhausted or out_of_time:
                 why = "no attempts left" if exhausted else "its deadline passed"
-                return Outcome(job.id, job.token, JobState.DEAD, error=f"{error}; {why}",
-                               history=entry, crashes=1)  # fmt: skip
-            return Outcome(job.id, job.token, JobState.PENDING, delay=0.0, error=error,
-                           history=entry, crashes=1)  # fmt: skip
+                return Outcome(
+                    job.id,
+                    job.token,
+                    JobState.DEAD,
+                    error=f"{error}; {why}",
+                    history=entry,
+                    crashes=1,
+                )
+            return Outcome(
+                job.id,
+                job.token,
+                JobState.PENDING,
+                delay=0.0,
+                error=error,
+                history=entry,
+                crashes=1,
+            )
         expiries = job.lease_expiries + 1
         ran_text = "" if ran is None else f"; the attempt was still running after {ran:.2f} s"
         error = f"lease of {job.lease:g} s expired on attempt {job.attempt}{ran_text}"
@@ -59,10 +75,18 @@ def rescue_decision(max_crashes: int = DEFAULT_MAX_CRASHES) -> Callable[[Expired
                 f"lease expired {expiries} times (lease {job.lease:g} s{ran_text}): the lease "
                 "is likely shorter than this task's run time: raise lease= or keep heartbeats on"
             )
-            return Outcome(job.id, job.token, JobState.DEAD, error=error, history=entry,
-                           lease_expiries=1)  # fmt: skip
-        return Outcome(job.id, job.token, JobState.PENDING, delay=0.0, error=error,
-                       history=entry, lease_expiries=1)  # fmt: skip
+            return Outcome(
+                job.id, job.token, JobState.DEAD, error=error, history=entry, lease_expiries=1
+            )
+        return Outcome(
+            job.id,
+            job.token,
+            JobState.PENDING,
+            delay=0.0,
+            error=error,
+            history=entry,
+            lease_expiries=1,
+        )
 
     return decide
 

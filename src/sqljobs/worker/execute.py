@@ -62,23 +62,39 @@ def failure(run: Running, exc: BaseException, now: float, outcome: str = "failed
     tb = "".join(traceback.format_exception(exc))
     if isinstance(exc, Discard):
         entry["outcome"] = "discarded"
-        return Outcome(job.id, job.token, JobState.DEAD, error=f"discarded: {exc.reason}",
-                       traceback=tb, history=entry)  # fmt: skip
+        return Outcome(
+            job.id,
+            job.token,
+            JobState.DEAD,
+            error=f"discarded: {exc.reason}",
+            traceback=tb,
+            history=entry,
+        )
     delay = exc.delay if isinstance(exc, RetryLater) else run.task.retry.delay(job.attempt)
     if isinstance(exc, RetryLater):
         entry["outcome"] = "retry_requested"
     error = _describe(exc)
     if job.attempt >= job.max_attempts:
         error = f"failed {job.attempt} of {job.max_attempts} attempts; last: {error}"
-        return Outcome(job.id, job.token, JobState.DEAD, error=error, traceback=tb,
-                       history=entry, errors=1)  # fmt: skip
+        return Outcome(
+            job.id, job.token, JobState.DEAD, error=error, traceback=tb, history=entry, errors=1
+        )
     if job.deadline_at is not None and now + delay >= job.deadline_at:
         error = f"deadline passed after {job.attempt} attempts; last: {error}"
-        return Outcome(job.id, job.token, JobState.DEAD, error=error, traceback=tb,
-                       history=entry, errors=1)  # fmt: skip
+        return Outcome(
+            job.id, job.token, JobState.DEAD, error=error, traceback=tb, history=entry, errors=1
+        )
     entry["retry_in"] = delay
-    return Outcome(job.id, job.token, JobState.PENDING, delay=delay, error=error,
-                   traceback=tb, history=entry, errors=1)  # fmt: skip
+    return Outcome(
+        job.id,
+        job.token,
+        JobState.PENDING,
+        delay=delay,
+        error=error,
+        traceback=tb,
+        history=entry,
+        errors=1,
+    )
 
 
 def _describe(exc: BaseException) -> str:

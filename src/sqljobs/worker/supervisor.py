@@ -9,6 +9,7 @@ out, and starts a replacement. A job that keeps killing its worker therefore rea
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -72,10 +73,8 @@ class Supervisor:
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self.signals += 1
         for pid in list(self.children):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
-            except ProcessLookupError:
-                pass
 
     def run(self) -> None:
         from .worker import Worker
@@ -108,8 +107,11 @@ class Supervisor:
                 signal.signal(signum, handler)
 
     def _rescue(self, worker_id: str, status: int) -> None:
-        how = (f"signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
-               else f"exit code {os.WEXITSTATUS(status)}")  # fmt: skip
+        how = (
+            f"signal {os.WTERMSIG(status)}"
+            if os.WIFSIGNALED(status)
+            else f"exit code {os.WEXITSTATUS(status)}"
+        )
         log.error("worker process %s died (%s); handing its jobs back", worker_id, how)
         try:
             backend = self.app.backend

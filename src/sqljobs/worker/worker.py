@@ -99,11 +99,19 @@ class Worker:
         self._reaper = Reaper(backend, self.config.max_crashes)
         self._pruner = Pruner(backend, self.app.retention)
         heartbeat_interval = self.shortest_lease / 3
-        backend.register_worker(WorkerInfo(
-            self.id, socket.gethostname(), os.getpid(), self.config.queues,
-            self.config.concurrency, heartbeat_interval))  # fmt: skip
-        self._threads = ThreadPool(self.config.concurrency, self._report, self.app.clock,
-                                   f"sqljobs-{self.id}")  # fmt: skip
+        backend.register_worker(
+            WorkerInfo(
+                self.id,
+                socket.gethostname(),
+                os.getpid(),
+                self.config.queues,
+                self.config.concurrency,
+                heartbeat_interval,
+            )
+        )
+        self._threads = ThreadPool(
+            self.config.concurrency, self._report, self.app.clock, f"sqljobs-{self.id}"
+        )
         if any(t.is_async for t in self.app.tasks.values()):
             self._async = AsyncRunner(self._report, self.app.clock)
         self.app.add_wakeup(self._wake)
@@ -130,7 +138,7 @@ class Worker:
             return {}
         if threading.current_thread() is not threading.main_thread():
             return {}
-        restore = {}
+        restore: dict[int, Any] = {}
         for signum in (signal.SIGTERM, signal.SIGINT):
             restore[signum] = signal.signal(signum, self._on_signal)
         return restore
@@ -202,9 +210,10 @@ class Worker:
                 failures = 0
             except BackendError as exc:
                 failures += 1
-                pause = min(5.0, 0.05 * 2**min(failures, 7))
-                log.warning("worker %s: database error (%s); retrying in %.2f s", self.id,
-                            exc, pause)  # fmt: skip
+                pause = min(5.0, 0.05 * 2 ** min(failures, 7))
+                log.warning(
+                    "worker %s: database error (%s); retrying in %.2f s", self.id, exc, pause
+                )
                 self._wake.wait(pause)
                 continue
             self._wake.wait(self._wait_time(next_heartbeat, next_reap, next_poll, next_due))
@@ -256,18 +265,31 @@ class Worker:
         try:
             args, kwargs = decode(job.payload)
         except PayloadError as exc:
-            entry = {"attempt": job.attempt, "outcome": "undecodable", "error": str(exc),
-                     "started_at": wall, "ended_at": wall}  # fmt: skip
-            self._to_write.append(Outcome(job.id, job.token, JobState.DEAD, error=str(exc),
-                                          history=entry))  # fmt: skip
+            entry = {
+                "attempt": job.attempt,
+                "outcome": "undecodable",
+                "error": str(exc),
+                "started_at": wall,
+                "ended_at": wall,
+            }
+            self._to_write.append(
+                Outcome(job.id, job.token, JobState.DEAD, error=str(exc), history=entry)
+            )
             log.error("job %s: %s", job.id, exc)
             return
         if task is None:
             from ..tasks import Task
 
-            stand_in = Task(self.app, _unregistered, name=job.task, queue=job.queue,
-                            lease=job.lease, retry=self.app.default_retry, priority=0,
-                            timeout=None)  # fmt: skip
+            stand_in = Task(
+                self.app,
+                _unregistered,
+                name=job.task,
+                queue=job.queue,
+                lease=job.lease,
+                retry=self.app.default_retry,
+                priority=0,
+                timeout=None,
+            )
             run = Running(job, stand_in, ctx, args, kwargs, wall)
             error = LookupError(f"task {job.task!r} is not registered here (worker {self.id})")
             self._to_write.append(failure(run, error, wall))
@@ -295,9 +317,13 @@ class Worker:
             run, outcome = self._results.popleft()
             if run.closed:
                 self.counters["stale_results"] += 1
-                log.warning("job %s: late result of attempt %s discarded (%s): the job is no "
-                            "longer held by this worker", run.job.id, run.job.attempt,
-                            outcome.state)  # fmt: skip
+                log.warning(
+                    "job %s: late result of attempt %s discarded (%s): the job is no "
+                    "longer held by this worker",
+                    run.job.id,
+                    run.job.attempt,
+                    outcome.state,
+                )
                 continue
             run.closed = True
             self.inflight.pop(run.job.id, None)
@@ -322,8 +348,12 @@ class Worker:
                 self.counters[outcome.state.value] += 1
             else:
                 self.counters["stale_results"] += 1
-                log.warning("job %s: outcome %s discarded: the job is no longer held by this "
-                            "worker (lease lost or cancelled)", outcome.job_id, outcome.state)
+                log.warning(
+                    "job %s: outcome %s discarded: the job is no longer held by this "
+                    "worker (lease lost or cancelled)",
+                    outcome.job_id,
+                    outcome.state,
+                )
 
     def _close(self, run: Running, *, abandon: bool) -> None:
         run.closed = True
@@ -342,8 +372,12 @@ class Worker:
             error = TimeoutError(f"timed out after {run.task.timeout:g} s")
             self._to_write.append(failure(run, error, self.app.clock(), outcome="timed_out"))
             self.counters["timed_out"] += 1
-            log.error("job %s: attempt %s timed out after %.3g s", run.job.id, run.job.attempt,
-                      run.task.timeout)  # fmt: skip
+            log.error(
+                "job %s: attempt %s timed out after %.3g s",
+                run.job.id,
+                run.job.attempt,
+                run.task.timeout,
+            )
 
     def _heartbeat(self, backend: Backend) -> None:
         held = [HeldJob(r.job.id, r.job.token) for r in self.inflight.values()]
@@ -361,8 +395,12 @@ class Worker:
                 run = self.inflight[h.id]
                 self._close(run, abandon=True)
                 self.counters["leases_lost"] += 1
-                log.warning("job %s: lease lost (attempt %s); the handler is told to stop and "
-                            "its result will be discarded", h.id, run.job.attempt)
+                log.warning(
+                    "job %s: lease lost (attempt %s); the handler is told to stop and "
+                    "its result will be discarded",
+                    h.id,
+                    run.job.attempt,
+                )
 
     def _release_all(self, backend: Backend) -> None:
         """End of drain: hand every job still held back to pending, no attempt charged."""
@@ -374,16 +412,32 @@ class Worker:
         for run in list(self.inflight.values()):
             run.ctx.shutting_down = True
             self._close(run, abandon=False)
-            entry = {"attempt": run.job.attempt, "outcome": "released", "started_at":
-                     run.started_wall, "ended_at": wall, "worker": self.id}  # fmt: skip
-            outcomes.append(Outcome(run.job.id, run.job.token, JobState.PENDING, delay=0.0,
-                                    history=entry, uncharge=True))  # fmt: skip
+            entry = {
+                "attempt": run.job.attempt,
+                "outcome": "released",
+                "started_at": run.started_wall,
+                "ended_at": wall,
+                "worker": self.id,
+            }
+            outcomes.append(
+                Outcome(
+                    run.job.id,
+                    run.job.token,
+                    JobState.PENDING,
+                    delay=0.0,
+                    history=entry,
+                    uncharge=True,
+                )
+            )
         if not outcomes:
             return
         written = backend.finish_jobs(outcomes)
         self.counters["released"] += len(written)
-        log.info("worker %s: released %d jobs still running at the end of the drain",
-                 self.id, len(written))
+        log.info(
+            "worker %s: released %d jobs still running at the end of the drain",
+            self.id,
+            len(written),
+        )
 
 
 def _unregistered(*_args: Any, **_kwargs: Any) -> None:
