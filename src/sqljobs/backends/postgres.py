@@ -326,8 +326,7 @@ class PostgresBackend:
         rows = self._fetch(
             "next_due", {"queues": list(queues or [])}, self._queue_sql("next_due", queues)
         )
-        value = rows[0][0]
-        return None if value is None else float(value)
+        return float(rows[0][0]) if rows else None
 
     def finish_jobs(self, outcomes: Sequence[Outcome]) -> list[int]:
         if not outcomes:

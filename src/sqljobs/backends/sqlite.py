@@ -284,8 +284,8 @@ class SqliteBackend:
 
     def next_due(self, queues: Sequence[str] | None) -> float | None:
         sql, params = self._by_queues("next_due", queues)
-        (value,) = self._read(sql, params)[0]
-        return None if value is None else float(value)
+        rows = self._read(sql, params)
+        return float(rows[0][0]) if rows else None
 
     @staticmethod
     def _by_queues(prefix: str, queues: Sequence[str] | None) -> tuple[str, dict[str, Any]]:

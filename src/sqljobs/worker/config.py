@@ -14,6 +14,8 @@ class WorkerConfig:
     ``drain_timeout`` bounds the wait for in-flight jobs at shutdown; it must be shorter
     than the shortest lease, so held jobs are released before anyone could reap them.
     ``heartbeat=False`` stops lease renewal (for demonstrating what a lease alone does).
+    ``supervisor_pid``, set by ``--processes``, makes the worker drain and exit if its
+    supervisor dies, instead of living on as an orphan.
     ``change_check_interval`` is how often an idle SQLite worker looks at the database's
     change counter (no table access); ``poll_interval`` is the fallback claim query.
     """
@@ -31,6 +33,7 @@ class WorkerConfig:
     worker_id: str | None = None
     install_signal_handlers: bool = True
     synchronous: str = "NORMAL"
+    supervisor_pid: int | None = None
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:

@@ -52,12 +52,13 @@ class Supervisor:
         worker_id = f"{self.prefix}-{uuid.uuid4().hex[:6]}"
         self.app.close()  # never carry an open database connection across fork
         stop_signals = {signal.SIGTERM, signal.SIGINT}
+        config = replace(self.config, worker_id=worker_id, supervisor_pid=os.getpid())
         signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
         pid = os.fork()
         if pid == 0:  # child
             code = 0
             try:
-                worker = Worker(self.app, replace(self.config, worker_id=worker_id))
+                worker = Worker(self.app, config)
                 for signum in stop_signals:
                     signal.signal(signum, worker._on_signal)
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)

@@ -164,13 +164,16 @@ class Worker:
                 self._write_outcomes(backend)
                 now = time.monotonic()
                 self._expire_timeouts(now)
+                if cfg.supervisor_pid is not None and os.getppid() != cfg.supervisor_pid:
+                    log.error("worker %s: its supervisor died; stopping", self.id)
+                    self.stop()
                 if now >= next_heartbeat or self._heartbeat_requested:
                     self._heartbeat_requested = False
                     self._heartbeat(backend)
                     next_heartbeat = now + heartbeat_interval
                 if now >= next_reap:
                     if self._reaper.run_once():
-                        want_claim = True
+                        want_claim, next_suspect_check = True, now
                     next_reap = now + reap_interval
                 if now >= next_prune:
                     self._pruner.run_once()
@@ -193,9 +196,11 @@ class Worker:
                         want_claim, next_due = True, None
                     if now >= next_poll:
                         want_claim = True
-                    if want_claim and (not self.inflight or now >= next_suspect_check):
+                    look = want_claim and now >= next_suspect_check
+                    if look:
                         next_suspect_check = now + cfg.poll_interval
-                        self._take_suspect(backend)
+                    if look or self._suspect is not None:
+                        self._take_suspect(backend, look)
                     free = self._free_slots()
                     while want_claim and free > 0:
                         jobs = backend.claim_jobs(self.id, cfg.queues, free, self._leases)
@@ -245,9 +250,10 @@ class Worker:
             return 0
         return self.capacity - len(self.inflight)
 
-    def _take_suspect(self, backend: Backend) -> None:
-        """Claim a job that was in a crashed worker, then run it once nothing else runs."""
-        if self._suspect is None and self._solo not in self.inflight:
+    def _take_suspect(self, backend: Backend, look: bool) -> None:
+        """Claim a job that was in a crashed worker (if ``look``), then run it once nothing
+        else runs."""
+        if look and self._suspect is None and self._solo not in self.inflight:
             self._suspect = backend.claim_suspect(self.id, self.config.queues, self._leases)
         if self._suspect is not None and not self.inflight:
             job, self._suspect = self._suspect, None

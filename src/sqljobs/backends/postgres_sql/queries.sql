@@ -70,8 +70,9 @@ RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts, j.token, j.l
           extract(epoch FROM j.deadline_at)::float8, j.key, extract(epoch FROM j.run_at)::float8
 
 -- name: next_due
-SELECT extract(epoch FROM min(run_at))::float8 FROM {schema}.sqljobs_jobs
+SELECT extract(epoch FROM run_at)::float8 FROM {schema}.sqljobs_jobs
 WHERE state = 'pending' {queue_filter}
+ORDER BY run_at LIMIT 1
 
 -- name: complete_jobs
 UPDATE {schema}.sqljobs_jobs AS j

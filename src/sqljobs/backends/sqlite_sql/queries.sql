@@ -68,14 +68,17 @@ RETURNING id, task, payload, queue, priority, attempts, token, lease, max_attemp
           created_at, deadline_at, key, run_at
 
 -- name: next_due_one_queue
-SELECT min(run_at) FROM sqljobs_jobs WHERE state = 'pending' AND queue = :queue
+SELECT run_at FROM sqljobs_jobs INDEXED BY sqljobs_jobs_due
+WHERE state = 'pending' AND queue = :queue ORDER BY run_at LIMIT 1
 
 -- name: next_due_some_queues
-SELECT min(run_at) FROM sqljobs_jobs
+SELECT run_at FROM sqljobs_jobs INDEXED BY sqljobs_jobs_due
 WHERE state = 'pending' AND queue IN (SELECT value FROM json_each(:queues))
+ORDER BY run_at LIMIT 1
 
 -- name: next_due_all_queues
-SELECT min(run_at) FROM sqljobs_jobs WHERE state = 'pending'
+SELECT run_at FROM sqljobs_jobs INDEXED BY sqljobs_jobs_due
+WHERE state = 'pending' ORDER BY run_at LIMIT 1
 
 -- name: complete_job
 UPDATE sqljobs_jobs
