@@ -56,7 +56,7 @@ async def _pgq_connect(url: str) -> tuple[psycopg.AsyncConnection[Any], Queries]
     return conn, queries
 
 
-async def _pgq_drain(url: str, n: int, concurrency: int) -> Sample:
+async def _pgq_drain(url: str, n: int, concurrency: int | None) -> Sample:
     conn, queries = await _pgq_connect(url)
     try:
         await queries.enqueue(["noop"] * n, [None] * n, [0] * n)
@@ -70,9 +70,11 @@ async def _pgq_drain(url: str, n: int, concurrency: int) -> Sample:
                 qm.shutdown.set()
 
         # max_concurrent_tasks caps jobs in flight at ``concurrency``; pgqueuer requires
-        # it to be at least twice the dequeue batch size.
+        # it to be at least twice the dequeue batch size. None: its defaults (batch 10,
+        # no cap).
+        batch = 10 if concurrency is None else max(1, concurrency // 2)
         started = time.perf_counter()
-        run = qm.run(batch_size=max(1, concurrency // 2), max_concurrent_tasks=concurrency,
+        run = qm.run(batch_size=batch, max_concurrent_tasks=concurrency,
                      mode=QueueExecutionMode.drain)  # fmt: skip
         await asyncio.wait_for(run, WAIT_LIMIT)
         returned = time.perf_counter()
@@ -96,8 +98,9 @@ async def _pgq_enqueue(url: str, n: int) -> Sample:
     return {"jobs_per_s": n / elapsed}
 
 
-def pgqueuer_drain(url: str, n: int, concurrency: int = 8) -> Sample:
-    """Drain ``n`` pre-enqueued no-op jobs with one QueueManager capped at ``concurrency``."""
+def pgqueuer_drain(url: str, n: int, concurrency: int | None = 8) -> Sample:
+    """Drain ``n`` pre-enqueued no-op jobs with one QueueManager capped at ``concurrency``
+    jobs in flight (None: pgqueuer's defaults, which do not cap it)."""
     return asyncio.run(_pgq_drain(url, n, concurrency))
 
 

@@ -47,6 +47,7 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 DRAIN_JOBS = 10_000
 PGQUEUER_JOBS = 10_000
+PGQUEUER_DEFAULTS_JOBS = 5_000
 PROCRASTINATE_JOBS = 2_000  # ~500 jobs/s: 10,000 would take 20 s a run
 ENQUEUE_JOBS = 10_000
 ARTICLE_JOBS = 200
@@ -242,7 +243,7 @@ def enqueue_bulk(url: str, n: int) -> Sample:
     return {"jobs_per_s": n / elapsed}
 
 
-def article(url: str, n: int = ARTICLE_JOBS, work: float = 0.002) -> Sample:
+def article(url: str, n: int = ARTICLE_JOBS, work: float = 0.002, prefetch: int = 0) -> Sample:
     """The article's workload: ``n`` jobs of ``work`` s on an idle worker at concurrency 8."""
     app = sqljobs.App(url)
     countdown = Countdown(n)
@@ -254,7 +255,7 @@ def article(url: str, n: int = ARTICLE_JOBS, work: float = 0.002) -> Sample:
 
     try:
         app.migrate()
-        with running_worker(app, concurrency=8):
+        with running_worker(app, concurrency=8, prefetch=prefetch):
             wait_idle(app)
             started = time.perf_counter()
             work_2ms.enqueue_many([(i,) for i in range(n)])
@@ -574,10 +575,14 @@ def bench_drain(runs: int) -> list[Row]:
     """Drain no-op jobs at concurrency 8, with the physical references in the same rounds."""
     got = collect(runs, {
         "sqljobs": in_scratch("drain", lambda u: drain_in_thread(u, DRAIN_JOBS)),
+        "sqljobs pf16": in_scratch("drainpf",
+                                   lambda u: drain_in_thread(u, DRAIN_JOBS, prefetch=16)),
         "sqljobs 1 proc": in_scratch("drain1p", lambda u: drain_in_processes(u, DRAIN_JOBS, 1)),
         "sqljobs 2 procs": in_scratch("drain2p",
                                       lambda u: drain_in_processes(u, DRAIN_JOBS, 2)),
         "pgqueuer": in_scratch("pgq", lambda u: pg_peers.pgqueuer_drain(u, PGQUEUER_JOBS)),
+        "pgqueuer defaults": in_scratch(
+            "pgqdef", lambda u: pg_peers.pgqueuer_drain(u, PGQUEUER_DEFAULTS_JOBS, None)),
         "procrastinate": in_scratch(
             "proc", lambda u: pg_peers.procrastinate_drain(u, PROCRASTINATE_JOBS)),
         "pgbench": in_scratch("pgbench", pgbench_update),
@@ -592,11 +597,15 @@ def bench_drain(runs: int) -> list[Row]:
     n = f"{DRAIN_JOBS:,}"
     sq = med("sqljobs", "sqljobs Worker (thread)", target=">= 8,000",
              note=f"{n} pre-enqueued; worker start -> last outcome committed")  # fmt: skip
+    sq16 = med("sqljobs pf16", "sqljobs Worker (thread), prefetch=16",
+               note="as above; claims up to 8 + 16 jobs at a time")  # fmt: skip
     sq1 = med("sqljobs 1 proc", "sqljobs CLI worker, 1 process",
               note=f"{n}; enqueue_many commit -> last outcome committed")  # fmt: skip
     sq2 = med("sqljobs 2 procs", "sqljobs CLI worker, --processes 2", note="as above, 2 x c=8")
     pq = med("pgqueuer", "pgqueuer", note=f"{PGQUEUER_JOBS:,}; max_concurrent_tasks=8, "
              "batch_size=4; worker start -> last handler returned")  # fmt: skip
+    pqd = med("pgqueuer defaults", "pgqueuer, its defaults",
+              note=f"{PGQUEUER_DEFAULTS_JOBS:,}; batch_size=10, no in-flight cap")  # fmt: skip
     pr = med("procrastinate", "procrastinate", note=f"{PROCRASTINATE_JOBS:,}; concurrency=8, "
              "async task; worker start -> last handler returned")  # fmt: skip
     pgb = med("pgbench", "pgbench single-row UPDATE, 8 clients", "tx/s", "tps",
@@ -606,11 +615,16 @@ def bench_drain(runs: int) -> list[Row]:
     claims = med("sqljobs", "sqljobs claim queries", "claims", "claims",
                  note=f"for {n} jobs (thread worker)")  # fmt: skip
     return [
-        sq, sq1, sq2, pq, pr, pgb, ba, claims,
+        sq, sq16, sq1, sq2, pq, pqd, pr, pgb, ba, claims,
         ratio(b, "sqljobs / pgqueuer", sq, pq, target=">= 5"),
+        ratio(b, "sqljobs / pgqueuer (its defaults)", sq, pqd),
         ratio(b, "sqljobs / procrastinate", sq, pr, target=">= 25"),
+        ratio(b, "sqljobs prefetch=16 / pgqueuer", sq16, pq),
+        ratio(b, "sqljobs prefetch=16 / procrastinate", sq16, pr),
         ratio(b, "sqljobs / pgbench UPDATE tx/s", sq, pgb, "%", note="jobs/s per tx/s"),
         ratio(b, "sqljobs / bare loop", sq, ba, "%"),
+        ratio(b, "sqljobs prefetch=16 / pgbench UPDATE tx/s", sq16, pgb, "%"),
+        ratio(b, "sqljobs prefetch=16 / bare loop", sq16, ba, "%"),
         ratio(b, "sqljobs 2 procs / 1 proc", sq2, sq1),
     ]  # fmt: skip
 
@@ -636,13 +650,19 @@ def bench_enqueue(runs: int) -> list[Row]:
 
 def bench_article(runs: int) -> list[Row]:
     """The reference article: 200 jobs of time.sleep(0.002) on an idle worker, c=8."""
-    got = collect(runs, {"sqljobs": in_scratch("article", article)})["sqljobs"]
+    got = collect(runs, {
+        "sqljobs": in_scratch("article", article),
+        "prefetch": in_scratch("articlepf", lambda u: article(u, prefetch=16)),
+    })  # fmt: skip
     b = f"{ARTICLE_JOBS} x 2 ms jobs, c=8"
+    sq, pf = got["sqljobs"], got["prefetch"]
     return [
-        row(b, "sqljobs enqueue done -> all done", got.get("after_enqueue_ms", []), "ms",
+        row(b, "sqljobs enqueue done -> all done", sq.get("after_enqueue_ms", []), "ms",
             "< 80", "until the last outcome is committed; ideal 50 ms"),
-        row(b, "sqljobs enqueue start -> all done", got.get("total_ms", []), "ms",
+        row(b, "sqljobs enqueue start -> all done", sq.get("total_ms", []), "ms",
             note="includes the enqueue_many of 200"),
+        row(b, "sqljobs prefetch=16: enqueue done -> all done", pf.get("after_enqueue_ms", []),
+            "ms"),
     ]  # fmt: skip
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -32,6 +34,30 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     template = request.getfixturevalue("pg_template")
     with fresh_pg_database(template) as pg_url:
         yield pg_url
+
+
+@pytest.fixture(autouse=True)
+def close_what_tests_open(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Close every App and backend a test opened, so no connection pool is left for the
+    garbage collector to tear down from one of the pool's own threads."""
+    opened: list[Any] = []
+    real_init, real_open = sqljobs.App.__init__, sqljobs.App.open_backend
+
+    def init(self: sqljobs.App, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **kwargs)
+        opened.append(self)
+
+    def open_backend(self: sqljobs.App, **options: Any) -> Any:
+        backend = real_open(self, **options)
+        opened.append(backend)
+        return backend
+
+    monkeypatch.setattr(sqljobs.App, "__init__", init)
+    monkeypatch.setattr(sqljobs.App, "open_backend", open_backend)
+    yield
+    for thing in reversed(opened):
+        with contextlib.suppress(Exception):
+            thing.close()
 
 
 @pytest.fixture
@@ -126,19 +152,20 @@ def spawn(url: str, runs: Runs, tmp_path: Path) -> Iterator[Callable[..., subpro
         logs.append(log_path)
         with log_path.open("wb") as out:
             proc = subprocess.Popen(
-                [sys.executable, "-m", "sqljobs", "--app", app, "worker", *args],
+                [sys.executable, "-m", "sqljobs", "-v", "--app", app, "worker", *args],
                 env=env,
                 cwd=ROOT,
                 stdout=out,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,  # so teardown can kill a supervisor's children too
             )
         procs.append(proc)
         return proc
 
     yield start
     for proc in procs:
-        if proc.poll() is None:
-            proc.kill()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
     for log_path in logs:
         text = log_path.read_text(errors="replace").strip()

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import faulthandler
 import importlib
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from typing import Any
@@ -84,7 +86,10 @@ def cli(click_ctx: click.Context, app_spec: str | None, url: str | None, verbose
 def worker(
     ctx: Ctx, concurrency: int, processes: int, queues: str | None, drain_timeout: float | None
 ) -> None:
-    """Run jobs until SIGTERM (graceful drain) or a second signal (at once)."""
+    """Run jobs until SIGTERM (graceful drain) or a second signal (at once).
+
+    SIGUSR1 prints every thread's stack to stderr, for diagnosing a stuck worker."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
     ctx.app.run_worker(
         concurrency=concurrency, queues=names, processes=processes, drain_timeout=drain_timeout
