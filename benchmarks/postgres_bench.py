@@ -48,11 +48,12 @@ TICKS = os.sysconf("SC_CLK_TCK")
 DRAIN_JOBS = 10_000
 PGQUEUER_JOBS = 10_000
 PGQUEUER_DEFAULTS_JOBS = 5_000
-PROCRASTINATE_JOBS = 2_000  # ~500 jobs/s: 10,000 would take 20 s a run
+PROCRASTINATE_JOBS = 2_000  # 10,000 would take 30 s a run; fewer jobs flatter it (below)
 ENQUEUE_JOBS = 10_000
 ARTICLE_JOBS = 200
 LATENCY_JOBS = 200
 IDLE_SECONDS = 10.0
+IDLE_SETTLE = 3.0
 BARE_JOBS = 20_000
 PGBENCH_SECONDS = 5
 
@@ -111,7 +112,7 @@ def admin_execute(sql: str, attempts: int = 30) -> None:
     for attempt in range(1, attempts + 1):
         try:
             with psycopg.connect(ADMIN_URL, autocommit=True) as conn:
-                conn.execute(sql)  # type: ignore[arg-type]
+                conn.execute(sql)
             return
         except psycopg.OperationalError:
             if attempt == attempts:
@@ -304,10 +305,12 @@ def worker_process(url: str, *args: str) -> Iterator[tuple[subprocess.Popen[byte
             stop_worker(proc)
 
 
-def alive(proc: subprocess.Popen[bytes], folder: Path) -> None:
+def alive(proc: subprocess.Popen[bytes], folder: Path) -> bool:
+    """True while the worker runs; its log tail in the error once it has died."""
     if proc.poll() is not None:
         tail = (folder / "worker.log").read_text(errors="replace")[-2000:]
         raise RuntimeError(f"worker exited with {proc.returncode}:\n{tail}")
+    return True
 
 
 def drain_in_processes(url: str, n: int, processes: int, concurrency: int = 8) -> Sample:
@@ -319,7 +322,7 @@ def drain_in_processes(url: str, n: int, processes: int, concurrency: int = 8) -
         app.migrate()
         args = ["--concurrency", str(concurrency), "--processes", str(processes)]
         with worker_process(url, *args) as (proc, folder):
-            wait_until(lambda: (alive(proc, folder), app.stats().workers >= processes)[1],
+            wait_until(lambda: alive(proc, folder) and app.stats().workers >= processes,
                        step=0.02)  # fmt: skip
             time.sleep(0.3)
             app.tasks["noop"].enqueue_many([(i,) for i in range(n)])
@@ -365,23 +368,23 @@ def measure_latency(app: sqljobs.App, proc: subprocess.Popen[bytes], folder: Pat
     """``n`` single enqueues ``gap`` s apart; each handler records now minus the enqueue."""
     stamp = app.tasks["stamp"]
     stamp.enqueue(time.time())  # warm-up: waits for the worker to come up
-    wait_until(lambda: (alive(proc, folder), len(read_delays(folder)) >= 1)[1], step=0.01)
+    wait_until(lambda: alive(proc, folder) and len(read_delays(folder)) >= 1, step=0.01)
     time.sleep(0.2)
+    calls = []  # how long each enqueue() took: tells a slow commit from a slow worker
     for _ in range(n):
-        stamp.enqueue(time.time())
+        sent = time.time()
+        stamp.enqueue(sent)
+        calls.append(time.time() - sent)
         time.sleep(gap)
-    wait_until(lambda: (alive(proc, folder), len(read_delays(folder)) >= n + 1)[1], step=0.01)
+    wait_until(lambda: alive(proc, folder) and len(read_delays(folder)) >= n + 1, step=0.01)
     delays = read_delays(folder)[1:]
     return {"p50_ms": percentile(delays, 50) * 1000, "p99_ms": percentile(delays, 99) * 1000,
-            "max_ms": max(delays) * 1000}  # fmt: skip
+            "max_ms": max(delays) * 1000, "enqueue_p50_ms": percentile(calls, 50) * 1000,
+            "enqueue_max_ms": max(calls) * 1000}  # fmt: skip
 
 
 def measure_idle(name: str, pid: int, seconds: float) -> Sample:
-    """Transactions/s of the database while only the idle worker is connected, and its CPU.
-
-    PostgreSQL 15 flushes a backend's counters at most once a second, so the figure is
-    good to about one second's worth of the worker's queries."""
-    time.sleep(1.5)  # let the enqueuer's counters reach pg_stat_database
+    """Transactions/s of database ``name`` over ``seconds``, and the worker's CPU share."""
     before, backends = xacts(name)
     cpu, wall = cpu_seconds(pid), time.perf_counter()
     time.sleep(seconds)
@@ -391,22 +394,38 @@ def measure_idle(name: str, pid: int, seconds: float) -> Sample:
             "backends": float(backends)}  # fmt: skip
 
 
-def latency_then_idle(url: str, n: int, gap: float = 0.02,
-                      idle: float = IDLE_SECONDS) -> Sample:  # fmt: skip
-    """One worker subprocess: enqueue-to-start latency, then (enqueuer disconnected) what
-    it costs idle. Reusing the process saves a start-up per repetition."""
+def latency(url: str, n: int = LATENCY_JOBS, gap: float = 0.02) -> Sample:
+    """Enqueue-to-start from this process to an idle worker subprocess."""
     app = sqljobs.App(url)
     register_tasks(app)
-    app.migrate()
     try:
+        app.migrate()
         with worker_process(url, "--concurrency", "8") as (proc, folder):
-            sample = measure_latency(app, proc, folder, n, gap)
-            app.close()  # from here only the worker is connected to this database
-            sample |= measure_idle(url.rsplit("/", 1)[1], proc.pid, idle)
-            alive(proc, folder)
+            return measure_latency(app, proc, folder, n, gap)
     finally:
         app.close()
-    return sample
+
+
+def idle_cost(url: str, seconds: float = IDLE_SECONDS) -> Sample:
+    """A fresh worker process alone on its own database, after a settle: transactions/s
+    from pg_stat_database, read from another database so the reading is not counted.
+
+    PostgreSQL 15 flushes a busy backend's counters at most once a second (an idle one's
+    within 10 s), so a worker that has just run jobs would show a late burst of them; this
+    one has only started up, and the figure is good to about one second of its queries."""
+    app = sqljobs.App(url)
+    register_tasks(app)
+    try:
+        app.migrate()
+        with worker_process(url, "--concurrency", "8") as (proc, folder):
+            wait_idle(app)
+            app.close()  # from here only the worker is connected to this database
+            time.sleep(IDLE_SETTLE)
+            sample = measure_idle(url.rsplit("/", 1)[1], proc.pid, seconds)
+            alive(proc, folder)
+            return sample
+    finally:
+        app.close()
 
 
 # -- physical references -------------------------------------------------------------------
@@ -466,7 +485,7 @@ def bare_loop(url: str, n: int = BARE_JOBS, connections: int = 8) -> Sample:
     """A bare psycopg loop on ``connections`` threads: claim 100 and complete 100 per
     statement, each an autocommit transaction. What the hot path costs with no library."""
     with psycopg.connect(url, autocommit=True) as setup:
-        setup.execute(BARE_SCHEMA)  # type: ignore[arg-type]
+        setup.execute(BARE_SCHEMA)
         setup.execute("INSERT INTO bare_jobs (payload) SELECT '[' || i || ']' "
                       "FROM generate_series(1, %s) AS i", (n,))  # fmt: skip
     conns = [psycopg.connect(url, autocommit=True) for _ in range(connections)]
@@ -606,8 +625,8 @@ def bench_drain(runs: int) -> list[Row]:
              "batch_size=4; worker start -> last handler returned")  # fmt: skip
     pqd = med("pgqueuer defaults", "pgqueuer, its defaults",
               note=f"{PGQUEUER_DEFAULTS_JOBS:,}; batch_size=10, no in-flight cap")  # fmt: skip
-    pr = med("procrastinate", "procrastinate", note=f"{PROCRASTINATE_JOBS:,}; concurrency=8, "
-             "async task; worker start -> last handler returned")  # fmt: skip
+    pr = med("procrastinate", "procrastinate", note=f"{PROCRASTINATE_JOBS:,} (its rate falls "
+             "as its table grows); concurrency=8, async task; -> last handler")  # fmt: skip
     pgb = med("pgbench", "pgbench single-row UPDATE, 8 clients", "tx/s", "tps",
               note=f"-c 8 -j 2 -T {PGBENCH_SECONDS}; one UPDATE per transaction")  # fmt: skip
     ba = med("bare", "bare psycopg loop, 8 connections",
@@ -667,18 +686,22 @@ def bench_article(runs: int) -> list[Row]:
 
 
 def bench_latency(runs: int) -> list[Row]:
-    """Enqueue-to-start to an idle worker subprocess, then that worker's idle cost."""
-    got = collect(runs, {
-        "sqljobs": in_scratch("latency", lambda u: latency_then_idle(u, LATENCY_JOBS)),
-    })["sqljobs"]  # fmt: skip
+    """Enqueue-to-start to an idle worker subprocess; what a fresh idle worker costs."""
+    both = collect(runs, {"latency": in_scratch("latency", latency),
+                          "idle": in_scratch("idle", idle_cost)})  # fmt: skip
+    got = both["latency"] | both["idle"]
     b = "latency / idle, worker subprocess"
     note = f"{LATENCY_JOBS} single enqueues 20 ms apart, LISTEN/NOTIFY; includes the enqueue"
-    idle_note = (f"pg_stat_database xact deltas over {IDLE_SECONDS:g} s, only the idle worker "
-                 "connected (pg_stat_statements is not preloaded)")  # fmt: skip
+    idle_note = (f"pg_stat_database xact deltas over {IDLE_SECONDS:g} s, fresh worker alone on "
+                 "its database (pg_stat_statements is not preloaded)")  # fmt: skip
     return [
         row(b, "enqueue -> start p50", got.get("p50_ms", []), "ms", "< 3", note),
         row(b, "enqueue -> start p99", got.get("p99_ms", []), "ms", "< 10"),
         row(b, "enqueue -> start max", got.get("max_ms", []), "ms"),
+        row(b, "enqueue() call p50", got.get("enqueue_p50_ms", []), "ms",
+            note="INSERT + NOTIFY, one durable commit"),
+        row(b, "enqueue() call max", got.get("enqueue_max_ms", []), "ms",
+            note="a spike here is the commit, not the worker"),
         row(b, "idle worker: transactions/s", got.get("xacts_per_s", []), "xact/s", "<= 1",
             idle_note),
         row(b, "idle worker: CPU", got.get("cpu_pct", []), "%", note="from /proc"),

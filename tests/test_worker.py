@@ -233,3 +233,54 @@ def test_cancelling_a_running_job_tells_its_handler(app: App) -> None:
         worker.request_heartbeat()
         assert stopped.wait(10)
     assert _state(app, job_id) is JobState.CANCELLED
+
+
+def _make_suspects(app: App, task: sqljobs.Task, n: int) -> list[int]:
+    """Jobs due now that look as if they had been in a worker that crashed."""
+    ids = [task.with_options(delay=3600).enqueue(f"suspect{i}").id for i in range(n)]
+    for job_id in ids:
+        db_execute(
+            app,
+            "UPDATE sqljobs_jobs SET crashes = 1, run_at = created_at WHERE id = ?",
+            params=(job_id,),
+        )
+    return ids
+
+
+def test_jobs_from_a_crashed_worker_run_alone(app: App) -> None:
+    running: list[str] = []
+    overlap: list[tuple[str, ...]] = []
+    release = threading.Event()
+
+    @app.task
+    def step(name: str) -> None:
+        running.append(name)
+        overlap.append(tuple(running))
+        if name == "long":
+            release.wait(10)
+        running.remove(name)
+
+    step.enqueue("long")
+    with worker_thread(app, concurrency=4, poll_interval=0.2):
+        wait_until(lambda: running == ["long"])
+        suspects = _make_suspects(app, step, 2)
+        step.enqueue("normal")
+        wait_until(lambda: ("long", "normal") in overlap or ("normal",) in overlap)
+        release.set()
+        wait_until(lambda: all(_state(app, i) is JobState.DONE for i in suspects))
+    runs_of_suspects = [o for o in overlap if any(n.startswith("suspect") for n in o)]
+    assert runs_of_suspects and all(len(o) == 1 for o in runs_of_suspects), overlap
+
+
+def test_a_due_suspect_does_not_make_an_idle_worker_spin(app: App) -> None:
+    @app.task
+    def step(name: str) -> None: ...
+
+    with worker_thread(app, poll_interval=1.0) as worker:
+        wait_until(lambda: worker.counters["claims"] >= 1, what="the first (empty) claim")
+        suspects = _make_suspects(app, step, 1)
+        before = worker.counters["claims"]
+        time.sleep(0.5)  # a window over which to count claim queries
+        claims = worker.counters["claims"] - before
+        wait_until(lambda: _state(app, suspects[0]) is JobState.DONE, timeout=5)
+    assert claims <= 5, f"{claims} claim queries in 0.5 s: the worker is spinning"

@@ -70,6 +70,9 @@ class Supervisor:
                 os._exit(code)
         self.children[pid] = worker_id
         signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
+        for _ in range(min(self.signals, 2)):  # a stop that came while we were forking
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self.signals += 1

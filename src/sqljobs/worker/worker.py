@@ -181,8 +181,8 @@ class Worker:
                 if self._stopping:
                     for run in self.inflight.values():
                         run.ctx.shutting_down = True
-                    if self._immediate or now >= self._drain_deadline:
-                        self._release_all(backend)
+                    if self._immediate or now >= self._drain_deadline or not self.inflight:
+                        self._release_all(backend)  # also a suspect still waiting to run
                     if not self.inflight:
                         self._write_outcomes(backend)
                         if not self._to_write:
@@ -211,6 +211,8 @@ class Worker:
                         if len(jobs) < free:
                             want_claim = False
                             next_due = backend.next_due(cfg.queues)
+                            if next_due is not None and next_due <= self.app.clock():
+                                next_due = None  # due but not ours to take: the poll retries
                         free = self._free_slots()
                 failures = 0
             except BackendError as exc:

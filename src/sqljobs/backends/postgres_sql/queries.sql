@@ -71,7 +71,7 @@ RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts, j.token, j.l
 
 -- name: next_due
 SELECT extract(epoch FROM run_at)::float8 FROM {schema}.sqljobs_jobs
-WHERE state = 'pending' {queue_filter}
+WHERE state = 'pending' AND crashes = 0 {queue_filter}
 ORDER BY run_at LIMIT 1
 
 -- name: complete_jobs

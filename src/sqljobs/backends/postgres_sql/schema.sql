@@ -44,7 +44,8 @@ CREATE INDEX sqljobs_jobs_claim_any ON {schema}.sqljobs_jobs (priority DESC, run
 CREATE INDEX sqljobs_jobs_suspects ON {schema}.sqljobs_jobs (priority DESC, run_at, id)
     WHERE state = 'pending' AND crashes > 0;
 -- When the next delayed job falls due.
-CREATE INDEX sqljobs_jobs_due ON {schema}.sqljobs_jobs (run_at) WHERE state = 'pending';
+CREATE INDEX sqljobs_jobs_due ON {schema}.sqljobs_jobs (run_at)
+    WHERE state = 'pending' AND crashes = 0;
 CREATE INDEX sqljobs_jobs_lease ON {schema}.sqljobs_jobs (lease_until) WHERE state = 'running';
 CREATE INDEX sqljobs_jobs_finished ON {schema}.sqljobs_jobs (finished_at)
     WHERE state IN ('done', 'cancelled');

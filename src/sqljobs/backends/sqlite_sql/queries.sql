@@ -69,16 +69,16 @@ RETURNING id, task, payload, queue, priority, attempts, token, lease, max_attemp
 
 -- name: next_due_one_queue
 SELECT run_at FROM sqljobs_jobs INDEXED BY sqljobs_jobs_due
-WHERE state = 'pending' AND queue = :queue ORDER BY run_at LIMIT 1
+WHERE state = 'pending' AND crashes = 0 AND queue = :queue ORDER BY run_at LIMIT 1
 
 -- name: next_due_some_queues
 SELECT run_at FROM sqljobs_jobs INDEXED BY sqljobs_jobs_due
-WHERE state = 'pending' AND queue IN (SELECT value FROM json_each(:queues))
+WHERE state = 'pending' AND crashes = 0 AND queue IN (SELECT value FROM json_each(:queues))
 ORDER BY run_at LIMIT 1
 
 -- name: next_due_all_queues
 SELECT run_at FROM sqljobs_jobs INDEXED BY sqljobs_jobs_due
-WHERE state = 'pending' ORDER BY run_at LIMIT 1
+WHERE state = 'pending' AND crashes = 0 ORDER BY run_at LIMIT 1
 
 -- name: complete_job
 UPDATE sqljobs_jobs

@@ -38,7 +38,8 @@ CREATE INDEX sqljobs_jobs_claim_any ON sqljobs_jobs (priority DESC, run_at, id)
 CREATE INDEX sqljobs_jobs_suspects ON sqljobs_jobs (priority DESC, run_at, id)
     WHERE state = 'pending' AND crashes > 0;
 -- When the next delayed job falls due.
-CREATE INDEX sqljobs_jobs_due ON sqljobs_jobs (run_at) WHERE state = 'pending';
+CREATE INDEX sqljobs_jobs_due ON sqljobs_jobs (run_at)
+    WHERE state = 'pending' AND crashes = 0;
 -- The reaper looks for expired leases.
 CREATE INDEX sqljobs_jobs_lease ON sqljobs_jobs (lease_until) WHERE state = 'running';
 -- The pruner deletes finished jobs by age.
