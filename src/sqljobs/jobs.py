@@ -88,6 +88,15 @@ class Outcome:
 
 
 @dataclass(frozen=True)
+class Due:
+    """What a worker needs to know to sleep well: when the next delayed job falls due,
+    and whether jobs from crashed workers wait to be run alone."""
+
+    run_at: float | None
+    suspects: bool = False
+
+
+@dataclass(frozen=True)
 class HeldJob:
     """A (job id, fencing token) pair: what a heartbeat renews."""
 

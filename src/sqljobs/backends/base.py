@@ -13,7 +13,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..jobs import ClaimedJob, EnqueueResult, ExpiredJob, HeldJob, Job, NewJob, Outcome
+from ..jobs import ClaimedJob, Due, EnqueueResult, ExpiredJob, HeldJob, Job, NewJob, Outcome
 from ..stats import Stats
 
 
@@ -68,8 +68,9 @@ class Backend(Protocol):
         """Take one job that was held by a worker that crashed (normal claims skip these),
         to be run alone: if it crashes its worker again, it alone is blamed."""
 
-    def next_due(self, queues: Sequence[str] | None) -> float | None:
-        """The earliest ``run_at`` among pending jobs of these queues."""
+    def next_due(self, queues: Sequence[str] | None) -> Due:
+        """The earliest ``run_at`` among pending jobs of these queues, and whether jobs
+        from crashed workers wait (one cheap statement)."""
 
     def finish_jobs(self, outcomes: Sequence[Outcome]) -> list[int]:
         """Apply outcomes (fenced); return the ids that were written."""
@@ -89,6 +90,11 @@ class Backend(Protocol):
 
     def subscribe(self, callback: Callable[[], None]) -> None:
         """Have ``callback`` called when another process enqueues, if the backend can push."""
+
+    @property
+    def pushes_changes(self) -> bool:
+        """True if ``subscribe`` callbacks announce every enqueue (no need to poll
+        ``change_marker``)."""
 
     def change_marker(self) -> int | None:
         """A number that changes when another connection commits, if the backend has one."""

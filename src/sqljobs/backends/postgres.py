@@ -28,6 +28,7 @@ import psycopg_pool
 from ..errors import BackendError, ConfigurationError
 from ..jobs import (
     ClaimedJob,
+    Due,
     EnqueueResult,
     ExpiredJob,
     HeldJob,
@@ -115,6 +116,7 @@ class PostgresBackend:
                     open=True,
                     name="sqljobs",
                     kwargs={"autocommit": True, "connect_timeout": int(self.connect_timeout)},
+                    configure=_configure,
                 )
             return self._pool
 
@@ -144,12 +146,21 @@ class PostgresBackend:
         except psycopg.Error as exc:
             raise BackendError(f"PostgreSQL error: {str(exc).strip()}") from exc
 
-    def _run(self, work: Callable[[psycopg.Connection[Any]], T], attempts: int = 5) -> T:
-        """Run ``work`` in one transaction, retried on serialization failure or deadlock."""
+    def _run(
+        self,
+        work: Callable[[psycopg.Connection[Any]], T],
+        attempts: int = 5,
+        transaction: bool = True,
+    ) -> T:
+        """Run ``work``, retried on serialization failure or deadlock. A single statement
+        needs no explicit transaction: in autocommit it is one round trip, not three."""
         for attempt in range(1, attempts + 1):
             try:
-                with self._connection() as conn, conn.transaction():
-                    return work(conn)
+                with self._connection() as conn:
+                    if not transaction:
+                        return work(conn)
+                    with conn.transaction():
+                        return work(conn)
             except BackendError as exc:
                 if not isinstance(exc.__cause__, _RETRYABLE) or attempt == attempts:
                     raise
@@ -159,7 +170,8 @@ class PostgresBackend:
     def _fetch(
         self, name: str, params: Mapping[str, Any] | None = None, sql: str | None = None
     ) -> list[Any]:
-        return self._run(lambda c: c.execute(sql or self.queries[name], params).fetchall())
+        statement = sql or self.queries[name]
+        return self._run(lambda c: c.execute(statement, params).fetchall(), transaction=False)
 
     def now(self) -> float:
         return self.clock()
@@ -213,67 +225,60 @@ class PostgresBackend:
     ) -> list[EnqueueResult]:
         if not jobs:
             return []
+        queues = {j.queue for j in jobs}
         if connection is not None:
             if not isinstance(connection, psycopg.Connection):
                 raise ConfigurationError(
                     "a PostgreSQL queue needs a psycopg Connection to enqueue in the caller's "
                     f"transaction, got {type(connection).__name__}"
                 )
-            try:
-                results = self._insert(connection, jobs)
-                for queue in {j.queue for j in jobs}:  # delivered only if the caller commits
-                    connection.execute("SELECT pg_notify(%s, %s)", (self.channel, queue))
+            try:  # the notify is delivered only if the caller commits
+                return self._insert(connection, jobs, sorted(queues) if self.listen else [])
             except psycopg.Error as exc:
                 raise BackendError(f"PostgreSQL enqueue failed: {str(exc).strip()}") from exc
-            return results
+        notify = self._debounced(queues)
+        return self._run(lambda conn: self._insert(conn, jobs, notify), transaction=False)
 
-        def work(conn: psycopg.Connection[Any]) -> list[EnqueueResult]:
-            results = self._insert(conn, jobs)
-            self._notify_in(conn, {j.queue for j in jobs})
-            return results
-
-        return self._run(work)
-
-    def _insert(self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+    def _insert(
+        self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob], notify: list[str]
+    ) -> list[EnqueueResult]:
+        """One statement inserts the jobs and sends the NOTIFYs (so one round trip)."""
         params = {
-            "queue": [j.queue for j in jobs],
-            "task": [j.task for j in jobs],
-            "payload": [j.payload for j in jobs],
-            "key": [j.key for j in jobs],
-            "priority": [j.priority for j in jobs],
-            "run_at": [j.run_at for j in jobs],
+            "queue": [j.queue for j in jobs], "task": [j.task for j in jobs],
+            "payload": [j.payload for j in jobs], "key": [j.key for j in jobs],
+            "priority": [j.priority for j in jobs], "run_at": [j.run_at for j in jobs],
             "deadline_at": [j.deadline_at for j in jobs],
-            "max_attempts": [j.max_attempts for j in jobs],
-            "lease": [j.lease for j in jobs],
-        }
+            "max_attempts": [j.max_attempts for j in jobs], "lease": [j.lease for j in jobs],
+            "channel": self.channel, "notify": notify,
+        }  # fmt: skip
         rows = conn.execute(self.queries["insert_jobs"], params).fetchall()
         missing = [jobs[ord_ - 1].key for ord_, id_, _ in rows if id_ is None]
         found = {}
         if missing:  # keyed rows committed by a concurrent enqueue after our snapshot
             found = dict(conn.execute(self.queries["job_ids_by_key"], {"keys": missing}).fetchall())
         return [
-            EnqueueResult(int(id_ if id_ is not None else found[jobs[ord_ - 1].key]), bool(created))
-            for ord_, id_, created in rows
+            EnqueueResult(int(id_ if id_ is not None else found[jobs[ord_ - 1].key]), bool(new))
+            for ord_, id_, new in rows
         ]
 
-    def _notify_in(self, conn: psycopg.Connection[Any], queues: set[str]) -> None:
-        """NOTIFY inside the enqueue transaction, at most once per queue per window; a
-        suppressed one is sent by a trailing timer after the window."""
+    def _debounced(self, queues: set[str]) -> list[str]:
+        """The queues to NOTIFY now: at most once per queue per window. A suppressed one
+        is sent by a trailing timer after the window, so the last job of a burst is never
+        left to the fallback poll."""
         if not self.listen:
-            return
+            return []
         now = time.monotonic()
         with self._lock:
             send = [q for q in queues if now - self._last_notify.get(q, 0.0) >= self.notify_window]
             for q in send:
                 self._last_notify[q] = now
-            late = [q for q in queues if q not in send and q not in self._trailing]
-            for q in late:
-                timer = threading.Timer(self.notify_window, self._trailing_notify, (q,))
-                timer.daemon = True
-                self._trailing[q] = timer
-                timer.start()
-        for q in send:
-            conn.execute("SELECT pg_notify(%s, %s)", (self.channel, q))
+            for q in queues:
+                if q not in send and q not in self._trailing:
+                    timer = threading.Timer(self.notify_window, self._trailing_notify, (q,))
+                    timer.daemon = True
+                    self._trailing[q] = timer
+                    timer.start()
+        return sorted(send)
 
     def _trailing_notify(self, queue: str) -> None:
         with self._lock:
@@ -322,16 +327,15 @@ class PostgresBackend:
         rows = self._fetch("claim_suspect", params)
         return ClaimedJob(*rows[0][:12]) if rows else None
 
-    def next_due(self, queues: Sequence[str] | None) -> float | None:
-        rows = self._fetch(
-            "next_due", {"queues": list(queues or [])}, self._queue_sql("next_due", queues)
-        )
-        return float(rows[0][0]) if rows else None
+    def next_due(self, queues: Sequence[str] | None) -> Due:
+        sql = self._queue_sql("next_due", queues)
+        run_at, suspects = self._fetch("next_due", {"queues": list(queues or [])}, sql)[0]
+        return Due(None if run_at is None else float(run_at), bool(suspects))
 
     def finish_jobs(self, outcomes: Sequence[Outcome]) -> list[int]:
         if not outcomes:
             return []
-        return self._run(lambda conn: self._finish(conn, outcomes))
+        return self._run(lambda conn: self._finish(conn, outcomes), transaction=False)
 
     def _finish(self, conn: psycopg.Connection[Any], outcomes: Sequence[Outcome]) -> list[int]:
         plain = [o for o in outcomes if o.state is JobState.DONE and o.history is None]
@@ -397,9 +401,16 @@ class PostgresBackend:
         self._fetch_none("unregister_worker", {"worker": worker})
 
     def _fetch_none(self, name: str, params: Mapping[str, Any]) -> int:
-        return self._run(lambda conn: conn.execute(self.queries[name], params).rowcount)
+        return self._run(
+            lambda conn: conn.execute(self.queries[name], params).rowcount, transaction=False
+        )
 
     # -- wake-ups ----------------------------------------------------------------------
+
+    @property
+    def pushes_changes(self) -> bool:
+        """True when a LISTEN thread wakes workers, so they need not check for changes."""
+        return self.listen
 
     def change_marker(self) -> int | None:
         """How many notifications the listener has seen (None in poll-only mode)."""
@@ -493,6 +504,12 @@ class PostgresBackend:
 
     def prune_finished(self, before: float, limit: int = 1000) -> int:
         return self._fetch_none("prune_finished", {"before": before, "limit": limit})
+
+
+def _configure(conn: psycopg.Connection[Any]) -> None:
+    """Queue statements are short and planned once: JIT compiling them costs more than it
+    saves (it took 272 of 410 ms of a 10,000-row enqueue)."""
+    conn.execute("SET jit = off")
 
 
 def _to_job(row: Sequence[Any]) -> Job:

@@ -21,6 +21,7 @@ from typing import Any
 from ..errors import BackendError, ConfigurationError
 from ..jobs import (
     ClaimedJob,
+    Due,
     EnqueueResult,
     ExpiredJob,
     HeldJob,
@@ -282,10 +283,10 @@ class SqliteBackend:
             row = conn.execute(Q["claim_suspect"], params).fetchone()
         return None if row is None else ClaimedJob(*row[:12])
 
-    def next_due(self, queues: Sequence[str] | None) -> float | None:
+    def next_due(self, queues: Sequence[str] | None) -> Due:
         sql, params = self._by_queues("next_due", queues)
-        rows = self._read(sql, params)
-        return float(rows[0][0]) if rows else None
+        run_at, suspects = self._read(sql, params)[0]
+        return Due(None if run_at is None else float(run_at), bool(suspects))
 
     @staticmethod
     def _by_queues(prefix: str, queues: Sequence[str] | None) -> tuple[str, dict[str, Any]]:
@@ -352,6 +353,8 @@ class SqliteBackend:
 
     def subscribe(self, callback: Callable[[], None]) -> None:
         """Nothing to subscribe to: workers watch ``change_marker`` (PRAGMA data_version)."""
+
+    pushes_changes = False  # workers watch change_marker (PRAGMA data_version) instead
 
     def change_marker(self) -> int | None:
         (value,) = self._read("PRAGMA data_version")[0]

@@ -17,19 +17,23 @@ class WorkerConfig:
     ``supervisor_pid``, set by ``--processes``, makes the worker drain and exit if its
     supervisor dies, instead of living on as an orphan.
     ``change_check_interval`` is how often an idle SQLite worker looks at the database's
-    change counter (no table access); ``poll_interval`` is the fallback claim query.
+    change counter (no table access); PostgreSQL pushes changes with LISTEN/NOTIFY instead.
+    ``poll_interval`` (jittered by 10%) is the fallback claim query for what no change
+    signal announces. ``prefetch`` jobs are claimed beyond ``concurrency`` so threads
+    never wait on the database (default: as many as ``concurrency``); at shutdown the
+    ones not started are handed back at once.
     """
 
     concurrency: int = 8
     queues: tuple[str, ...] | None = None
     drain_timeout: float | None = None
     heartbeat: bool = True
-    poll_interval: float = 1.0
+    poll_interval: float = 5.0
     change_check_interval: float = 0.002
     reap_interval: float | None = None
     prune_interval: float = 60.0
     max_crashes: int = 3
-    prefetch: int = 0
+    prefetch: int | None = None
     worker_id: str | None = None
     install_signal_handlers: bool = True
     synchronous: str = "NORMAL"
@@ -38,7 +42,7 @@ class WorkerConfig:
     def __post_init__(self) -> None:
         if self.concurrency < 1:
             raise ConfigurationError(f"concurrency must be >= 1, got {self.concurrency}")
-        if self.prefetch < 0:
+        if self.prefetch is not None and self.prefetch < 0:
             raise ConfigurationError(f"prefetch must be >= 0, got {self.prefetch}")
         if self.poll_interval <= 0 or self.change_check_interval <= 0:
             raise ConfigurationError("poll_interval and change_check_interval must be > 0")

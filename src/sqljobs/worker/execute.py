@@ -142,6 +142,19 @@ class ThreadPool:
     def submit(self, run: Running) -> None:
         self._queue.put(run)
 
+    def take_queued(self) -> list[Running]:
+        """Remove and return the jobs no thread has started yet."""
+        taken: list[Running] = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return taken
+            if item is None:  # a stop sentinel: put it back for a thread
+                self._queue.put(None)
+                return taken
+            taken.append(item)
+
     def _loop(self) -> None:
         while (run := self._queue.get()) is not None:
             self._report(run, run_sync(run, self._clock))

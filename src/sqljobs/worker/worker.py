@@ -11,6 +11,7 @@ running claim queries; a claim query still runs every ``poll_interval`` as a fal
 from __future__ import annotations
 
 import collections
+import random
 import logging
 import os
 import signal
@@ -18,6 +19,7 @@ import socket
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +51,8 @@ class Worker:
         self.id = self.config.worker_id or (
             f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         )
-        self.capacity = self.config.concurrency + self.config.prefetch
+        prefetch = self.config.concurrency if self.config.prefetch is None else self.config.prefetch
+        self.capacity = self.config.concurrency + prefetch
         self._leases = {name: task.lease for name, task in app.tasks.items()}
         self.inflight: dict[int, Running] = {}
         self.stopped = threading.Event()
@@ -64,6 +67,7 @@ class Worker:
         self._suspect: ClaimedJob | None = None  # claimed, waiting to run alone
         self._solo: int | None = None  # id of the suspect running alone
         self._backend: Backend | None = None
+        self._backend_pushes = False
         self._threads: ThreadPool | None = None
         self._async: AsyncRunner | None = None
 
@@ -96,6 +100,7 @@ class Worker:
             options = {"pool_size": max(10, self.config.concurrency + 2)}
         backend = self._backend = self.app.open_backend(**options)
         backend.subscribe(self._wake.set)
+        self._backend_pushes = backend.pushes_changes
         self._reaper = Reaper(backend, self.config.max_crashes)
         self._pruner = Pruner(backend, self.app.retention)
         heartbeat_interval = self.shortest_lease / 3
@@ -144,76 +149,22 @@ class Worker:
         return restore
 
     def _loop(self, backend: Backend, heartbeat_interval: float) -> None:
-        cfg = self.config
-        reap_interval = cfg.reap_interval or heartbeat_interval
-        now = time.monotonic()
-        next_heartbeat = now + heartbeat_interval
-        next_reap = now
-        next_prune = now + cfg.prune_interval
-        next_poll = now
-        next_due: float | None = None
-        next_suspect_check = now
-        marker = self._change_marker(backend)
-        want_claim = True
+        t = _Timers(time.monotonic(), heartbeat_interval, self.config)
         failures = 0
         while True:
             self._wake.clear()
             try:
                 if self._collect():
-                    want_claim = True
-                self._write_outcomes(backend)
+                    t.want_claim = True
+                self._write_outcomes(backend, t)
                 now = time.monotonic()
                 self._expire_timeouts(now)
-                if cfg.supervisor_pid is not None and os.getppid() != cfg.supervisor_pid:
-                    log.error("worker %s: its supervisor died; stopping", self.id)
-                    self.stop()
-                if now >= next_heartbeat or self._heartbeat_requested:
-                    self._heartbeat_requested = False
-                    self._heartbeat(backend)
-                    next_heartbeat = now + heartbeat_interval
-                if now >= next_reap:
-                    if self._reaper.run_once():
-                        want_claim, next_suspect_check = True, now
-                    next_reap = now + reap_interval
-                if now >= next_prune:
-                    self._pruner.run_once()
-                    next_prune = now + cfg.prune_interval
+                self._maintain(backend, t, now)
                 if self._stopping:
-                    for run in self.inflight.values():
-                        run.ctx.shutting_down = True
-                    if self._immediate or now >= self._drain_deadline or not self.inflight:
-                        self._release_all(backend)  # also a suspect still waiting to run
-                    if not self.inflight:
-                        self._write_outcomes(backend)
-                        if not self._to_write:
-                            return
+                    if self._drain_step(backend, now):
+                        return
                 else:
-                    current = self._change_marker(backend)
-                    if current != marker:
-                        marker, want_claim = current, True
-                    wall = self.app.clock()
-                    if next_due is not None and wall >= next_due:
-                        want_claim, next_due = True, None
-                    if now >= next_poll:
-                        want_claim = True
-                    look = want_claim and now >= next_suspect_check
-                    if look:
-                        next_suspect_check = now + cfg.poll_interval
-                    if look or self._suspect is not None:
-                        self._take_suspect(backend, look)
-                    free = self._free_slots()
-                    while want_claim and free > 0:
-                        jobs = backend.claim_jobs(self.id, cfg.queues, free, self._leases)
-                        next_poll = time.monotonic() + cfg.poll_interval
-                        self.counters["claims"] += 1
-                        for job in jobs:
-                            self._dispatch(backend, job)
-                        if len(jobs) < free:
-                            want_claim = False
-                            next_due = backend.next_due(cfg.queues)
-                            if next_due is not None and next_due <= self.app.clock():
-                                next_due = None  # due but not ours to take: the poll retries
-                        free = self._free_slots()
+                    self._claim_step(backend, t, now)
                 failures = 0
             except BackendError as exc:
                 failures += 1
@@ -223,26 +174,91 @@ class Worker:
                 )
                 self._wake.wait(pause)
                 continue
-            self._wake.wait(self._wait_time(next_heartbeat, next_reap, next_poll, next_due))
+            self._wake.wait(self._wait_time(t))
 
-    def _wait_time(self, *deadlines: float | None) -> float:
+    def _maintain(self, backend: Backend, t: _Timers, now: float) -> None:
+        """Heartbeat, reaper and pruner, each on its own timer."""
+        cfg = self.config
+        if cfg.supervisor_pid is not None and os.getppid() != cfg.supervisor_pid:
+            log.error("worker %s: its supervisor died; stopping", self.id)
+            self.stop()
+        if now >= t.heartbeat or self._heartbeat_requested:
+            self._heartbeat_requested = False
+            self._heartbeat(backend)
+            t.heartbeat = now + t.heartbeat_interval
+        if now >= t.reap:
+            if self._reaper.run_once():
+                t.want_claim, t.suspect_check = True, now
+            t.reap = now + (cfg.reap_interval or t.heartbeat_interval)
+        if now >= t.prune:
+            self._pruner.run_once()
+            t.prune = now + cfg.prune_interval
+
+    def _drain_step(self, backend: Backend, now: float) -> bool:
+        """One step of a graceful stop; True once nothing is held any more."""
+        for run in self.inflight.values():
+            run.ctx.shutting_down = True
+        if self._threads is not None:  # claimed but not started: hand back, do not start
+            self._release(backend, self._threads.take_queued(), "released_unstarted")
+        if self._immediate or now >= self._drain_deadline or not self.inflight:
+            self._release_all(backend)  # also a suspect still waiting to run
+        if self.inflight:
+            return False
+        self._write_outcomes(backend)
+        return not self._to_write
+
+    def _claim_step(self, backend: Backend, t: _Timers, now: float) -> None:
+        """Decide whether anything may be claimable, then claim up to the free slots,
+        again at once while batches come back full."""
+        cfg = self.config
+        if self._solo is not None and self._solo not in self.inflight:
+            self._solo = None  # the suspect ran alone: look for the next one at once
+            t.suspect_check, t.want_claim = now, True
+        current = backend.change_marker()
+        if current != t.marker:
+            t.marker, t.want_claim = current, True
+        if t.due is not None and self.app.clock() >= t.due:
+            t.want_claim, t.due = True, None
+        if now >= t.poll:
+            t.want_claim = True
+        look = t.want_claim and now >= t.suspect_check
+        if look:
+            t.suspect_check = now + cfg.poll_interval
+        if look or self._suspect is not None:
+            self._take_suspect(backend, look)
+        free = self._free_slots()
+        while t.want_claim and free > 0:
+            jobs = backend.claim_jobs(self.id, cfg.queues, free, self._leases)
+            t.poll = time.monotonic() + cfg.poll_interval * random.uniform(0.9, 1.1)
+            self.counters["claims"] += 1
+            for job in jobs:
+                self._dispatch(backend, job)
+            if len(jobs) < free:
+                t.want_claim = False
+                due = backend.next_due(cfg.queues)
+                if due.suspects and self._suspect is None:
+                    t.suspect_check = now
+                # a due job we did not get is another worker's, or a suspect: the poll retries
+                t.due = due.run_at if due.run_at and due.run_at > self.app.clock() else None
+            free = self._free_slots()
+
+    def _wait_time(self, t: _Timers) -> float:
+        if self._to_write or self._results:
+            return 0.0  # outcomes to write (e.g. from _dispatch) go out now
         now = time.monotonic()
-        wall = self.app.clock()
-        timers = [d - now for d in deadlines[:3] if d is not None]
-        if deadlines[3] is not None:
-            timers.append(deadlines[3] - wall)
+        timers = [t.heartbeat - now, t.reap - now, t.prune - now, t.poll - now]
+        if t.due is not None:
+            timers.append(t.due - self.app.clock())
+        if t.suspect_check > now and self._suspect is None and t.want_claim:
+            timers.append(t.suspect_check - now)
         if self._stopping:
             timers.append(self._drain_deadline - now)
-        else:
+        elif not self._backend_pushes:
             timers.append(self.config.change_check_interval)
         for run in self.inflight.values():
             if run.deadline is not None:
                 timers.append(run.deadline - now)
         return max(0.0, min(timers))
-
-    @staticmethod
-    def _change_marker(backend: Backend) -> int | None:
-        return backend.change_marker()
 
     # -- claiming and running ----------------------------------------------------------
 
@@ -342,7 +358,7 @@ class Worker:
             self._to_write.append(outcome)
         return freed
 
-    def _write_outcomes(self, backend: Backend) -> None:
+    def _write_outcomes(self, backend: Backend, t: _Timers | None = None) -> None:
         if not self._to_write:
             return
         batch, self._to_write = self._to_write, []
@@ -351,10 +367,9 @@ class Worker:
         except BackendError:
             self._to_write = batch + self._to_write
             raise
+        wall = self.app.clock()
         for outcome in batch:
-            if outcome.job_id in written:
-                self.counters[outcome.state.value] += 1
-            else:
+            if outcome.job_id not in written:
                 self.counters["stale_results"] += 1
                 log.warning(
                     "job %s: outcome %s discarded: the job is no longer held by this "
@@ -362,6 +377,11 @@ class Worker:
                     outcome.job_id,
                     outcome.state,
                 )
+                continue
+            self.counters[outcome.state.value] += 1
+            if t is not None and outcome.state is JobState.PENDING and outcome.delay is not None:
+                retry_at = wall + outcome.delay  # our own retries: wake for them on time
+                t.due = retry_at if t.due is None else min(t.due, retry_at)
 
     def _close(self, run: Running, *, abandon: bool) -> None:
         run.closed = True
@@ -412,40 +432,57 @@ class Worker:
 
     def _release_all(self, backend: Backend) -> None:
         """End of drain: hand every job still held back to pending, no attempt charged."""
+        runs = list(self.inflight.values())
+        for run in runs:
+            run.ctx.shutting_down = True
+            self._close(run, abandon=False)
+        self._release(backend, runs, "released")
+
+    def _release(self, backend: Backend, runs: list[Running], label: str) -> None:
         wall = self.app.clock()
         outcomes = []
         if self._suspect is not None:
             job, self._suspect = self._suspect, None
             outcomes.append(Outcome(job.id, job.token, JobState.PENDING, delay=0.0, uncharge=True))
-        for run in list(self.inflight.values()):
-            run.ctx.shutting_down = True
-            self._close(run, abandon=False)
-            entry = {
-                "attempt": run.job.attempt,
-                "outcome": "released",
-                "started_at": run.started_wall,
-                "ended_at": wall,
-                "worker": self.id,
-            }
-            outcomes.append(
-                Outcome(
-                    run.job.id,
-                    run.job.token,
-                    JobState.PENDING,
-                    delay=0.0,
-                    history=entry,
-                    uncharge=True,
-                )
-            )
+        for run in runs:
+            run.closed = True
+            self.inflight.pop(run.job.id, None)
+            entry = {"attempt": run.job.attempt, "outcome": label, "ended_at": wall,
+                     "started_at": run.started_wall, "worker": self.id}  # fmt: skip
+            outcomes.append(Outcome(run.job.id, run.job.token, JobState.PENDING, delay=0.0,
+                                    history=entry, uncharge=True))  # fmt: skip
         if not outcomes:
             return
         written = backend.finish_jobs(outcomes)
         self.counters["released"] += len(written)
-        log.info(
-            "worker %s: released %d jobs still running at the end of the drain",
-            self.id,
-            len(written),
-        )
+        log.info("worker %s: released %d jobs it held (%s)", self.id, len(written), label)
+
+
+@dataclass
+class _Timers:
+    """When the coordinator next does each of its periodic duties (monotonic seconds,
+    except ``due``, the wall-clock time the next delayed job falls due)."""
+
+    heartbeat: float
+    reap: float
+    prune: float
+    poll: float
+    suspect_check: float
+    heartbeat_interval: float
+    due: float | None = None
+    marker: int | None = None
+    want_claim: bool = True
+
+    def __init__(self, now: float, heartbeat_interval: float, config: WorkerConfig) -> None:
+        self.heartbeat = now + heartbeat_interval
+        self.reap = now
+        self.prune = now + config.prune_interval
+        self.poll = now
+        self.suspect_check = now
+        self.heartbeat_interval = heartbeat_interval
+        self.due = None
+        self.marker = None
+        self.want_claim = True
 
 
 def _unregistered(*_args: Any, **_kwargs: Any) -> None:

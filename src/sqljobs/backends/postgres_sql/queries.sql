@@ -17,6 +17,8 @@ WITH input AS (
     FROM input ORDER BY ord
     ON CONFLICT (key) DO NOTHING
     RETURNING id, key
+), notified AS (
+    SELECT count(pg_notify(%(channel)s, queue)) AS n FROM unnest(%(notify)s::text[]) AS queue
 )
 SELECT input.ord,
        coalesce(mine.id, same_batch.id, existing.id) AS id,
@@ -25,6 +27,7 @@ FROM input
 LEFT JOIN inserted AS mine ON mine.id = input.new_id
 LEFT JOIN inserted AS same_batch ON mine.id IS NULL AND same_batch.key = input.key
 LEFT JOIN {schema}.sqljobs_jobs AS existing ON mine.id IS NULL AND existing.key = input.key
+CROSS JOIN notified
 ORDER BY input.ord
 
 -- name: job_ids_by_key
@@ -33,7 +36,7 @@ SELECT key, id FROM {schema}.sqljobs_jobs WHERE key = ANY(%(keys)s::text[])
 -- name: claim
 WITH picked AS MATERIALIZED (
     SELECT id FROM {schema}.sqljobs_jobs
-    WHERE state = 'pending' AND run_at <= now() AND crashes = 0 {queue_filter}
+    WHERE state = 'pending' AND run_at <= now() AND crashes < 2 {queue_filter}
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -52,7 +55,7 @@ RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts, j.token, j.l
 -- name: claim_suspect
 WITH picked AS MATERIALIZED (
     SELECT id FROM {schema}.sqljobs_jobs
-    WHERE state = 'pending' AND run_at <= now() AND crashes > 0
+    WHERE state = 'pending' AND run_at <= now() AND crashes >= 2
       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
     ORDER BY priority DESC, run_at, id
     LIMIT 1
@@ -70,9 +73,12 @@ RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts, j.token, j.l
           extract(epoch FROM j.deadline_at)::float8, j.key, extract(epoch FROM j.run_at)::float8
 
 -- name: next_due
-SELECT extract(epoch FROM run_at)::float8 FROM {schema}.sqljobs_jobs
-WHERE state = 'pending' AND crashes = 0 {queue_filter}
-ORDER BY run_at LIMIT 1
+-- When the next delayed job falls due, and whether jobs from crashed workers wait.
+SELECT (SELECT extract(epoch FROM run_at)::float8 FROM {schema}.sqljobs_jobs
+        WHERE state = 'pending' AND crashes < 2 {queue_filter}
+        ORDER BY run_at LIMIT 1),
+       EXISTS (SELECT 1 FROM {schema}.sqljobs_jobs
+               WHERE state = 'pending' AND crashes >= 2 {queue_filter})
 
 -- name: complete_jobs
 UPDATE {schema}.sqljobs_jobs AS j

@@ -37,15 +37,15 @@ CREATE TABLE {schema}.sqljobs_jobs (
 
 -- Claims read pending work in this order; the partial index holds pending rows only.
 CREATE INDEX sqljobs_jobs_claim ON {schema}.sqljobs_jobs (queue, priority DESC, run_at, id)
-    WHERE state = 'pending' AND crashes = 0;
+    WHERE state = 'pending' AND crashes < 2;
 CREATE INDEX sqljobs_jobs_claim_any ON {schema}.sqljobs_jobs (priority DESC, run_at, id)
-    WHERE state = 'pending' AND crashes = 0;
--- Jobs that were in a worker when it crashed: usually none, so finding them is free.
+    WHERE state = 'pending' AND crashes < 2;
+-- Jobs that were in two workers that crashed: usually none, so finding them is free.
 CREATE INDEX sqljobs_jobs_suspects ON {schema}.sqljobs_jobs (priority DESC, run_at, id)
-    WHERE state = 'pending' AND crashes > 0;
+    WHERE state = 'pending' AND crashes >= 2;
 -- When the next delayed job falls due.
 CREATE INDEX sqljobs_jobs_due ON {schema}.sqljobs_jobs (run_at)
-    WHERE state = 'pending' AND crashes = 0;
+    WHERE state = 'pending' AND crashes < 2;
 CREATE INDEX sqljobs_jobs_lease ON {schema}.sqljobs_jobs (lease_until) WHERE state = 'running';
 CREATE INDEX sqljobs_jobs_finished ON {schema}.sqljobs_jobs (finished_at)
     WHERE state IN ('done', 'cancelled');

@@ -15,7 +15,7 @@ SET state = 'running', attempts = attempts + 1, token = token + 1,
     lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
 WHERE id IN (
     SELECT id FROM sqljobs_jobs
-    WHERE state = 'pending' AND queue = :queue AND run_at <= :now AND crashes = 0
+    WHERE state = 'pending' AND queue = :queue AND run_at <= :now AND crashes < 2
     ORDER BY priority DESC, run_at, id
     LIMIT :limit)
 RETURNING id, task, payload, queue, priority, attempts, token, lease, max_attempts,
@@ -29,7 +29,7 @@ SET state = 'running', attempts = attempts + 1, token = token + 1,
     lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
 WHERE id IN (
     SELECT id FROM sqljobs_jobs
-    WHERE state = 'pending' AND run_at <= :now AND crashes = 0
+    WHERE state = 'pending' AND run_at <= :now AND crashes < 2
       AND queue IN (SELECT value FROM json_each(:queues))
     ORDER BY priority DESC, run_at, id
     LIMIT :limit)
@@ -44,14 +44,14 @@ SET state = 'running', attempts = attempts + 1, token = token + 1,
     lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
 WHERE id IN (
     SELECT id FROM sqljobs_jobs
-    WHERE state = 'pending' AND run_at <= :now AND crashes = 0
+    WHERE state = 'pending' AND run_at <= :now AND crashes < 2
     ORDER BY priority DESC, run_at, id
     LIMIT :limit)
 RETURNING id, task, payload, queue, priority, attempts, token, lease, max_attempts,
           created_at, deadline_at, key, run_at
 
 -- name: claim_suspect
--- A job that was in a worker when it crashed is claimed alone and run alone, so a
+-- A job that was in two workers that crashed is claimed alone and run alone, so a
 -- further crash is blamed on it and not on innocent jobs that ran beside it.
 UPDATE sqljobs_jobs
 SET state = 'running', attempts = attempts + 1, token = token + 1,
@@ -60,7 +60,7 @@ SET state = 'running', attempts = attempts + 1, token = token + 1,
     lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
 WHERE id IN (
     SELECT id FROM sqljobs_jobs
-    WHERE state = 'pending' AND run_at <= :now AND crashes > 0
+    WHERE state = 'pending' AND run_at <= :now AND crashes >= 2
       AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
     ORDER BY priority DESC, run_at, id
     LIMIT 1)
@@ -68,17 +68,26 @@ RETURNING id, task, payload, queue, priority, attempts, token, lease, max_attemp
           created_at, deadline_at, key, run_at
 
 -- name: next_due_one_queue
-SELECT run_at FROM sqljobs_jobs INDEXED BY sqljobs_jobs_due
-WHERE state = 'pending' AND crashes = 0 AND queue = :queue ORDER BY run_at LIMIT 1
+-- When the next delayed job falls due, and whether jobs from crashed workers wait.
+SELECT (SELECT run_at FROM sqljobs_jobs INDEXED BY sqljobs_jobs_due
+        WHERE state = 'pending' AND crashes < 2 AND queue = :queue ORDER BY run_at LIMIT 1),
+       EXISTS (SELECT 1 FROM sqljobs_jobs INDEXED BY sqljobs_jobs_suspects
+               WHERE state = 'pending' AND crashes >= 2 AND queue = :queue)
 
 -- name: next_due_some_queues
-SELECT run_at FROM sqljobs_jobs INDEXED BY sqljobs_jobs_due
-WHERE state = 'pending' AND crashes = 0 AND queue IN (SELECT value FROM json_each(:queues))
-ORDER BY run_at LIMIT 1
+SELECT (SELECT run_at FROM sqljobs_jobs INDEXED BY sqljobs_jobs_due
+        WHERE state = 'pending' AND crashes < 2
+          AND queue IN (SELECT value FROM json_each(:queues))
+        ORDER BY run_at LIMIT 1),
+       EXISTS (SELECT 1 FROM sqljobs_jobs INDEXED BY sqljobs_jobs_suspects
+               WHERE state = 'pending' AND crashes >= 2
+                 AND queue IN (SELECT value FROM json_each(:queues)))
 
 -- name: next_due_all_queues
-SELECT run_at FROM sqljobs_jobs INDEXED BY sqljobs_jobs_due
-WHERE state = 'pending' AND crashes = 0 ORDER BY run_at LIMIT 1
+SELECT (SELECT run_at FROM sqljobs_jobs INDEXED BY sqljobs_jobs_due
+        WHERE state = 'pending' AND crashes < 2 ORDER BY run_at LIMIT 1),
+       EXISTS (SELECT 1 FROM sqljobs_jobs INDEXED BY sqljobs_jobs_suspects
+               WHERE state = 'pending' AND crashes >= 2)
 
 -- name: complete_job
 UPDATE sqljobs_jobs

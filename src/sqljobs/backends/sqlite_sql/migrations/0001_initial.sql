@@ -30,15 +30,15 @@ CREATE TABLE sqljobs_jobs (
 -- Claims read pending work in this order; the partial index holds pending rows only,
 -- so finished rows never slow a claim down.
 CREATE INDEX sqljobs_jobs_claim ON sqljobs_jobs (queue, priority DESC, run_at, id)
-    WHERE state = 'pending' AND crashes = 0;
+    WHERE state = 'pending' AND crashes < 2;
 CREATE INDEX sqljobs_jobs_claim_any ON sqljobs_jobs (priority DESC, run_at, id)
-    WHERE state = 'pending' AND crashes = 0;
--- Jobs that were in a worker when it crashed: usually none, so finding them is free.
+    WHERE state = 'pending' AND crashes < 2;
+-- Jobs that were in two workers that crashed: usually none, so finding them is free.
 CREATE INDEX sqljobs_jobs_suspects ON sqljobs_jobs (priority DESC, run_at, id)
-    WHERE state = 'pending' AND crashes > 0;
+    WHERE state = 'pending' AND crashes >= 2;
 -- When the next delayed job falls due.
 CREATE INDEX sqljobs_jobs_due ON sqljobs_jobs (run_at)
-    WHERE state = 'pending' AND crashes = 0;
+    WHERE state = 'pending' AND crashes < 2;
 -- The reaper looks for expired leases.
 CREATE INDEX sqljobs_jobs_lease ON sqljobs_jobs (lease_until) WHERE state = 'running';
 -- The pruner deletes finished jobs by age.
