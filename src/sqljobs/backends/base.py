@@ -62,6 +62,17 @@ class Backend(Protocol):
         as registered where it runs decides); other jobs keep the lease they were stored
         with."""
 
+    def finish_and_claim(
+        self,
+        outcomes: Sequence[Outcome],
+        worker: str,
+        queues: Sequence[str] | None,
+        limit: int,
+        leases: Mapping[str, float] | None = None,
+    ) -> tuple[list[int], list[ClaimedJob]]:
+        """``finish_jobs`` then ``claim_jobs`` in one commit where the backend can: the
+        worker's hot path, one round trip per batch instead of two."""
+
     def claim_suspect(
         self, worker: str, queues: Sequence[str] | None, leases: Mapping[str, float] | None = None
     ) -> ClaimedJob | None:

@@ -316,6 +316,31 @@ class PostgresBackend:
         rows.sort(key=lambda r: (-r[4], r[12], r[0]))
         return [ClaimedJob(*r[:12]) for r in rows]
 
+    def finish_and_claim(
+        self,
+        outcomes: Sequence[Outcome],
+        worker: str,
+        queues: Sequence[str] | None,
+        limit: int,
+        leases: Mapping[str, float] | None = None,
+    ) -> tuple[list[int], list[ClaimedJob]]:
+        plain = all(o.state is JobState.DONE and o.history is None for o in outcomes)
+        if not outcomes or not plain or limit <= 0:
+            written = self.finish_jobs(outcomes)
+            return written, self.claim_jobs(worker, queues, limit, leases)
+        params = {
+            "ids": [o.job_id for o in outcomes],
+            "tokens": [o.token for o in outcomes],
+            "worker": worker,
+            "limit": limit,
+            "queues": list(queues or []),
+            "leases": json.dumps(dict(leases or {})),
+        }
+        rows = self._fetch("", params, self._queue_sql("complete_and_claim", queues))
+        claimed = sorted((r[1:] for r in rows if r[1] is not None),
+                         key=lambda r: (-r[4], r[12], r[0]))  # fmt: skip
+        return list(rows[0][0] or []), [ClaimedJob(*r[:12]) for r in claimed]
+
     def claim_suspect(
         self, worker: str, queues: Sequence[str] | None, leases: Mapping[str, float] | None = None
     ) -> ClaimedJob | None:

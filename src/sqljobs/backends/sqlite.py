@@ -259,16 +259,26 @@ class SqliteBackend:
         limit: int,
         leases: Mapping[str, float] | None = None,
     ) -> list[ClaimedJob]:
+        return self.finish_and_claim([], worker, queues, limit, leases)[1]
+
+    def finish_and_claim(
+        self,
+        outcomes: Sequence[Outcome],
+        worker: str,
+        queues: Sequence[str] | None,
+        limit: int,
+        leases: Mapping[str, float] | None = None,
+    ) -> tuple[list[int], list[ClaimedJob]]:
         if limit <= 0:
-            return []
+            return self.finish_jobs(outcomes), []
         sql, params = self._by_queues("claim", queues)
-        params.update(
-            worker=worker, now=self.now(), limit=limit, leases=json.dumps(dict(leases or {}))
-        )
+        params.update(worker=worker, now=self.now(), limit=limit,
+                      leases=json.dumps(dict(leases or {})))  # fmt: skip
         with self._write() as conn:
+            written = self._finish(conn, outcomes) if outcomes else []
             rows = conn.execute(sql, params).fetchall()
         rows.sort(key=lambda r: (-r[4], r[12], r[0]))
-        return [ClaimedJob(*r[:12]) for r in rows]
+        return written, [ClaimedJob(*r[:12]) for r in rows]
 
     def claim_suspect(
         self, worker: str, queues: Sequence[str] | None, leases: Mapping[str, float] | None = None

@@ -11,14 +11,15 @@ running claim queries; a claim query still runs every ``poll_interval`` as a fal
 from __future__ import annotations
 
 import collections
-import random
 import logging
 import os
+import random
 import signal
 import socket
 import threading
 import time
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from types import FrameType
 from typing import TYPE_CHECKING, Any
@@ -156,7 +157,6 @@ class Worker:
             try:
                 if self._collect():
                     t.want_claim = True
-                self._write_outcomes(backend, t)
                 now = time.monotonic()
                 self._expire_timeouts(now)
                 self._maintain(backend, t, now)
@@ -164,7 +164,8 @@ class Worker:
                     if self._drain_step(backend, now):
                         return
                 else:
-                    self._claim_step(backend, t, now)
+                    self._claim_step(backend, t, now)  # carries outcomes with its claim
+                self._write_outcomes(backend, t)  # whatever no claim carried
                 failures = 0
             except BackendError as exc:
                 failures += 1
@@ -228,7 +229,15 @@ class Worker:
             self._take_suspect(backend, look)
         free = self._free_slots()
         while t.want_claim and free > 0:
-            jobs = backend.claim_jobs(self.id, cfg.queues, free, self._leases)
+            batch, self._to_write = self._to_write, []
+            try:
+                written, jobs = backend.finish_and_claim(
+                    batch, self.id, cfg.queues, free, self._leases
+                )
+            except BackendError:
+                self._to_write = batch + self._to_write
+                raise
+            self._account(batch, written, t)
             t.poll = time.monotonic() + cfg.poll_interval * random.uniform(0.9, 1.1)
             self.counters["claims"] += 1
             for job in jobs:
@@ -367,6 +376,10 @@ class Worker:
         except BackendError:
             self._to_write = batch + self._to_write
             raise
+        self._account(batch, written, t)
+
+    def _account(self, batch: list[Outcome], written: Collection[int], t: _Timers | None) -> None:
+        """Count what was written, log what was discarded, wake for our own retries."""
         wall = self.app.clock()
         for outcome in batch:
             if outcome.job_id not in written:

@@ -52,6 +52,35 @@ RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts, j.token, j.l
           j.max_attempts, extract(epoch FROM j.created_at)::float8,
           extract(epoch FROM j.deadline_at)::float8, j.key, extract(epoch FROM j.run_at)::float8
 
+-- name: complete_and_claim
+-- The hot path in one round trip and one commit: complete a batch, claim the next.
+WITH done AS (
+    UPDATE {schema}.sqljobs_jobs AS j
+    SET state = 'done', finished_at = now(), lease_until = NULL
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS o(id, token)
+    WHERE j.id = o.id AND j.token = o.token AND j.state = 'running'
+    RETURNING j.id
+), picked AS MATERIALIZED (
+    SELECT id FROM {schema}.sqljobs_jobs
+    WHERE state = 'pending' AND run_at <= now() AND crashes < 2 {queue_filter}
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE {schema}.sqljobs_jobs AS j
+    SET state = 'running', attempts = j.attempts + 1, token = j.token + 1,
+        worker = %(worker)s, started_at = now(),
+        lease = coalesce((%(leases)s::jsonb ->> j.task)::float8, j.lease),
+        lease_until = now() + make_interval(secs => coalesce((%(leases)s::jsonb ->> j.task)::float8,
+                                                             j.lease))
+    FROM picked WHERE j.id = picked.id
+    RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts, j.token, j.lease,
+              j.max_attempts, extract(epoch FROM j.created_at)::float8 AS created,
+              extract(epoch FROM j.deadline_at)::float8 AS deadline, j.key,
+              extract(epoch FROM j.run_at)::float8 AS due
+)
+SELECT d.ids, c.* FROM (SELECT array_agg(id) AS ids FROM done) AS d LEFT JOIN claimed AS c ON true
+
 -- name: claim_suspect
 WITH picked AS MATERIALIZED (
     SELECT id FROM {schema}.sqljobs_jobs
