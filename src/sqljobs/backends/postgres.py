@@ -243,15 +243,26 @@ class PostgresBackend:
         self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob], notify: list[str]
     ) -> list[EnqueueResult]:
         """One statement inserts the jobs and sends the NOTIFYs (so one round trip)."""
-        params = {
-            "queue": [j.queue for j in jobs], "task": [j.task for j in jobs],
-            "payload": [j.payload for j in jobs], "key": [j.key for j in jobs],
-            "priority": [j.priority for j in jobs], "run_at": [j.run_at for j in jobs],
-            "deadline_at": [j.deadline_at for j in jobs],
-            "max_attempts": [j.max_attempts for j in jobs], "lease": [j.lease for j in jobs],
-            "channel": self.channel, "notify": notify,
-        }  # fmt: skip
-        rows = conn.execute(self.queries["insert_jobs"], params).fetchall()
+        rows_json = json.dumps(
+            [
+                [
+                    j.queue,
+                    j.task,
+                    j.payload,
+                    j.key,
+                    j.priority,
+                    j.run_at,
+                    j.deadline_at,
+                    j.max_attempts,
+                    j.lease,
+                ]
+                for j in jobs
+            ]
+        )
+        params = {"jobs": rows_json, "channel": self.channel, "notify": notify}
+        keyed = any(j.key is not None for j in jobs)
+        sql = self.queries["insert_jobs" if keyed else "insert_unkeyed_jobs"]
+        rows = conn.execute(sql, params).fetchall()
         missing = [jobs[ord_ - 1].key for ord_, id_, _ in rows if id_ is None]
         found = {}
         if missing:  # keyed rows committed by a concurrent enqueue after our snapshot
@@ -337,8 +348,9 @@ class PostgresBackend:
             "leases": json.dumps(dict(leases or {})),
         }
         rows = self._fetch("", params, self._queue_sql("complete_and_claim", queues))
-        claimed = sorted((r[1:] for r in rows if r[1] is not None),
-                         key=lambda r: (-r[4], r[12], r[0]))  # fmt: skip
+        claimed = sorted(
+            (r[1:] for r in rows if r[1] is not None), key=lambda r: (-r[4], r[12], r[0])
+        )
         return list(rows[0][0] or []), [ClaimedJob(*r[:12]) for r in claimed]
 
     def claim_suspect(

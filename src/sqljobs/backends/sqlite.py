@@ -272,8 +272,9 @@ class SqliteBackend:
         if limit <= 0:
             return self.finish_jobs(outcomes), []
         sql, params = self._by_queues("claim", queues)
-        params.update(worker=worker, now=self.now(), limit=limit,
-                      leases=json.dumps(dict(leases or {})))  # fmt: skip
+        params.update(
+            worker=worker, now=self.now(), limit=limit, leases=json.dumps(dict(leases or {}))
+        )
         with self._write() as conn:
             written = self._finish(conn, outcomes) if outcomes else []
             rows = conn.execute(sql, params).fetchall()

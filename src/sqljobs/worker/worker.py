@@ -460,10 +460,23 @@ class Worker:
         for run in runs:
             run.closed = True
             self.inflight.pop(run.job.id, None)
-            entry = {"attempt": run.job.attempt, "outcome": label, "ended_at": wall,
-                     "started_at": run.started_wall, "worker": self.id}  # fmt: skip
-            outcomes.append(Outcome(run.job.id, run.job.token, JobState.PENDING, delay=0.0,
-                                    history=entry, uncharge=True))  # fmt: skip
+            entry = {
+                "attempt": run.job.attempt,
+                "outcome": label,
+                "ended_at": wall,
+                "started_at": run.started_wall,
+                "worker": self.id,
+            }
+            outcomes.append(
+                Outcome(
+                    run.job.id,
+                    run.job.token,
+                    JobState.PENDING,
+                    delay=0.0,
+                    history=entry,
+                    uncharge=True,
+                )
+            )
         if not outcomes:
             return
         written = backend.finish_jobs(outcomes)

@@ -5,7 +5,7 @@ CREATE TABLE {schema}.sqljobs_jobs (
     queue           text             NOT NULL,
     task            text             NOT NULL,
     payload         text             NOT NULL,
-    key             text             UNIQUE,
+    key             text,
     state           text             NOT NULL DEFAULT 'pending'
                     CHECK (state IN ('pending', 'running', 'done', 'dead', 'cancelled')),
     priority        integer          NOT NULL DEFAULT 0,
@@ -35,6 +35,8 @@ CREATE TABLE {schema}.sqljobs_jobs (
     autovacuum_vacuum_cost_delay = 0
 );
 
+-- A business key names one job (sqljobs enqueue keys); unkeyed jobs cost no index entry.
+CREATE UNIQUE INDEX sqljobs_jobs_key ON {schema}.sqljobs_jobs (key) WHERE key IS NOT NULL;
 -- Claims read pending work in this order; the partial index holds pending rows only.
 CREATE INDEX sqljobs_jobs_claim ON {schema}.sqljobs_jobs (queue, priority DESC, run_at, id)
     WHERE state = 'pending' AND crashes < 2;
@@ -49,7 +51,6 @@ CREATE INDEX sqljobs_jobs_due ON {schema}.sqljobs_jobs (run_at)
 CREATE INDEX sqljobs_jobs_lease ON {schema}.sqljobs_jobs (lease_until) WHERE state = 'running';
 CREATE INDEX sqljobs_jobs_finished ON {schema}.sqljobs_jobs (finished_at)
     WHERE state IN ('done', 'cancelled');
-CREATE INDEX sqljobs_jobs_queue_state ON {schema}.sqljobs_jobs (queue, state);
 
 CREATE TABLE {schema}.sqljobs_workers (
     id                 text             PRIMARY KEY,

@@ -2,7 +2,7 @@
 INSERT INTO sqljobs_jobs
     (queue, task, payload, key, priority, run_at, created_at, deadline_at, max_attempts, lease)
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-ON CONFLICT (key) DO NOTHING
+ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING
 
 -- name: job_id_by_key
 SELECT id FROM sqljobs_jobs WHERE key = ?

@@ -4,7 +4,7 @@ CREATE TABLE sqljobs_jobs (
     queue           TEXT    NOT NULL,
     task            TEXT    NOT NULL,
     payload         TEXT    NOT NULL,
-    key             TEXT    UNIQUE,
+    key             TEXT,
     state           TEXT    NOT NULL DEFAULT 'pending'
                     CHECK (state IN ('pending', 'running', 'done', 'dead', 'cancelled')),
     priority        INTEGER NOT NULL DEFAULT 0,
@@ -27,6 +27,8 @@ CREATE TABLE sqljobs_jobs (
     history         TEXT    NOT NULL DEFAULT '[]'
 );
 
+-- A business key names one job (sqljobs enqueue keys); unkeyed jobs cost no index entry.
+CREATE UNIQUE INDEX sqljobs_jobs_key ON sqljobs_jobs (key) WHERE key IS NOT NULL;
 -- Claims read pending work in this order; the partial index holds pending rows only,
 -- so finished rows never slow a claim down.
 CREATE INDEX sqljobs_jobs_claim ON sqljobs_jobs (queue, priority DESC, run_at, id)
@@ -44,8 +46,6 @@ CREATE INDEX sqljobs_jobs_lease ON sqljobs_jobs (lease_until) WHERE state = 'run
 -- The pruner deletes finished jobs by age.
 CREATE INDEX sqljobs_jobs_finished ON sqljobs_jobs (finished_at)
     WHERE state IN ('done', 'cancelled');
--- Stats count by queue and state.
-CREATE INDEX sqljobs_jobs_queue_state ON sqljobs_jobs (queue, state);
 
 -- Live worker processes. last_seen tells a crashed worker from a slow job.
 CREATE TABLE sqljobs_workers (
