@@ -144,11 +144,8 @@ def test_bad_task_options_fail_at_definition(app: App) -> None:
         app.task(name="once")(lambda: None)
 
 
-def test_transactional_enqueue_is_visible_only_after_the_caller_commits(
-    app: App, tmp_path: Path
-) -> None:
-    if not app.url.startswith("sqlite"):
-        pytest.skip("the PostgreSQL variant lives with the PostgreSQL backend")
+@pytest.mark.parametrize("url", ["sqlite"], indirect=True)  # PostgreSQL: test_postgres.py
+def test_transactional_enqueue_is_visible_only_after_the_caller_commits(app: App) -> None:
 
     @app.task
     def t() -> None: ...
