@@ -10,12 +10,25 @@ import sqljobs
 from sqljobs.backends.sqlite import MIGRATIONS, SqliteBackend, _split_statements
 
 
-def _describe(conn: sqlite3.Connection) -> list[tuple[str, str, str]]:
-    rows = conn.execute(
-        "SELECT type, name, sql FROM sqlite_master "
-        "WHERE name NOT LIKE 'sqlite_%' AND name != 'sqljobs_migrations' ORDER BY type, name"
+def _describe(conn: sqlite3.Connection) -> dict[str, object]:
+    """Tables by their columns (in any order) and indexes by their SQL: what a schema
+    means, not how ALTER TABLE happened to spell it."""
+    tables = [
+        r[0]
+        for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' "
+            "AND name != 'sqljobs_migrations' ORDER BY name"
+        )
+    ]
+    columns = {
+        t: sorted(conn.execute(f"PRAGMA table_info({t})").fetchall(), key=lambda c: c[1])
+        for t in tables
+    }
+    columns = {t: [c[1:] for c in cols] for t, cols in columns.items()}
+    indexes = conn.execute(
+        "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL ORDER BY name"
     ).fetchall()
-    return [(t, n, " ".join((s or "").split())) for t, n, s in rows]
+    return {"columns": columns, "indexes": [(n, " ".join(s.split())) for n, s in indexes]}
 
 
 def test_fresh_schema_equals_replayed_migrations(tmp_path: Path) -> None:

@@ -2,6 +2,7 @@
 
 from .app import App
 from .context import JobContext
+from .effects import EffectUncertain, perform_once
 from .errors import (
     BackendError,
     ConfigurationError,
@@ -28,6 +29,7 @@ __all__ = [
     "BoundTask",
     "ConfigurationError",
     "Discard",
+    "EffectUncertain",
     "Job",
     "JobContext",
     "JobHandle",
@@ -44,4 +46,5 @@ __all__ = [
     "Worker",
     "WorkerConfig",
     "idempotent",
+    "perform_once",
 ]

@@ -14,7 +14,7 @@ from .errors import ConfigurationError, PayloadError
 from .jobs import Job, NewJob
 from .retry import Retry, seconds
 from .stats import Stats
-from .tasks import EnqueueOptions, JobHandle, Task
+from .tasks import EnqueueOptions, JobHandle, KeyScope, Task, key_hold
 from .url import parse_url, resolve_url
 
 DEFAULT_QUEUE = "default"
@@ -154,6 +154,7 @@ class App:
         priority: int | None = None,
         queue: str | None = None,
         connection: Any = None,
+        key_scope: KeyScope = "retained",
     ) -> JobHandle:
         """Enqueue by task name, e.g. from a service that does not import the task.
 
@@ -164,7 +165,9 @@ class App:
             raise ConfigurationError(f"task name must be a non-empty string, got {task!r}")
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise PayloadError(f"args for task {task!r} must be a list, got {type(args).__name__}")
-        opts = EnqueueOptions(key, seconds(delay, "delay"), run_at, priority, queue, connection)
+        opts = EnqueueOptions(
+            key, seconds(delay, "delay"), run_at, priority, queue, connection, key_hold(key_scope)
+        )
         registered = self.tasks.get(task)
         now = self.clock()
         if registered is not None:
@@ -198,6 +201,7 @@ class App:
             max_attempts=retry.max_attempts,
             deadline_at=None if retry.deadline is None else now + retry.deadline,
             key=opts.key,
+            key_hold=opts.key_hold,
         )
 
     def insert(self, jobs: Sequence[NewJob], connection: Any = None) -> list[JobHandle]:

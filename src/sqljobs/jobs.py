@@ -37,6 +37,7 @@ class NewJob:
     max_attempts: int
     deadline_at: float | None = None
     key: str | None = None
+    key_hold: float | None = None
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from . import payload
 from .errors import ConfigurationError, PayloadError
@@ -43,6 +43,29 @@ class EnqueueOptions:
     priority: int | None = None
     queue: str | None = None
     connection: Any = None
+    key_hold: float | None = None
+
+
+KeyScope = Literal["active", "retained"] | float | timedelta
+
+
+def key_hold(scope: KeyScope) -> float | None:
+    """How long after its job finishes a key keeps refusing duplicates, in seconds.
+
+    ``"retained"`` (the default): as long as the job is kept (until the pruner deletes it
+    after the app's retention), so a late duplicate after completion is refused too.
+    ``"active"``: only while the job is pending or running. A number or timedelta: that
+    long after the job finished.
+    """
+    if scope == "retained":
+        return None
+    if scope == "active":
+        return 0.0
+    if isinstance(scope, str):
+        raise ConfigurationError(
+            f"key_scope must be 'active', 'retained' or a duration, got {scope!r}"
+        )
+    return seconds(scope, "key_scope")
 
 
 def to_epoch(value: float | datetime | None, name: str) -> float | None:
@@ -112,10 +135,12 @@ class Task:
         priority: int | None = None,
         queue: str | None = None,
         connection: Any = None,
+        key_scope: KeyScope = "retained",
     ) -> BoundTask:
         """Options for the next enqueue: a business ``key`` (a second enqueue with it
         returns the existing job), a ``delay`` or ``run_at``, a ``priority`` (higher runs
-        first), a ``queue``, or a ``connection`` to enqueue inside the caller's transaction."""
+        first), a ``queue``, or a ``connection`` to enqueue inside the caller's transaction.
+        ``key_scope`` says how long the key refuses duplicates (see :func:`key_hold`)."""
         if delay is not None and run_at is not None:
             raise ConfigurationError("give either delay or run_at, not both")
         opts = EnqueueOptions(
@@ -125,6 +150,7 @@ class Task:
             priority=priority,
             queue=queue,
             connection=connection,
+            key_hold=key_hold(key_scope),
         )
         return BoundTask(self, opts)
 
@@ -160,7 +186,10 @@ class BoundTask:
         self.options = options
 
     def with_options(self, **changes: Any) -> BoundTask:
-        merged = self.task.with_options(**{**self.options.__dict__, **changes})
+        current = dict(self.options.__dict__)
+        hold = current.pop("key_hold")
+        current["key_scope"] = "retained" if hold is None else hold
+        merged = self.task.with_options(**{**current, **changes})
         return BoundTask(self.task, merged.options)
 
     def enqueue(self, *args: Any, **kwargs: Any) -> JobHandle:

@@ -29,6 +29,18 @@ class WorkerInfo:
     heartbeat_interval: float
 
 
+@dataclass(frozen=True)
+class EffectRecord:
+    """What the database knows of an external effect (see :mod:`sqljobs.effects`)."""
+
+    key: str
+    state: str
+    result: str | None
+    error: str | None
+    attempts: int
+    mine: bool
+
+
 Decide = Callable[[ExpiredJob, float], Outcome]
 """Maps an expired or orphaned job (and the current time) to what should happen to it."""
 
@@ -131,5 +143,19 @@ class Backend(Protocol):
     def cancel_job(self, job_id: int) -> bool: ...
 
     def prune_finished(self, before: float, limit: int = 1000) -> int: ...
+
+    def prune_idempotency(self, before: float, limit: int = 1000) -> int:
+        """Delete idempotency markers whose ``ttl`` ran out before ``before``."""
+
+    def effect_begin(self, key: str, job_id: int | None, holder: str, hold: float) -> EffectRecord:
+        """Record the intent of an external effect (committed) and hold it for ``hold``
+        seconds, or return what is known of it and whether ``holder`` now holds it."""
+
+    def effect_set(
+        self, key: str, holder: str, state: str, result: str | None, error: str | None
+    ) -> None: ...
+
+    def effect_forget(self, key: str, holder: str) -> None:
+        """Drop a pending intent whose call failed for certain, so a retry may call again."""
 
     def close(self) -> None: ...

@@ -38,7 +38,7 @@ from ..jobs import (
     Outcome,
 )
 from ..stats import Stats
-from .base import Decide, WorkerInfo
+from .base import Decide, EffectRecord, WorkerInfo
 from .sqlfile import load_migrations, load_queries
 from .sqlite import row_to_job
 
@@ -255,12 +255,16 @@ class PostgresBackend:
                     j.deadline_at,
                     j.max_attempts,
                     j.lease,
+                    j.key_hold,
                 ]
                 for j in jobs
             ]
         )
         params = {"jobs": rows_json, "channel": self.channel, "notify": notify}
-        keyed = any(j.key is not None for j in jobs)
+        keys = [j.key for j in jobs if j.key is not None]
+        keyed = bool(keys)
+        if keyed:
+            conn.execute(self.queries["release_keys"], {"keys": keys})
         sql = self.queries["insert_jobs" if keyed else "insert_unkeyed_jobs"]
         rows = conn.execute(sql, params).fetchall()
         missing = [jobs[ord_ - 1].key for ord_, id_, _ in rows if id_ is None]
@@ -538,6 +542,25 @@ class PostgresBackend:
 
     def cancel_job(self, job_id: int) -> bool:
         return self._fetch_none("cancel_job", {"id": job_id}) == 1
+
+    def prune_idempotency(self, before: float, limit: int = 1000) -> int:
+        return self._fetch_none("prune_idempotency", {"before": before, "limit": limit})
+
+    def effect_begin(self, key: str, job_id: int | None, holder: str, hold: float) -> EffectRecord:
+        params = {"key": key, "job_id": job_id, "holder": holder, "hold": hold}
+        row = self._fetch("effect_begin", params)[0]
+        return EffectRecord(key, row[0], row[1], row[2], row[3], bool(row[4]))
+
+    def effect_set(
+        self, key: str, holder: str, state: str, result: str | None, error: str | None
+    ) -> None:
+        self._fetch_none(
+            "effect_set",
+            {"key": key, "holder": holder, "state": state, "result": result, "error": error},
+        )
+
+    def effect_forget(self, key: str, holder: str) -> None:
+        self._fetch_none("effect_forget", {"key": key, "holder": holder})
 
     def prune_finished(self, before: float, limit: int = 1000) -> int:
         return self._fetch_none("prune_finished", {"before": before, "limit": limit})

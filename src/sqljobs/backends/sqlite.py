@@ -31,7 +31,7 @@ from ..jobs import (
     Outcome,
 )
 from ..stats import Stats
-from .base import Decide, WorkerInfo
+from .base import Decide, EffectRecord, WorkerInfo
 from .sqlfile import load_migrations, load_queries
 
 _PACKAGE = "sqljobs.backends.sqlite_sql"
@@ -228,6 +228,8 @@ class SqliteBackend:
         insert, by_key = Q["insert_job"], Q["job_id_by_key"]
         out = []
         for job in jobs:
+            if job.key is not None:
+                conn.execute(Q["release_key"], {"key": job.key, "now": now})
             cur = conn.execute(
                 insert,
                 (
@@ -241,6 +243,7 @@ class SqliteBackend:
                     job.deadline_at,
                     job.max_attempts,
                     job.lease,
+                    job.key_hold,
                 ),
             )
             if cur.rowcount == 1:
@@ -423,6 +426,34 @@ class SqliteBackend:
     def cancel_job(self, job_id: int) -> bool:
         with self._write() as conn:
             return conn.execute(Q["cancel_job"], {"id": job_id, "now": self.now()}).rowcount == 1
+
+    def prune_idempotency(self, before: float, limit: int = 1000) -> int:
+        with self._write() as conn:
+            return conn.execute(Q["prune_idempotency"], {"before": before, "limit": limit}).rowcount
+
+    def effect_begin(self, key: str, job_id: int | None, holder: str, hold: float) -> EffectRecord:
+        params = {"key": key, "job_id": job_id, "holder": holder, "hold": hold, "now": self.now()}
+        with self._write() as conn:
+            row = conn.execute(Q["effect_begin"], params).fetchone()
+        return EffectRecord(key, row[0], row[1], row[2], row[3], bool(row[4]))
+
+    def effect_set(
+        self, key: str, holder: str, state: str, result: str | None, error: str | None
+    ) -> None:
+        params = {
+            "key": key,
+            "holder": holder,
+            "state": state,
+            "result": result,
+            "error": error,
+            "now": self.now(),
+        }
+        with self._write() as conn:
+            conn.execute(Q["effect_set"], params)
+
+    def effect_forget(self, key: str, holder: str) -> None:
+        with self._write() as conn:
+            conn.execute(Q["effect_forget"], {"key": key, "holder": holder})
 
     def prune_finished(self, before: float, limit: int = 1000) -> int:
         with self._write() as conn:

@@ -1,4 +1,5 @@
-"""The pruner: deletes done and cancelled jobs older than the retention, in bounded batches.
+"""The pruner: deletes done and cancelled jobs older than the retention, and idempotency
+markers whose ttl ran out, in bounded batches.
 
 Dead jobs are never pruned: they wait for a person. Small batches keep each delete's
 lock short so claims are never stalled behind it.
@@ -17,6 +18,7 @@ class Pruner:
 
     def run_once(self, max_batches: int = 10) -> int:
         """Delete up to ``max_batches`` batches; return how many jobs were deleted."""
+        self.backend.prune_idempotency(self.backend.now(), self.batch)
         if self.retention <= 0:
             return 0
         before = self.backend.now() - self.retention

@@ -10,13 +10,14 @@ WITH input AS (
            e.j ->> 0 AS queue, e.j ->> 1 AS task, e.j ->> 2 AS payload, e.j ->> 3 AS key,
            (e.j ->> 4)::int AS priority, (e.j ->> 5)::float8 AS run_at,
            (e.j ->> 6)::float8 AS deadline_at, (e.j ->> 7)::int AS max_attempts,
-           (e.j ->> 8)::float8 AS lease
+           (e.j ->> 8)::float8 AS lease, (e.j ->> 9)::float8 AS key_hold
     FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS e(j, ord)
 ), inserted AS (
     INSERT INTO {schema}.sqljobs_jobs
-        (id, queue, task, payload, key, priority, run_at, deadline_at, max_attempts, lease)
+        (id, queue, task, payload, key, priority, run_at, deadline_at, max_attempts, lease,
+         key_hold)
     SELECT new_id, queue, task, payload, key, priority, to_timestamp(run_at),
-           to_timestamp(deadline_at), max_attempts, lease
+           to_timestamp(deadline_at), max_attempts, lease, key_hold
     FROM input ORDER BY ord
     ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING
     RETURNING id, key
@@ -40,7 +41,7 @@ WITH input AS (
            e.j ->> 0 AS queue, e.j ->> 1 AS task, e.j ->> 2 AS payload,
            (e.j ->> 4)::int AS priority, (e.j ->> 5)::float8 AS run_at,
            (e.j ->> 6)::float8 AS deadline_at, (e.j ->> 7)::int AS max_attempts,
-           (e.j ->> 8)::float8 AS lease
+           (e.j ->> 8)::float8 AS lease, (e.j ->> 9)::float8 AS key_hold
     FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS e(j, ord)
 ), inserted AS (
     INSERT INTO {schema}.sqljobs_jobs
@@ -52,6 +53,12 @@ WITH input AS (
     SELECT count(pg_notify(%(channel)s, queue)) AS n FROM unnest(%(notify)s::text[]) AS queue
 )
 SELECT input.ord, input.new_id, true FROM input CROSS JOIN notified ORDER BY input.ord
+
+-- name: release_keys
+-- Finished jobs whose key_scope has run out give their keys up to new enqueues.
+UPDATE {schema}.sqljobs_jobs SET released_key = key, key = NULL
+WHERE key = ANY(%(keys)s::text[]) AND state IN ('done', 'dead', 'cancelled')
+  AND key_hold IS NOT NULL AND finished_at + make_interval(secs => key_hold) <= now()
 
 -- name: job_ids_by_key
 SELECT key, id FROM {schema}.sqljobs_jobs WHERE key = ANY(%(keys)s::text[])
@@ -252,3 +259,37 @@ DELETE FROM {schema}.sqljobs_jobs WHERE id IN (
     SELECT id FROM {schema}.sqljobs_jobs
     WHERE state IN ('done', 'cancelled') AND finished_at < to_timestamp(%(before)s)
     LIMIT %(limit)s)
+
+-- name: prune_idempotency
+DELETE FROM {schema}.sqljobs_idempotency WHERE key IN (
+    SELECT key FROM {schema}.sqljobs_idempotency
+    WHERE expires_at IS NOT NULL AND expires_at < to_timestamp(%(before)s) LIMIT %(limit)s)
+
+-- name: effect_begin
+-- Record the intent before calling out; on a repeat, say what is known of it. One attempt
+-- at a time holds an effect that is not done; a hold runs out (its holder died) after
+-- %(hold)s seconds, and the next attempt takes it over.
+INSERT INTO {schema}.sqljobs_effects AS e
+    (key, state, job_id, holder, held_until, attempts, created_at, updated_at)
+VALUES (%(key)s, 'pending', %(job_id)s, %(holder)s, now() + make_interval(secs => %(hold)s), 1,
+        now(), now())
+ON CONFLICT (key) DO UPDATE SET
+    attempts = e.attempts + 1,
+    updated_at = now(),
+    job_id = CASE WHEN e.state <> 'done' AND e.held_until <= now() THEN %(job_id)s
+                  ELSE e.job_id END,
+    holder = CASE WHEN e.state <> 'done' AND e.held_until <= now() THEN %(holder)s
+                  ELSE e.holder END,
+    held_until = CASE WHEN e.state <> 'done' AND e.held_until <= now()
+                      THEN now() + make_interval(secs => %(hold)s) ELSE e.held_until END
+RETURNING state, result, error, attempts, holder = %(holder)s
+
+-- name: effect_set
+UPDATE {schema}.sqljobs_effects
+SET state = %(state)s, result = %(result)s, error = %(error)s, updated_at = now(),
+    held_until = now()
+WHERE key = %(key)s AND holder = %(holder)s
+
+-- name: effect_forget
+DELETE FROM {schema}.sqljobs_effects
+WHERE key = %(key)s AND state = 'pending' AND holder = %(holder)s

@@ -25,7 +25,9 @@ CREATE TABLE {schema}.sqljobs_jobs (
     crashes         integer          NOT NULL DEFAULT 0,
     last_error      text,
     last_traceback  text,
-    history         jsonb            NOT NULL DEFAULT '[]'
+    history         jsonb            NOT NULL DEFAULT '[]',
+    key_hold        double precision,
+    released_key    text
 ) WITH (
     -- a queue table churns: vacuum it early and often so claims never wade through
     -- dead row versions
@@ -70,3 +72,21 @@ CREATE TABLE {schema}.sqljobs_idempotency (
 );
 CREATE INDEX sqljobs_idempotency_expiry ON {schema}.sqljobs_idempotency (expires_at)
     WHERE expires_at IS NOT NULL;
+
+-- 0003: keys released after their job, and external effects.
+CREATE INDEX sqljobs_jobs_released_key ON {schema}.sqljobs_jobs (released_key)
+    WHERE released_key IS NOT NULL;
+
+-- External effects as a state machine: intent recorded before the call, outcome after.
+CREATE TABLE {schema}.sqljobs_effects (
+    key        text        PRIMARY KEY,
+    state      text        NOT NULL CHECK (state IN ('pending', 'done', 'unknown')),
+    result     text,
+    error      text,
+    job_id     bigint,
+    holder     text,
+    held_until timestamptz,
+    attempts   integer     NOT NULL DEFAULT 0,
+    created_at timestamptz NOT NULL,
+    updated_at timestamptz NOT NULL
+);

@@ -1,8 +1,15 @@
 -- name: insert_job
 INSERT INTO sqljobs_jobs
-    (queue, task, payload, key, priority, run_at, created_at, deadline_at, max_attempts, lease)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+    (queue, task, payload, key, priority, run_at, created_at, deadline_at, max_attempts, lease,
+     key_hold)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING
+
+-- name: release_key
+-- A finished job whose key_scope has run out gives its key up to a new enqueue.
+UPDATE sqljobs_jobs SET released_key = key, key = NULL
+WHERE key = :key AND state IN ('done', 'dead', 'cancelled')
+  AND key_hold IS NOT NULL AND finished_at + key_hold <= :now
 
 -- name: job_id_by_key
 SELECT id FROM sqljobs_jobs WHERE key = ?
@@ -199,3 +206,32 @@ DELETE FROM sqljobs_jobs WHERE id IN (
     SELECT id FROM sqljobs_jobs
     WHERE state IN ('done', 'cancelled') AND finished_at < :before
     LIMIT :limit)
+
+-- name: prune_idempotency
+DELETE FROM sqljobs_idempotency WHERE key IN (
+    SELECT key FROM sqljobs_idempotency
+    WHERE expires_at IS NOT NULL AND expires_at < :before LIMIT :limit)
+
+-- name: effect_begin
+-- Record the intent before calling out; on a repeat, say what is known of it. One attempt
+-- at a time holds an effect that is not done; a hold runs out (its holder died) after
+-- :hold seconds, and the next attempt takes it over.
+INSERT INTO sqljobs_effects
+    (key, state, job_id, holder, held_until, attempts, created_at, updated_at)
+VALUES (:key, 'pending', :job_id, :holder, :now + :hold, 1, :now, :now)
+ON CONFLICT (key) DO UPDATE SET
+    attempts = attempts + 1,
+    updated_at = :now,
+    job_id = CASE WHEN state <> 'done' AND held_until <= :now THEN :job_id ELSE job_id END,
+    holder = CASE WHEN state <> 'done' AND held_until <= :now THEN :holder ELSE holder END,
+    held_until = CASE WHEN state <> 'done' AND held_until <= :now THEN :now + :hold
+                      ELSE held_until END
+RETURNING state, result, error, attempts, holder = :holder
+
+-- name: effect_set
+UPDATE sqljobs_effects
+SET state = :state, result = :result, error = :error, updated_at = :now, held_until = :now
+WHERE key = :key AND holder = :holder
+
+-- name: effect_forget
+DELETE FROM sqljobs_effects WHERE key = :key AND state = 'pending' AND holder = :holder

@@ -25,7 +25,9 @@ CREATE TABLE sqljobs_jobs (
     crashes         INTEGER NOT NULL DEFAULT 0,
     last_error      TEXT,
     last_traceback  TEXT,
-    history         TEXT    NOT NULL DEFAULT '[]'
+    history         TEXT    NOT NULL DEFAULT '[]',
+    key_hold        REAL,
+    released_key    TEXT
 );
 
 -- A business key names one job (sqljobs enqueue keys); unkeyed jobs cost no index entry.
@@ -68,3 +70,21 @@ CREATE TABLE sqljobs_idempotency (
 );
 CREATE INDEX sqljobs_idempotency_expiry ON sqljobs_idempotency (expires_at)
     WHERE expires_at IS NOT NULL;
+
+-- 0003: keys released after their job, and external effects.
+CREATE INDEX sqljobs_jobs_released_key ON sqljobs_jobs (released_key)
+    WHERE released_key IS NOT NULL;
+
+-- External effects as a state machine: intent recorded before the call, outcome after.
+CREATE TABLE sqljobs_effects (
+    key        TEXT PRIMARY KEY,
+    state      TEXT NOT NULL CHECK (state IN ('pending', 'done', 'unknown')),
+    result     TEXT,
+    error      TEXT,
+    job_id     INTEGER,
+    holder     TEXT,
+    held_until REAL,
+    attempts   INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL
+);
