@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from importlib import resources
 from pathlib import Path
@@ -49,19 +50,15 @@ def test_migrate_is_idempotent_and_concurrent_safe(tmp_path: Path) -> None:
     assert second.migrate() == []
 
 
-def test_claim_uses_the_pending_index(tmp_path: Path) -> None:
+def test_claims_use_the_pending_indexes(tmp_path: Path) -> None:
     backend = SqliteBackend(str(tmp_path / "jobs.db"))
     backend.migrate()
-    from sqljobs.backends.sqlite import Q
-
-    plan = (
-        backend._conn()
-        .execute(
-            "EXPLAIN QUERY PLAN " + Q["claim_one_queue"],
-            {"worker": "w", "now": 0.0, "limit": 10, "queue": "default", "leases": "{}"},
+    params = {"worker": "w", "now": 0.0, "limit": 10, "leases": "{}"}
+    for queues, index in ((["default"], "sqljobs_jobs_claim"), (None, "sqljobs_jobs_claim_any")):
+        sql, extra = backend._by_queues("claim", queues)
+        plan = backend._conn().execute("EXPLAIN QUERY PLAN " + sql, {**params, **extra}).fetchall()
+        text = " ".join(str(row[-1]) for row in plan)
+        assert f"USING INDEX {index} " in text + " " or f"USING COVERING INDEX {index} " in text, (
+            text
         )
-        .fetchall()
-    )
-    text = " ".join(str(row[-1]) for row in plan)
-    assert "sqljobs_jobs_claim" in text, text
-    assert "SCAN sqljobs_jobs " not in text + " ", text
+        assert not re.search(r"SCAN sqljobs_jobs(?! USING)", text), "a full table scan: " + text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -24,7 +24,7 @@ class JobHandle:
 
     id: int
     created: bool
-    app: App | None = None
+    app: App | None = field(default=None, repr=False, compare=False)
 
     def job(self) -> Job | None:
         """The job as stored now."""

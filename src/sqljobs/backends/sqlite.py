@@ -39,67 +39,46 @@ Q = load_queries(_PACKAGE, "queries.sql")
 MIGRATIONS = load_migrations(_PACKAGE + ".migrations")
 
 
-def row_to_job(row: sqlite3.Row | tuple[Any, ...]) -> Job:
-    """Build a Job from a ``get_job``/``list_jobs`` row (shared with other backends)."""
-    (
-        id_,
-        queue,
-        task,
-        payload,
-        key,
-        state,
-        priority,
-        run_at,
-        created_at,
-        attempts,
-        max_attempts,
-        token,
-        lease,
-        lease_until,
-        worker,
-        started_at,
-        finished_at,
-        errors,
-        lease_expiries,
-        crashes,
-        last_error,
-        last_traceback,
-        deadline_at,
-        history,
-    ) = row
+JOB_COLUMNS = [
+    "id",
+    "queue",
+    "task",
+    "payload",
+    "key",
+    "state",
+    "priority",
+    "run_at",
+    "created_at",
+    "attempts",
+    "max_attempts",
+    "token",
+    "lease",
+    "lease_until",
+    "worker",
+    "started_at",
+    "finished_at",
+    "errors",
+    "lease_expiries",
+    "crashes",
+    "last_error",
+    "last_traceback",
+    "deadline_at",
+    "history",
+]
+
+
+def row_to_job(row: Sequence[Any]) -> Job:
+    """Build a Job from a row of JOB_COLUMNS (shared with other backends)."""
+    values = dict(zip(JOB_COLUMNS, row, strict=True))
+    payload, history = values.pop("payload"), values.pop("history")
     try:
         data = json.loads(payload)
         args, kwargs = list(data.get("args", [])), dict(data.get("kwargs", {}))
     except (ValueError, TypeError, AttributeError):
         args, kwargs = [payload], {}
+    values["state"] = JobState(values["state"])
     hist = json.loads(history) if isinstance(history, str) else list(history or [])
-    return Job(
-        id_,
-        queue,
-        task,
-        args,
-        kwargs,
-        key,
-        JobState(state),
-        priority,
-        run_at,
-        created_at,
-        attempts,
-        max_attempts,
-        token,
-        lease,
-        lease_until,
-        worker,
-        started_at,
-        finished_at,
-        errors,
-        lease_expiries,
-        crashes,
-        last_error,
-        last_traceback,
-        deadline_at,
-        hist,
-    )
+    return Job(args=args, kwargs=kwargs, history=hist, **values)
 
 
 class SqliteBackend:
@@ -303,12 +282,14 @@ class SqliteBackend:
         return Due(None if run_at is None else float(run_at), bool(suspects))
 
     @staticmethod
-    def _by_queues(prefix: str, queues: Sequence[str] | None) -> tuple[str, dict[str, Any]]:
+    def _by_queues(name: str, queues: Sequence[str] | None) -> tuple[str, dict[str, Any]]:
+        """The statement for these queues: one queue uses the (queue, ...) index directly."""
         if not queues:
-            return Q[f"{prefix}_all_queues"], {}
+            return Q[name].replace("{queue_filter}", ""), {}
         if len(queues) == 1:
-            return Q[f"{prefix}_one_queue"], {"queue": queues[0]}
-        return Q[f"{prefix}_some_queues"], {"queues": json.dumps(list(queues))}
+            return Q[name].replace("{queue_filter}", "AND queue = :queue"), {"queue": queues[0]}
+        flt = "AND queue IN (SELECT value FROM json_each(:queues))"
+        return Q[name].replace("{queue_filter}", flt), {"queues": json.dumps(list(queues))}
 
     def finish_jobs(self, outcomes: Sequence[Outcome]) -> list[int]:
         if not outcomes:

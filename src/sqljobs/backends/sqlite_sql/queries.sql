@@ -14,7 +14,8 @@ WHERE key = :key AND state IN ('done', 'dead', 'cancelled')
 -- name: job_id_by_key
 SELECT id FROM sqljobs_jobs WHERE key = ?
 
--- name: claim_one_queue
+-- name: claim
+-- {queue_filter} is empty (all queues) or a condition on queue (see sqlite.py).
 UPDATE sqljobs_jobs
 SET state = 'running', attempts = attempts + 1, token = token + 1,
     worker = :worker, started_at = :now,
@@ -22,36 +23,7 @@ SET state = 'running', attempts = attempts + 1, token = token + 1,
     lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
 WHERE id IN (
     SELECT id FROM sqljobs_jobs
-    WHERE state = 'pending' AND queue = :queue AND run_at <= :now AND crashes < 2
-    ORDER BY priority DESC, run_at, id
-    LIMIT :limit)
-RETURNING id, task, payload, queue, priority, attempts, token, lease, max_attempts,
-          created_at, deadline_at, key, run_at
-
--- name: claim_some_queues
-UPDATE sqljobs_jobs
-SET state = 'running', attempts = attempts + 1, token = token + 1,
-    worker = :worker, started_at = :now,
-    lease = coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease),
-    lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
-WHERE id IN (
-    SELECT id FROM sqljobs_jobs
-    WHERE state = 'pending' AND run_at <= :now AND crashes < 2
-      AND queue IN (SELECT value FROM json_each(:queues))
-    ORDER BY priority DESC, run_at, id
-    LIMIT :limit)
-RETURNING id, task, payload, queue, priority, attempts, token, lease, max_attempts,
-          created_at, deadline_at, key, run_at
-
--- name: claim_all_queues
-UPDATE sqljobs_jobs
-SET state = 'running', attempts = attempts + 1, token = token + 1,
-    worker = :worker, started_at = :now,
-    lease = coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease),
-    lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
-WHERE id IN (
-    SELECT id FROM sqljobs_jobs
-    WHERE state = 'pending' AND run_at <= :now AND crashes < 2
+    WHERE state = 'pending' AND run_at <= :now AND crashes < 2 {queue_filter}
     ORDER BY priority DESC, run_at, id
     LIMIT :limit)
 RETURNING id, task, payload, queue, priority, attempts, token, lease, max_attempts,
@@ -74,27 +46,12 @@ WHERE id IN (
 RETURNING id, task, payload, queue, priority, attempts, token, lease, max_attempts,
           created_at, deadline_at, key, run_at
 
--- name: next_due_one_queue
+-- name: next_due
 -- When the next delayed job falls due, and whether jobs from crashed workers wait.
 SELECT (SELECT run_at FROM sqljobs_jobs INDEXED BY sqljobs_jobs_due
-        WHERE state = 'pending' AND crashes < 2 AND queue = :queue ORDER BY run_at LIMIT 1),
+        WHERE state = 'pending' AND crashes < 2 {queue_filter} ORDER BY run_at LIMIT 1),
        EXISTS (SELECT 1 FROM sqljobs_jobs INDEXED BY sqljobs_jobs_suspects
-               WHERE state = 'pending' AND crashes >= 2 AND queue = :queue)
-
--- name: next_due_some_queues
-SELECT (SELECT run_at FROM sqljobs_jobs INDEXED BY sqljobs_jobs_due
-        WHERE state = 'pending' AND crashes < 2
-          AND queue IN (SELECT value FROM json_each(:queues))
-        ORDER BY run_at LIMIT 1),
-       EXISTS (SELECT 1 FROM sqljobs_jobs INDEXED BY sqljobs_jobs_suspects
-               WHERE state = 'pending' AND crashes >= 2
-                 AND queue IN (SELECT value FROM json_each(:queues)))
-
--- name: next_due_all_queues
-SELECT (SELECT run_at FROM sqljobs_jobs INDEXED BY sqljobs_jobs_due
-        WHERE state = 'pending' AND crashes < 2 ORDER BY run_at LIMIT 1),
-       EXISTS (SELECT 1 FROM sqljobs_jobs INDEXED BY sqljobs_jobs_suspects
-               WHERE state = 'pending' AND crashes >= 2)
+               WHERE state = 'pending' AND crashes >= 2 {queue_filter})
 
 -- name: complete_job
 UPDATE sqljobs_jobs
