@@ -1,0 +1,81 @@
+"""Worker processes for the experiments that need real crashes and real signals."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from .workload import RunLog
+
+Proc = subprocess.Popen[bytes]
+
+
+class Fleet:
+    """Starts worker processes in their own sessions and kills any left at the end."""
+
+    def __init__(self, url: str, runs: RunLog, lease: float) -> None:
+        self.url, self.runs, self.lease = url, runs, lease
+        self.procs: list[Proc] = []
+
+    def _start(self, args: list[str]) -> Proc:
+        env = dict(
+            os.environ,
+            SQLJOBS_URL=self.url,
+            SQLJOBS_LAB_RUNS=str(self.runs.path),
+            SQLJOBS_LAB_LEASE=str(self.lease),
+        )
+        proc = subprocess.Popen(
+            [sys.executable, *args],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def sqljobs_worker(self, queue: str, concurrency: int, *extra: str) -> Proc:
+        """A real ``sqljobs worker`` process running :mod:`sqljobs.lab.workload`."""
+        app = "sqljobs.lab.workload:app"
+        return self._start(
+            ["-m", "sqljobs", "--app", app, "worker", "--concurrency", str(concurrency),
+             "--queues", queue, *extra]
+        )  # fmt: skip
+
+    def naive_worker(self, queue: str, threads: int, seconds: float) -> Proc:
+        """The lab's naive worker (no lease; exits at once on SIGTERM)."""
+        return self._start(["-m", "sqljobs.lab.naive", self.url, queue, str(threads), str(seconds)])
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+@contextmanager
+def fleet(url: str, runs_path: Path, lease: float) -> Iterator[Fleet]:
+    f = Fleet(url, RunLog(runs_path), lease)
+    try:
+        yield f
+    finally:
+        f.stop_all()
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.01) -> Any:
+    """Poll ``predicate`` until truthy or ``timeout`` passes; return its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
