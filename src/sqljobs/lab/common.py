@@ -5,18 +5,22 @@ from __future__ import annotations
 import collections
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from ..app import App
 from ..tasks import EnqueueOptions
+from ..worker import Worker, WorkerConfig
 
 
 def enqueue(app: App, task: str, queue: str, args: Iterable[Sequence[Any]]) -> list[int]:
-    """Insert one job per argument list into ``queue``, in one round trip, via the library."""
+    """Insert one job per argument list into ``queue``, in one round trip, via the library
+    (with the registered task's lease and retry policy, if ``app`` has the task)."""
     now = app.clock()
     opts = EnqueueOptions(queue=queue)
-    jobs = [app.build_job(task, list(a), {}, opts, now) for a in args]
+    registered = app.tasks.get(task)
+    jobs = [app.build_job(task, list(a), {}, opts, now, registered) for a in args]
     return [h.id for h in app.insert(jobs)]
 
 
@@ -75,3 +79,40 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     ordered = sorted(values)
     rank = max(0, min(len(ordered) - 1, round(q / 100 * len(ordered) + 0.5) - 1))
     return ordered[rank]
+
+
+@contextmanager
+def worker_thread(app: App, **options: Any) -> Iterator[Worker]:
+    """Run a library Worker on a thread of this process; stop it at the end of the block
+    (gracefully, unless ``worker.stop(immediate=True)`` was called first)."""
+    options.setdefault("install_signal_handlers", False)
+    worker = Worker(app, WorkerConfig(**options))
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:  # re-raised below
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(60)
+    if errors:
+        raise errors[0]
+
+
+class Starts:
+    """Handler-side log of (job id, attempt, wall time) for in-process experiments."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.entries: list[tuple[int, int, float]] = []
+
+    def add(self, job: int, attempt: int) -> None:
+        with self._lock:
+            self.entries.append((job, attempt, time.time()))
