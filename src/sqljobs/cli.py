@@ -252,6 +252,11 @@ def migrate(ctx: Ctx) -> None:
     click.echo("applied: " + ", ".join(applied) if applied else "schema is up to date")
 
 
+from .lab.cli import lab  # noqa: E402  (the lab imports its experiments lazily)
+
+cli.add_command(lab)
+
+
 def main() -> None:
     try:
         cli(standalone_mode=True)
