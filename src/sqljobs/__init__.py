@@ -17,6 +17,7 @@ from .errors import (
 from .idempotency import idempotent
 from .jobs import Job, JobState
 from .retry import Retry
+from .schedules import Schedule, ScheduleNotFound, ScheduleState
 from .stats import Stats
 from .tasks import BoundTask, JobHandle, Task
 from .worker import Worker, WorkerConfig
@@ -40,6 +41,9 @@ __all__ = [
     "PayloadError",
     "Retry",
     "RetryLater",
+    "Schedule",
+    "ScheduleNotFound",
+    "ScheduleState",
     "SqljobsError",
     "Stats",
     "Task",

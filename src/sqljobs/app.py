@@ -10,9 +10,20 @@ from typing import Any, overload
 
 from . import payload
 from .backends import Backend, open_backend
-from .errors import ConfigurationError, PayloadError
+from .errors import ConfigurationError, PayloadError, SqljobsError
 from .jobs import Job, NewJob
 from .retry import Retry, seconds
+from .schedules import (
+    Schedule,
+    ScheduleNotFound,
+    ScheduleState,
+    check_arguments,
+    check_policies,
+    check_timing,
+    define_schedule,
+    schedule_job,
+    tick_key,
+)
 from .stats import Stats
 from .tasks import EnqueueOptions, JobHandle, KeyScope, Task, key_hold
 from .url import parse_url, resolve_url
@@ -53,6 +64,8 @@ class App:
         self.clock = clock
         self.backend_options = dict(backend_options or {})
         self.tasks: dict[str, Task] = {}
+        self.periodic_schedules: dict[str, Schedule] = {}
+        self._schedules_synced = False
         self._backend: Backend | None = None
         self._lock = threading.Lock()
         self._wakeups: list[threading.Event] = []
@@ -248,6 +261,172 @@ class App:
     def cancel_job(self, job_id: int) -> bool:
         """Cancel a pending job, or a running one (its handler sees ``lease_lost``)."""
         return self.backend.cancel_job(job_id)
+
+    # -- periodic schedules ------------------------------------------------------------
+
+    def periodic(
+        self,
+        expression: str | None = None,
+        /,
+        *,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        tz: str = "UTC",
+        overlap: str = "allow",
+        misfire: str = "catch_up_once",
+        kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None,
+        queue: str | None = None,
+        priority: int = 0,
+        retry: Retry | None = None,
+        lease: float | timedelta | None = None,
+        timeout: float | timedelta | None = None,
+    ) -> Callable[[Callable[..., Any]], Task]:
+        """Register a task and run it on a schedule: a cron expression in ``tz``
+        (``@app.periodic("0 3 * * *", tz="Europe/Berlin")``) or a fixed interval
+        (``@app.periodic(every=0.2)``, seconds or a timedelta), with ``kwargs`` for the task.
+
+        ``overlap="skip"`` starts no run while one is pending or running. ``misfire`` says
+        what becomes of ticks missed while no worker ran: ``"catch_up_once"`` runs once
+        for all of them, ``"skip"`` drops them. Every worker runs the scheduler and each
+        tick gives one job however many run; workers write these definitions to the
+        database when they start. A mistake in the definition fails here.
+        """
+        if expression is not None and cron is not None:
+            raise ConfigurationError(
+                "@app.periodic: give the cron expression once, positionally or as cron="
+            )
+        cron = expression if expression is not None else cron
+        where = "@app.periodic" if name is None else f"@app.periodic(name={name!r})"
+        check_timing(cron, every, tz, where)
+        check_policies(overlap, misfire, where)
+
+        def register(fn: Callable[..., Any]) -> Task:
+            task_name = name or fn.__name__
+            if task_name in self.periodic_schedules:
+                raise ConfigurationError(f"a schedule named {task_name!r} is already defined")
+            task = self.task(
+                name=task_name,
+                queue=queue,
+                lease=lease,
+                retry=retry,
+                priority=priority,
+                timeout=timeout,
+            )(fn)
+            try:
+                schedule = define_schedule(
+                    task.name,
+                    task=task,
+                    kwargs=kwargs,
+                    cron=cron,
+                    every=every,
+                    tz=tz,
+                    overlap=overlap,
+                    misfire=misfire,
+                    queue=task.queue,
+                    priority=task.priority,
+                    source="code",
+                )
+                check_arguments(task, schedule)
+            except SqljobsError:
+                del self.tasks[task.name]
+                raise
+            self.periodic_schedules[task.name] = schedule
+            self._schedules_synced = False
+            return task
+
+        return register
+
+    def schedule(
+        self,
+        name: str,
+        *,
+        task: str | Task,
+        cron: str | None = None,
+        every: float | timedelta | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        tz: str = "UTC",
+        overlap: str = "allow",
+        misfire: str = "catch_up_once",
+        queue: str | None = None,
+        priority: int | None = None,
+    ) -> ScheduleState:
+        """Create or update a schedule stored in the database, e.g. one per tenant:
+        ``app.schedule("daily-report:acme", cron="0 3 * * *", task="send_report",
+        kwargs={"tenant": "acme"})``. Options as for :meth:`periodic`. Updating keeps the
+        schedule's next run (and its paused flag) unless the timing changed."""
+        if name in self.periodic_schedules:
+            raise ConfigurationError(
+                f"schedule {name!r} is defined in code with @app.periodic; change it there"
+            )
+        registered = self.tasks.get(task if isinstance(task, str) else task.name)
+        schedule = define_schedule(
+            name,
+            task=task,
+            kwargs=kwargs,
+            cron=cron,
+            every=every,
+            tz=tz,
+            overlap=overlap,
+            misfire=misfire,
+            queue=queue or (registered.queue if registered else self.default_queue),
+            priority=(registered.priority if registered else 0) if priority is None else priority,
+        )
+        if registered is not None:
+            check_arguments(registered, schedule)
+        return self.backend.save_schedule(schedule, schedule.first_after(self.clock()))
+
+    def unschedule(self, name: str) -> bool:
+        """Delete a stored schedule; False if there was none. (One defined with
+        ``@app.periodic`` comes back when a worker starts: remove it from the code.)"""
+        return self.backend.delete_schedule(name)
+
+    def sync_schedules(self) -> None:
+        """Write this app's ``@app.periodic`` definitions to the database now (workers do
+        it when they start; listing and the other schedule methods do it on first use)."""
+        from .maintenance.scheduler import Scheduler
+
+        Scheduler(self, self.backend).sync()
+        self._schedules_synced = True
+
+    def _synced_backend(self) -> Backend:
+        if not self._schedules_synced:
+            self.sync_schedules()
+        return self.backend
+
+    def list_schedules(self) -> list[ScheduleState]:
+        """Every stored schedule, by name."""
+        return self._synced_backend().list_schedules()
+
+    def get_schedule(self, name: str) -> ScheduleState | None:
+        return self._synced_backend().get_schedule(name)
+
+    def pause_schedule(self, name: str) -> bool:
+        """Stop a schedule from firing until resumed; False if there is no such schedule."""
+        return self._synced_backend().pause_schedule(name)
+
+    def resume_schedule(self, name: str) -> bool:
+        """Let a paused schedule fire again, from its next tick after now (ticks that fell
+        while it was paused are not caught up); False if there is no such schedule."""
+        state = self.get_schedule(name)
+        if state is None:
+            return False
+        return self.backend.resume_schedule(name, state.schedule.first_after(self.clock()))
+
+    def run_schedule_now(self, name: str) -> JobHandle:
+        """Enqueue one run of a schedule now, outside its timing. With ``overlap="skip"``
+        and a run pending or running, that run's handle comes back (``created`` False)."""
+        state = self.get_schedule(name)
+        if state is None:
+            raise ScheduleNotFound(f"no schedule named {name!r}")
+        now = self.clock()
+        job = schedule_job(self, state.schedule, tick_key(name + ":now", now), now)
+        result = self.backend.run_schedule_now(name, job)
+        if result is None or result.job_id is None:
+            raise ScheduleNotFound(f"no schedule named {name!r}")
+        if result.created:
+            self.wake_local_workers()
+        return JobHandle(result.job_id, result.created, self)
 
     # -- workers -----------------------------------------------------------------------
 

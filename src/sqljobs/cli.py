@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import time
+from datetime import datetime
 from typing import Any
 
 import click
@@ -17,8 +18,10 @@ from rich.console import Console
 from rich.table import Table
 
 from .app import App
+from .cron import zone
 from .errors import ConfigurationError, SqljobsError
 from .jobs import Job, JobState
+from .schedules import ScheduleNotFound
 
 
 def load_app(spec: str | None, url: str | None) -> App:
@@ -241,6 +244,84 @@ def jobs_cancel(ctx: Ctx, job_id: int) -> None:
     if not ctx.app.cancel_job(job.id):
         raise click.ClickException(f"job {job.id} is {job.state.value}; it cannot be cancelled")
     click.echo(f"job {job.id} cancelled")
+
+
+@cli.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def schedules(click_ctx: click.Context, as_json: bool) -> None:
+    """List periodic schedules (name, expression, next run, last run, last outcome,
+    paused), or act on one: pause, resume, run-now."""
+    if click_ctx.invoked_subcommand is not None:
+        return
+    rows = click_ctx.find_object(Ctx).app.list_schedules()  # type: ignore[union-attr]
+    if as_json:
+        click.echo(json.dumps([r.to_dict() for r in rows], indent=2))
+        return
+    table = Table()
+    for col in ("name", "expression", "next run", "last run", "last outcome", "paused"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(
+            r.name,
+            r.schedule.expression,
+            _when_in(r.next_run_at, r.schedule.tz),
+            _when_in(r.last_run_at, r.schedule.tz),
+            _outcome(r.last_outcome, r.last_job_id),
+            "yes" if r.paused else "",
+        )
+    Console().print(table)
+
+
+def _when_in(ts: float | None, tz: str) -> str:
+    """A schedule's times in its own time zone, so they read like its cron expression."""
+    if ts is None:
+        return "-"
+    try:
+        where = zone(tz)
+    except ConfigurationError:
+        where = zone("UTC")
+    return datetime.fromtimestamp(ts, where).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def _outcome(outcome: str | None, job_id: int | None) -> str:
+    if outcome is None:
+        return "-"
+    return outcome if job_id is None else f"{outcome} #{job_id}"
+
+
+@schedules.command("pause")
+@click.argument("name")
+@pass_ctx
+def schedules_pause(ctx: Ctx, name: str) -> None:
+    """Stop a schedule from firing until it is resumed."""
+    if not ctx.app.pause_schedule(name):
+        raise click.ClickException(f"no schedule named {name!r}")
+    click.echo(f"schedule {name} paused")
+
+
+@schedules.command("resume")
+@click.argument("name")
+@pass_ctx
+def schedules_resume(ctx: Ctx, name: str) -> None:
+    """Let a paused schedule fire again, from its next tick after now."""
+    if not ctx.app.resume_schedule(name):
+        raise click.ClickException(f"no schedule named {name!r}")
+    state = ctx.app.get_schedule(name)
+    click.echo(f"schedule {name} resumed; next run {_when(state.next_run_at if state else None)}")
+
+
+@schedules.command("run-now")
+@click.argument("name")
+@pass_ctx
+def schedules_run_now(ctx: Ctx, name: str) -> None:
+    """Enqueue one run of a schedule now (with overlap=skip, not while one is pending or
+    running). Prints {"id": ..., "created": ...}."""
+    try:
+        handle = ctx.app.run_schedule_now(name)
+    except ScheduleNotFound as exc:
+        raise click.ClickException(str(exc)) from exc
+    click.echo(json.dumps({"id": handle.id, "created": handle.created}))
 
 
 @cli.command()

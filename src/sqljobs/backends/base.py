@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..jobs import ClaimedJob, Due, EnqueueResult, ExpiredJob, HeldJob, Job, NewJob, Outcome
+from ..schedules import Schedule, ScheduleState, Tick, TickResult
 from ..stats import Stats
 
 
@@ -127,6 +128,37 @@ class Backend(Protocol):
 
     def finish_in_transaction(self, connection: Any, outcome: Outcome) -> bool:
         """Apply one fenced outcome inside the caller's transaction."""
+
+    # -- periodic schedules (see sqljobs.schedules and sqljobs.maintenance.scheduler) -----
+
+    def save_schedule(self, schedule: Schedule, next_run_at: float) -> ScheduleState:
+        """Insert or update a schedule by name. An existing one keeps its ``next_run_at``
+        (and its paused flag) unless its timing (cron, every, tz) changed."""
+
+    def get_schedule(self, name: str) -> ScheduleState | None: ...
+
+    def list_schedules(self) -> list[ScheduleState]: ...
+
+    def delete_schedule(self, name: str) -> bool: ...
+
+    def pause_schedule(self, name: str) -> bool: ...
+
+    def resume_schedule(self, name: str, next_run_at: float) -> bool:
+        """Unpause; a schedule that was paused starts again at ``next_run_at``."""
+
+    def upcoming_schedules(self, limit: int) -> list[ScheduleState]:
+        """The ``limit`` unpaused schedules that fall due first, earliest first: the due
+        ones and when the next falls due, in one cheap statement."""
+
+    def fire_schedule(self, tick: Tick) -> TickResult:
+        """In one transaction: move the schedule from ``tick.expected`` to
+        ``tick.next_run_at`` only if it still holds ``tick.expected``, and enqueue
+        ``tick.job`` (keyed per tick) unless overlap forbids it. Of replicas racing for a
+        tick, exactly one gets ``claimed=True``."""
+
+    def run_schedule_now(self, name: str, job: NewJob) -> TickResult | None:
+        """Enqueue ``job`` as a run of the schedule now, serialised with its ticks and
+        obeying ``overlap="skip"``; None if there is no such schedule."""
 
     def stats(self) -> Stats: ...
 

@@ -39,6 +39,7 @@ from ..jobs import (
 )
 from ..stats import Stats
 from .base import Decide, EffectRecord, WorkerInfo
+from .postgres_schedules import PostgresSchedules
 from .sqlfile import load_migrations, load_queries
 from .sqlite import row_to_job
 
@@ -58,7 +59,7 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-class PostgresBackend:
+class PostgresBackend(PostgresSchedules):
     """Jobs in PostgreSQL tables (``sqljobs_*``) in ``schema``."""
 
     def __init__(

@@ -33,6 +33,7 @@ from ..jobs import (
 from ..stats import Stats
 from .base import Decide, EffectRecord, WorkerInfo
 from .sqlfile import load_migrations, load_queries
+from .sqlite_schedules import SqliteSchedules
 
 _PACKAGE = "sqljobs.backends.sqlite_sql"
 Q = load_queries(_PACKAGE, "queries.sql")
@@ -81,7 +82,7 @@ def row_to_job(row: Sequence[Any]) -> Job:
     return Job(args=args, kwargs=kwargs, history=hist, **values)
 
 
-class SqliteBackend:
+class SqliteBackend(SqliteSchedules):
     """Jobs in one SQLite file, shared by the processes of one host."""
 
     def __init__(

@@ -22,6 +22,11 @@ class WorkerConfig:
     signal announces. ``prefetch`` jobs are claimed beyond ``concurrency`` so threads
     never wait on the database (default: as many as ``concurrency``); at shutdown the
     ones not started are handed back at once.
+    ``scheduler`` runs the periodic-schedule service in this worker (every worker may: one
+    run per tick however many do); it looks for due ticks when the next one falls due and
+    at least every ``schedule_interval`` seconds, to notice schedules added elsewhere. A
+    tick more than ``misfire_grace`` seconds late counts as missed, and the schedule's
+    misfire policy applies.
     """
 
     concurrency: int = 8
@@ -38,6 +43,9 @@ class WorkerConfig:
     install_signal_handlers: bool = True
     synchronous: str = "NORMAL"
     supervisor_pid: int | None = None
+    scheduler: bool = True
+    schedule_interval: float = 1.0
+    misfire_grace: float = 1.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -48,6 +56,8 @@ class WorkerConfig:
             raise ConfigurationError("poll_interval and change_check_interval must be > 0")
         if self.drain_timeout is not None and self.drain_timeout < 0:
             raise ConfigurationError(f"drain_timeout must be >= 0, got {self.drain_timeout}")
+        if self.schedule_interval <= 0 or self.misfire_grace < 0:
+            raise ConfigurationError("schedule_interval must be > 0 and misfire_grace >= 0")
         if self.max_crashes < 1:
             raise ConfigurationError(f"max_crashes must be >= 1, got {self.max_crashes}")
 

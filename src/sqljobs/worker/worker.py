@@ -28,7 +28,7 @@ from ..backends.base import Backend, WorkerInfo
 from ..context import JobContext
 from ..errors import BackendError, PayloadError
 from ..jobs import ClaimedJob, HeldJob, JobState, Outcome
-from ..maintenance import Pruner, Reaper
+from ..maintenance import Pruner, Reaper, Scheduler
 from ..payload import decode
 from ..url import parse_url
 from .config import WorkerConfig
@@ -104,6 +104,11 @@ class Worker:
         self._backend_pushes = backend.pushes_changes
         self._reaper = Reaper(backend, self.config.max_crashes)
         self._pruner = Pruner(backend, self.app.retention)
+        self._scheduler = (
+            Scheduler(self.app, backend, grace=self.config.misfire_grace)
+            if self.config.scheduler
+            else None
+        )
         heartbeat_interval = self.shortest_lease / 3
         backend.register_worker(
             WorkerInfo(
@@ -178,7 +183,7 @@ class Worker:
             self._wake.wait(self._wait_time(t))
 
     def _maintain(self, backend: Backend, t: _Timers, now: float) -> None:
-        """Heartbeat, reaper and pruner, each on its own timer."""
+        """Heartbeat, reaper, pruner and scheduler, each on its own timer."""
         cfg = self.config
         if cfg.supervisor_pid is not None and os.getppid() != cfg.supervisor_pid:
             log.error("worker %s: its supervisor died; stopping", self.id)
@@ -194,6 +199,11 @@ class Worker:
         if now >= t.prune:
             self._pruner.run_once()
             t.prune = now + cfg.prune_interval
+        if self._scheduler is not None and now >= t.schedule and not self._stopping:
+            ticks = self._scheduler.run_once()  # wakes again when the next tick falls due
+            if ticks.enqueued:
+                t.want_claim = True
+            t.schedule = now + ticks.wait(self.app.clock(), cfg.schedule_interval)
 
     def _drain_step(self, backend: Backend, now: float) -> bool:
         """One step of a graceful stop; True once nothing is held any more."""
@@ -256,6 +266,8 @@ class Worker:
             return 0.0  # outcomes to write (e.g. from _dispatch) go out now
         now = time.monotonic()
         timers = [t.heartbeat - now, t.reap - now, t.prune - now, t.poll - now]
+        if self._scheduler is not None and not self._stopping:
+            timers.append(t.schedule - now)
         if t.due is not None:
             timers.append(t.due - self.app.clock())
         if t.suspect_check > now and self._suspect is None and t.want_claim:
@@ -492,6 +504,7 @@ class _Timers:
     heartbeat: float
     reap: float
     prune: float
+    schedule: float
     poll: float
     suspect_check: float
     heartbeat_interval: float
@@ -503,6 +516,7 @@ class _Timers:
         self.heartbeat = now + heartbeat_interval
         self.reap = now
         self.prune = now + config.prune_interval
+        self.schedule = now
         self.poll = now
         self.suspect_check = now
         self.heartbeat_interval = heartbeat_interval
