@@ -37,9 +37,7 @@ def run_variant(
         enqueue(app, "lab_work", queue, [[work] for _ in range(jobs)])
         with fleet(url, folder / "runs.log", lease) as f:
             procs = [
-                f.naive_worker(queue, THREADS, work)
-                if naive
-                else f.sqljobs_worker(queue, THREADS)
+                f.naive_worker(queue, THREADS, work) if naive else f.sqljobs_worker(queue, THREADS)
                 for _ in range(PROCESSES)
             ]
             first = wait_for(f.runs.first_start, 30)
@@ -99,18 +97,18 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
     result.rows.append(Row(f"A2 sqljobs lease {lease:g} s + reaper", a2, ARTICLE["A2"]))
     progress(1.0)
     result.claim(
-        f"no lease: {a1['stuck running']} jobs stuck in running after the cap, lost "
-        "(article 4)",
+        f"no lease: {a1['stuck running']} jobs stuck in running after the cap, lost (article 4)",
         int(a1["stuck running"]) > 0 and int(a1["done"]) < jobs,
     )
     result.claim(
-        f"lease + reaper: {a2['done']}/{jobs} done, {a2['stuck running']} stuck, "
-        f"{a2['duplicates']} completed twice (article 40, 0, 0)",
-        a2["done"] == jobs and a2["stuck running"] == 0 and a2["duplicates"] == 0,
+        f"lease + reaper: {a2['done']}/{jobs} done, {a2['stuck running']} stuck (article 40, 0)",
+        a2["done"] == jobs and a2["stuck running"] == 0,
     )
     result.notes.append(
         "runs are completed runs; interrupted = runs cut short by the SIGKILL. A2 runs "
-        "those jobs again once their lease expires; none completes twice"
+        "those jobs again once their lease expires. A run that finished in a worker killed "
+        "before it recorded the completion runs again too (a duplicate): delivery is at "
+        "least once, which is why effects must be idempotent (E4)"
     )
     if quick:
         result.notes.append(f"--quick: lease {lease:g} s instead of 3 s, cap {cap:g} s")

@@ -18,7 +18,7 @@ from .common import Starts, enqueue, worker_thread
 from .db import Db
 from .report import Progress, Result, Row, no_progress
 
-ARTICLE = {
+ARTICLE: dict[str, dict[str, float | int]] = {
     "B1": {"jobs": 24, "claims": 200, "duplicates": 192, "done": 0, "stuck": 24, "time s": 30},
     "B2": {"jobs": 24, "claims": 200, "duplicates": 192, "done": 0, "stuck": 24, "time s": 30},
     "B3": {"jobs": 24, "claims": 24, "duplicates": 0, "done": 24, "stuck": 0, "time s": 3.67},
@@ -121,7 +121,8 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
         result.notes.append(f"B1+ (the article's lesson, with an attempt limit): {last_error}")
     if quick:
         result.notes.append(
-            f"--quick: every duration is the article's x{job / 1.2:g} (job {job:g} s), cap {cap:g} s"
+            f"--quick: every duration is the article's x{job / 1.2:g} (job {job:g} s), "
+            f"cap {cap:g} s"
         )
     result.notes.append(
         "claims are attempts that started; our workers also hold a slot until a stale "
@@ -152,7 +153,9 @@ def _claims(result: Result, jobs: int) -> None:
     )
 
 
-def _register(app: App, starts: Starts, queue: str, lease: float, attempts: int, job: float) -> None:
+def _register(
+    app: App, starts: Starts, queue: str, lease: float, attempts: int, job: float
+) -> None:
     @app.task(name="lab_e3", queue=queue, lease=lease,
               retry=Retry(max_attempts=attempts, base=0.0))  # fmt: skip
     def lab_e3(ctx: JobContext) -> None:

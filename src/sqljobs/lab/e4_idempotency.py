@@ -147,9 +147,10 @@ def run_variant(url: str, bank: Bank, account: str) -> dict[str, Any]:
         with Db(url) as db, worker_thread(app, concurrency=RACERS, queues=(queue,)):
 
             def settled() -> bool:
-                return db.value(
+                left = db.value(
                     "SELECT count(*) FROM sqljobs_jobs WHERE queue = ? AND state IN "
-                    "('pending', 'running')", (queue,)) == 0  # fmt: skip
+                    "('pending', 'running')", (queue,))  # fmt: skip
+                return bool(left == 0)
 
             wait_for(settled, 30)
         figures = bank.figures(account)

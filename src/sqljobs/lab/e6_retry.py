@@ -22,7 +22,7 @@ from .report import Progress, Result, Row, no_progress
 
 ATTEMPTS = 4
 POLL = 0.01  # works around the worker missing due retries (see the note)
-ARTICLE = {
+ARTICLE: dict[str, dict[str, float | int]] = {
     "F1": {"attempts": 4000, "peak in 1 s": 1000, "peak in 100 ms": 1000, "seconds with retries": 3,
            "last wave s": 3},
     "F2": {"attempts": 4000, "peak in 1 s": 1000, "peak in 100 ms": 1000, "seconds with retries": 3,
@@ -55,7 +55,9 @@ def shape(times: Sequence[float], t0: float, scale: float) -> dict[str, float | 
     }
 
 
-def run_variant(url: str, key: str, policy: Retry, jobs: int) -> tuple[dict[str, float | int], float]:
+def run_variant(
+    url: str, key: str, policy: Retry, jobs: int
+) -> tuple[dict[str, float | int], float]:
     app = App(url)
     starts = Starts()
     queue = f"lab-e6-{key.lower()}"
@@ -71,8 +73,8 @@ def run_variant(url: str, key: str, policy: Retry, jobs: int) -> tuple[dict[str,
         with Db(url) as db, worker_thread(app, concurrency=8, queues=(queue,), poll_interval=POLL):
 
             def all_dead() -> bool:
-                return db.value("SELECT count(*) FROM sqljobs_jobs WHERE queue = ? AND "
-                                "state = 'dead'", (queue,)) == jobs  # fmt: skip
+                return bool(db.value("SELECT count(*) FROM sqljobs_jobs WHERE queue = ? AND "
+                                "state = 'dead'", (queue,)) == jobs)  # fmt: skip
 
             wait_for(all_dead, 60, 0.05)
         elapsed = time.monotonic() - began

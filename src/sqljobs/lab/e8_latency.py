@@ -94,8 +94,9 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
         _register(app, queue, lat)
         rows.append((label, lat, app, False, None))
     try:
-        with worker_thread(remote, queues=("lab-e8-signal",)), worker_thread(
-            local, queues=("lab-e8-local",)
+        with (
+            worker_thread(remote, queues=("lab-e8-signal",)),
+            worker_thread(local, queues=("lab-e8-local",)),
         ):
             for t in threads:
                 t.start()
@@ -119,10 +120,10 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
         stop.set()
         for t in threads:
             t.join(5)
-        for app in (producer, local, remote):
-            app.close()
+        for opened in (producer, local, remote):
+            opened.close()
     idle_calls: Counter[str] = Counter()
-    for (label, lat, _, broken, poll), b, a in zip(rows, before, after, strict=True):
+    for (label, lat, _, broken, poll_s), b, a in zip(rows, before, after, strict=True):
         calls = a - b
         checks = calls.pop("change_marker", 0) / window
         per_s = sum(calls.values()) / window
@@ -136,10 +137,12 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
             "3 replicas": round(3 * per_s, 1),
             "change checks/s": None if broken or pg else round(checks),
         }
-        result.rows.append(Row(label, ours, ARTICLE.get(poll, {}) if poll else {}, broken))
+        result.rows.append(Row(label, ours, ARTICLE.get(poll_s, {}) if poll_s else {}, broken))
     _claims(result, pg)
     spent = ", ".join(f"{name} {n}" for name, n in sorted(idle_calls.items())) or "none"
-    result.notes.append(f"the sqljobs worker's statements in the {window:.1f} s idle window: {spent}")
+    result.notes.append(
+        f"the sqljobs worker's statements in the {window:.1f} s idle window: {spent}"
+    )
     result.notes.append(
         "every consumer shares one Python process with the producer and the pollers here, "
         "so p99 includes waits for the interpreter lock; separate processes do better"

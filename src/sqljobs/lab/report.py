@@ -121,7 +121,9 @@ def render(result: Result) -> Group:
         table.add_row(*cells)
     lines: list[Any] = [table]
     for c in result.claims:
-        mark = Text("  held  ", style="bold green") if c.held else Text("  FAILED ", style="bold red")
+        mark = (
+            Text("  held  ", style="bold green") if c.held else Text("  FAILED ", style="bold red")
+        )
         lines.append(Text.assemble(mark, c.text))
     for note in result.notes:
         lines.append(Text(f"  note: {note}", style="dim"))

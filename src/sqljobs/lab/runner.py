@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from .db import scratch_database
 from .report import Result, print_result, write_chart
@@ -73,8 +73,8 @@ def run_all(
         ):
             task = bar.add_task(name, total=1.0)
 
-            def progress(fraction: float, task_id: object = task) -> None:
-                bar.update(task, completed=min(1.0, max(0.0, fraction)))
+            def progress(fraction: float, task_id: TaskID = task) -> None:
+                bar.update(task_id, completed=min(1.0, max(0.0, fraction)))
 
             began = time.perf_counter()
             result = run(db_url, quick=quick, progress=progress)

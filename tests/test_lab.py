@@ -1,0 +1,112 @@
+"""The lab in quick mode: every experiment's structural claims hold on both backends.
+
+Figures (times, peaks) vary by machine; what each test asserts is the shape the article
+found: duplicates or none, jobs lost or none, livelock, overlap, runs per replica, and
+the peak that jitter removes.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from sqljobs.cli import cli
+from sqljobs.lab import report
+from sqljobs.lab.runner import experiment, select
+
+
+def run(name: str, url: str) -> report.Result:
+    result = experiment(name)(url, quick=True)
+    failed = [c.text for c in result.claims if not c.held]
+    assert not failed, failed
+    return result
+
+
+def test_e1_only_the_two_statement_claim_runs_jobs_twice(url: str) -> None:
+    r = run("E1", url)
+    assert r.row("SELECT then").ours["duplicates"] > 0
+    for prefix in ("conditional", "sqljobs"):
+        assert r.row(prefix).ours["duplicates"] == 0
+        assert r.row(prefix).ours["effects"] == 200
+    assert r.row("sqljobs").ours["statements"] == 408
+
+
+def test_e2_a_sigkill_loses_jobs_without_a_lease_and_none_with_one(url: str) -> None:
+    r = run("E2", url)
+    a1, a2 = r.row("A1").ours, r.row("A2").ours
+    assert a1["stuck running"] > 0 and a1["done"] < 40
+    assert (a2["done"], a2["stuck running"]) == (40, 0)
+
+
+def test_e3_a_lease_shorter_than_the_job_livelocks(url: str) -> None:
+    r = run("E3", url)
+    for key in ("B1 ", "B2 "):
+        assert r.row(key).ours["done"] == 0 and r.row(key).ours["duplicates"] > 0
+    for key in ("B3", "B4"):
+        assert (r.row(key).ours["done"], r.row(key).ours["duplicates"]) == (24, 0)
+    assert r.row("B1+").ours["dead"] == 24
+
+
+def test_e4_only_a_unique_marker_in_the_charge_transaction_charges_once(url: str) -> None:
+    r = run("E4", url)
+    charges = {row.variant[:2]: row.ours["charges"] for row in r.rows}
+    assert charges["C1"] == charges["C2"] == 5
+    assert charges["C3"] > 1
+    assert charges["C4"] == charges["C6"] == 1
+    assert charges["C5"] == 0 and r.row("C5").ours["jobs done"] == 1
+
+
+def test_e6_full_jitter_flattens_the_retry_peak(url: str) -> None:
+    r = run("E6", url)
+    f1, f2, f3 = (row.ours for row in r.rows)
+    assert f1["attempts"] == f2["attempts"] == f3["attempts"] == 1200
+    assert 2 * f3["peak in 100 ms"] < min(f1["peak in 100 ms"], f2["peak in 100 ms"])
+
+
+def test_e7_sigterm_drains_and_loses_nothing(url: str) -> None:
+    r = run("E7", url)
+    assert r.row("V1").ours["interrupted"] > 0
+    assert (r.row("V2").ours["interrupted"], r.row("V2").ours["left running"]) == (0, 0)
+    assert r.row("V3").ours["left running"] == 0
+
+
+def test_e8_change_signals_beat_polling(url: str) -> None:
+    r = run("E8", url)
+    ours = r.row("sqljobs worker,").ours
+    assert ours["p50 ms"] < 10 and ours["idle queries/s"] <= 1.5
+    assert r.row("plain polling every 10 ms").ours["idle queries/s"] > 50
+
+
+def test_e9_batching_cuts_statements(url: str) -> None:
+    r = run("E9", url)
+    assert r.rows[3].ours["statements"] < r.rows[2].ours["statements"]
+
+
+def test_select_expands_all_and_rejects_unknown_names() -> None:
+    assert select(["all"])[0] == "E1" and len(select([])) == 9
+    assert select(["e2", "E1"]) == ["E2", "E1"]
+    with pytest.raises(KeyError, match="E10"):
+        select(["E10"])
+
+
+def test_the_command_prints_json_and_writes_a_chart(tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    db = tmp_path / "lab.db"
+    out = CliRunner().invoke(
+        cli,
+        ["lab", "E9", "--quick", "--json", "--url", f"sqlite:///{db}", "--charts",
+         str(tmp_path / "charts")],
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    assert doc["backend"] == "sqlite" and doc["experiments"][0]["id"] == "E9"
+    assert all(c["held"] for c in doc["experiments"][0]["claims"])
+    assert (tmp_path / "charts" / "e9.png").stat().st_size > 0
+
+
+def test_an_unknown_experiment_is_a_usage_error() -> None:
+    out = CliRunner().invoke(cli, ["lab", "E42"])
+    assert out.exit_code == 2 and "E42" in out.output
