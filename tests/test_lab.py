@@ -110,3 +110,11 @@ def test_the_command_prints_json_and_writes_a_chart(tmp_path: Path) -> None:
 def test_an_unknown_experiment_is_a_usage_error() -> None:
     out = CliRunner().invoke(cli, ["lab", "E42"])
     assert out.exit_code == 2 and "E42" in out.output
+
+
+def test_e5_three_replicas_run_each_tick_once_and_skip_prevents_overlap(url: str) -> None:
+    r = run("E5", url)
+    ticker, once, allow, skip = (row.ours for row in r.rows)
+    assert ticker["runs"] >= 3 * 15 - 3 and ticker["per replica"][0] >= 14
+    assert 14 <= once["runs"] <= 16 and len(once["per replica"]) >= 2
+    assert allow["overlapping"] > 0 and skip["overlapping"] == 0

@@ -57,3 +57,21 @@ class RunLog:
     def first_start(self) -> float | None:
         starts = [at for _, _, p, at in self.entries() if p == "start"]
         return min(starts) if starts else None
+
+
+def log_tick(key: str, start: float) -> None:
+    """One periodic run: ``<job key> <pid> <start> <end>`` to ``SQLJOBS_LAB_TICKS``."""
+    path = os.environ["SQLJOBS_LAB_TICKS"]
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{key} {os.getpid()} {start:.6f} {time.time():.6f}\n".encode())
+    finally:
+        os.close(fd)
+
+
+@app.task(lease=LEASE)
+def lab_tick(ctx: JobContext, seconds: float = 0.0) -> None:
+    """The job a lab schedule enqueues on each tick."""
+    start = time.time()
+    time.sleep(seconds)
+    log_tick(ctx.key or f"job-{ctx.job_id}", start)
