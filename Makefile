@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	rm -f $(VENV)/.installed-* && touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/python -m sqljobs.demo
+	$(BIN)/python -m sqljobs lab all --quick
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
