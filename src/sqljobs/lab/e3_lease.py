@@ -62,7 +62,7 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
         ["jobs", "claims", "duplicates", "done", "stuck", "dead", "lease expiries", "time s"],
         chart="done",
     )
-    apps, logs = [], []
+    logs: list[Starts] = []
     db = Db(url)
     with ExitStack() as stack:
         workers_ = []
@@ -73,7 +73,6 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
             queue = f"lab-e3-{v.key.lower()}"
             _register(app, starts, queue, v.lease * job, v.max_attempts, job)
             enqueue(app, "lab_e3", queue, [[] for _ in range(jobs)])
-            apps.append(app)
             logs.append(starts)
             workers_.append(
                 stack.enter_context(

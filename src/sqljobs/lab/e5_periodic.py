@@ -91,14 +91,11 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
     try:
         d1 = _tickers(ticks_path.with_suffix(".d1"), window)
         progress(0.2)
-        with fleet(url, folder / "runs.log", 3.0) as f:
-            os.environ["SQLJOBS_LAB_TICKS"] = str(ticks_path)
-            try:
-                queues = ",".join(f"lab-e5-{key.lower()}" for key, _, _, _ in VARIANTS)
-                for _ in range(REPLICAS):
-                    f.sqljobs_worker(queues, 4)
-            finally:
-                del os.environ["SQLJOBS_LAB_TICKS"]
+        env = {"SQLJOBS_LAB_TICKS": str(ticks_path)}
+        with fleet(url, folder / "runs.log", 3.0, env) as f:
+            queues = ",".join(f"lab-e5-{key.lower()}" for key, _, _, _ in VARIANTS)
+            for _ in range(REPLICAS):
+                f.sqljobs_worker(queues, 4)
             wait_for(lambda: app.stats().workers >= REPLICAS, 30, 0.05)
             began = time.time()
             for key, _, seconds, overlap in VARIANTS:
@@ -116,12 +113,10 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
     all_runs = read_runs(ticks_path)
     result.rows.append(Row("D1 each replica has its own ticker", figures(d1, False),
                            ARTICLE["D1"], broken=True))  # fmt: skip
-    first_tick: dict[str, float] = {}
     for key, label, _, _ in VARIANTS:
         name = f"schedule:lab-e5-{key.lower()}:"
         mine = [r for r in all_runs if r[0].startswith(name)]
         t0 = min((tick_time(r[0]) for r in mine), default=0.0) + WARM_UP
-        first_tick[key] = t0
         in_window = [r for r in mine if t0 - 1e-6 <= tick_time(r[0]) < t0 + window - 1e-6]
         result.rows.append(Row(label, figures(in_window, True), ARTICLE[key]))
     _claims(result, expected)

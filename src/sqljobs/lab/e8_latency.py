@@ -63,6 +63,36 @@ def poller(app: App, queue: str, poll: float, lat: Latencies, stop: threading.Ev
     return loop
 
 
+Consumer = tuple[str, Latencies, "list[int] | CountingApp", bool, "float | None"]
+Snapshot = Counter[str]
+
+
+def drive(
+    load: float,
+    idle: float,
+    sends: list[Callable[[], None]],
+    settle: float,
+    consumers: list[Consumer],
+    progress: Progress,
+) -> tuple[list[Snapshot], float]:
+    """Enqueue through every ``sends`` at random 20-80 ms gaps for ``load`` seconds, let
+    the consumers catch up for ``settle`` s, then count their calls over ``idle`` s."""
+    time.sleep(0.3)  # let the consumers start before timing anything
+    began = time.monotonic()
+    while (elapsed := time.monotonic() - began) < load:
+        for send in sends:
+            send()
+        progress(elapsed / (load + idle))
+        time.sleep(random.uniform(0.02, 0.08))
+    time.sleep(settle)
+    before = [_snapshot(c[2]) for c in consumers]
+    began = time.monotonic()
+    time.sleep(idle)
+    window = time.monotonic() - began
+    progress(1.0)
+    return [_snapshot(c[2]) - b for c, b in zip(consumers, before, strict=True)], window
+
+
 def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Result:
     load, idle = (3.0, 2.5) if quick else (10.0, 10.0)
     pg = is_postgres(url)
@@ -71,7 +101,7 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
         "E8",
         "polling interval vs latency and idle cost",
         f"one job enqueued every 20-80 ms for {load:g} s from another connection, then "
-        f"{idle:g} s idle; one consumer per row, all rows side by side",
+        f"{idle:g} s idle; the polling rows side by side, then the sqljobs rows",
         ["p50 ms", "p99 ms", "samples", "idle queries/s", "3 replicas", "change checks/s"],
         chart="idle queries/s",
     )
@@ -79,57 +109,51 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
     local = CountingApp(url)
     remote = CountingApp(url)
     stop = threading.Event()
-    rows: list[tuple[str, Latencies, list[int] | CountingApp, bool, float | None]] = []
+    polling: list[Consumer] = []
     threads = []
     for poll in POLLS:
         lat, queries = Latencies(), [0]
         loop = poller(producer, f"lab-e8-poll-{poll:g}", poll, lat, stop, queries)
         threads.append(threading.Thread(target=loop, daemon=True))
-        rows.append((f"plain polling every {poll * 1000:g} ms", lat, queries, True, poll))
+        polling.append((f"plain polling every {poll * 1000:g} ms", lat, queries, True, poll))
+    ours: list[Consumer] = []
     for label, app, queue in (
         (f"sqljobs worker, {signal_label}", remote, "lab-e8-signal"),
         ("sqljobs worker, enqueue in its own process", local, "lab-e8-local"),
     ):
         lat = Latencies()
         _register(app, queue, lat)
-        rows.append((label, lat, app, False, None))
+        ours.append((label, lat, app, False, None))
+
+    def send_polling() -> None:
+        for poll in POLLS:
+            enqueue(producer, "lab_e8", f"lab-e8-poll-{poll:g}", [[time.time()]])
+
+    def send_ours() -> None:
+        enqueue(producer, "lab_e8", "lab-e8-signal", [[time.time()]])
+        local.tasks["lab_e8"].with_options(queue="lab-e8-local").enqueue(time.time())
+
     try:
+        for t in threads:
+            t.start()
+        half = (lambda f: progress(f / 2), lambda f: progress(0.5 + f / 2))
+        calls, window = drive(load, idle, [send_polling], 1.2, polling, half[0])
+        stop.set()
         with (
             worker_thread(remote, queues=("lab-e8-signal",)),
             worker_thread(local, queues=("lab-e8-local",)),
         ):
-            for t in threads:
-                t.start()
-            time.sleep(0.3)  # let the consumers settle before timing anything
-            began = time.monotonic()
-            while (elapsed := time.monotonic() - began) < load:
-                enqueue(producer, "lab_e8", "lab-e8-signal", [[time.time()]])
-                local.tasks["lab_e8"].with_options(queue="lab-e8-local").enqueue(time.time())
-                for poll in POLLS:
-                    enqueue(producer, "lab_e8", f"lab-e8-poll-{poll:g}", [[time.time()]])
-                progress(elapsed / (load + idle))
-                time.sleep(random.uniform(0.02, 0.08))
-            time.sleep(1.2)  # the slowest poller picks up the last job
-            before = [_snapshot(r[2]) for r in rows]
-            began = time.monotonic()
-            time.sleep(idle)
-            window = time.monotonic() - began
-            after = [_snapshot(r[2]) for r in rows]
-            progress(1.0)
+            more, window = drive(load, idle, [send_ours], 0.3, ours, half[1])
     finally:
         stop.set()
         for t in threads:
             t.join(5)
         for opened in (producer, local, remote):
             opened.close()
-    idle_calls: Counter[str] = Counter()
-    for (label, lat, _, broken, poll_s), b, a in zip(rows, before, after, strict=True):
-        calls = a - b
-        checks = calls.pop("change_marker", 0) / window
-        per_s = sum(calls.values()) / window
-        if not broken and not idle_calls:
-            idle_calls = calls
-        ours = {
+    for (label, lat, _, broken, poll_s), spent in zip(polling + ours, calls + more, strict=True):
+        checks = spent.pop("change_marker", 0) / window
+        per_s = sum(spent.values()) / window
+        figures = {
             "p50 ms": _ms(percentile(lat.values, 50)),
             "p99 ms": _ms(percentile(lat.values, 99)),
             "samples": len(lat.values),
@@ -137,15 +161,16 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
             "3 replicas": round(3 * per_s, 1),
             "change checks/s": None if broken or pg else round(checks),
         }
-        result.rows.append(Row(label, ours, ARTICLE.get(poll_s, {}) if poll_s else {}, broken))
+        article = ARTICLE.get(poll_s, {}) if poll_s else {}
+        result.rows.append(Row(label, figures, article, broken))
     _claims(result, pg)
-    spent = ", ".join(f"{name} {n}" for name, n in sorted(idle_calls.items())) or "none"
+    named = ", ".join(f"{name} {n}" for name, n in sorted(more[0].items())) or "none"
     result.notes.append(
-        f"the sqljobs worker's statements in the {window:.1f} s idle window: {spent}"
+        f"the sqljobs worker's statements in the {window:.1f} s idle window: {named}"
     )
     result.notes.append(
-        "every consumer shares one Python process with the producer and the pollers here, "
-        "so p99 includes waits for the interpreter lock; separate processes do better"
+        "the consumers are threads of the lab's process, so p99 includes waits for the "
+        "interpreter lock; worker processes of their own do better"
     )
     return result
 
@@ -156,7 +181,7 @@ def _register(app: App, queue: str, lat: Latencies) -> None:
         lat.add(enqueued_at)
 
 
-def _snapshot(counter: list[int] | CountingApp) -> Counter[str]:
+def _snapshot(counter: list[int] | CountingApp) -> Snapshot:
     """Calls so far: a poller's claims, or a worker's backend calls by method."""
     if isinstance(counter, list):
         return Counter(claim_jobs=counter[0])

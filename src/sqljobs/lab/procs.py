@@ -21,8 +21,11 @@ Proc = subprocess.Popen[bytes]
 class Fleet:
     """Starts worker processes in their own sessions and kills any left at the end."""
 
-    def __init__(self, url: str, runs: RunLog, lease: float) -> None:
+    def __init__(
+        self, url: str, runs: RunLog, lease: float, env: dict[str, str] | None = None
+    ) -> None:
         self.url, self.runs, self.lease = url, runs, lease
+        self.env = env or {}
         self.procs: list[Proc] = []
 
     def _start(self, args: list[str]) -> Proc:
@@ -31,6 +34,7 @@ class Fleet:
             SQLJOBS_URL=self.url,
             SQLJOBS_LAB_RUNS=str(self.runs.path),
             SQLJOBS_LAB_LEASE=str(self.lease),
+            **self.env,
         )
         proc = subprocess.Popen(
             [sys.executable, *args],
@@ -63,8 +67,10 @@ class Fleet:
 
 
 @contextmanager
-def fleet(url: str, runs_path: Path, lease: float) -> Iterator[Fleet]:
-    f = Fleet(url, RunLog(runs_path), lease)
+def fleet(
+    url: str, runs_path: Path, lease: float, env: dict[str, str] | None = None
+) -> Iterator[Fleet]:
+    f = Fleet(url, RunLog(runs_path), lease, env)
     try:
         yield f
     finally:
