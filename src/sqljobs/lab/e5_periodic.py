@@ -31,9 +31,9 @@ ARTICLE: dict[str, dict[str, object]] = {
     "D5": {"runs": 14, "per replica": [2, 4, 8], "overlapping": 0, "lag at end ms": 2203},
 }
 VARIANTS = (
-    ("D2", "sqljobs periodic(every=0.2), job takes 0 ms", 0.0, "allow"),
-    ("D3", "sqljobs periodic, job takes 300 ms, overlap='allow'", 0.3, "allow"),
-    ("D5", "sqljobs periodic, job takes 300 ms, overlap='skip'", 0.3, "skip"),
+    ("D2", "D2 sqljobs periodic(every=0.2), job takes 0 ms", 0.0, "allow"),
+    ("D3", "D3 sqljobs periodic, job takes 300 ms, overlap='allow'", 0.3, "allow"),
+    ("D5", "D5 sqljobs periodic, job takes 300 ms, overlap='skip'", 0.3, "skip"),
 )
 Run = tuple[str, int, float, float]  # key, pid, start, end
 

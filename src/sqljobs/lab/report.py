@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,6 +148,8 @@ def write_chart(result: Result, folder: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
     labels = [r.variant.split(" ")[0] for r in result.rows]
+    if len(set(labels)) < len(labels):  # e.g. "plain polling every ...": wrap the full names
+        labels = [textwrap.fill(r.variant, 16) for r in result.rows]
     ours = [_number(r.ours.get(column)) for r in result.rows]
     theirs = [_number(r.article.get(column)) for r in result.rows]
     xs = range(len(labels))
