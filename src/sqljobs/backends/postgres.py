@@ -72,6 +72,7 @@ class PostgresBackend(PostgresSchedules):
         listen: bool = True,
         notify_window: float = 0.005,
         connect_timeout: float = 10.0,
+        synchronous_commit: bool = True,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if not _IDENTIFIER.match(schema):
@@ -85,6 +86,7 @@ class PostgresBackend(PostgresSchedules):
         self.pool_size = pool_size
         self.pool_timeout = pool_timeout
         self.connect_timeout = connect_timeout
+        self.synchronous_commit = synchronous_commit
         self.clock = clock
         self.channel = f"sqljobs_{schema}"
         self.queries = {
@@ -117,7 +119,7 @@ class PostgresBackend(PostgresSchedules):
                     open=True,
                     name="sqljobs",
                     kwargs={"autocommit": True, "connect_timeout": int(self.connect_timeout)},
-                    configure=_configure,
+                    configure=self._configure,
                 )
             return self._pool
 
@@ -129,6 +131,17 @@ class PostgresBackend(PostgresSchedules):
             raise BackendError(
                 f"cannot connect to PostgreSQL at {redact(self.url)}: {str(exc).strip()}"
             ) from exc
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        """Per-connection settings. Queue statements are short and planned once: JIT
+        compiling them costs more than it saves (272 of 410 ms of a 10,000-row enqueue).
+        A worker's own writes may skip waiting for the WAL flush (``synchronous_commit``
+        False): a claim or outcome lost in a server crash only re-runs a job, and its
+        fencing token makes any late write about it a no-op. Enqueues, effects and
+        ``ctx.transaction()`` stay durable."""
+        conn.execute("SET jit = off")
+        if not self.synchronous_commit:
+            conn.execute("SET synchronous_commit = off")
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -237,8 +250,10 @@ class PostgresBackend(PostgresSchedules):
                 return self._insert(connection, jobs, sorted(queues) if self.listen else [])
             except psycopg.Error as exc:
                 raise BackendError(f"PostgreSQL enqueue failed: {str(exc).strip()}") from exc
-        notify = self._debounced(queues)
-        return self._run(lambda conn: self._insert(conn, jobs, notify), transaction=False)
+        notify, later = self._debounced(queues)
+        results = self._run(lambda conn: self._insert(conn, jobs, notify), transaction=False)
+        self._notify_later(later)  # after our commit, or it could wake workers too early
+        return results
 
     def _insert(
         self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob], notify: list[str]
@@ -277,24 +292,27 @@ class PostgresBackend(PostgresSchedules):
             for ord_, id_, new in rows
         ]
 
-    def _debounced(self, queues: set[str]) -> list[str]:
-        """The queues to NOTIFY now: at most once per queue per window. A suppressed one
-        is sent by a trailing timer after the window, so the last job of a burst is never
-        left to the fallback poll."""
+    def _debounced(self, queues: set[str]) -> tuple[list[str], list[str]]:
+        """The queues to NOTIFY in the enqueue's statement (at most once per queue per
+        window), and those to NOTIFY by a trailing timer after the window, so the last job
+        of a burst is never left to the fallback poll."""
         if not self.listen:
-            return []
+            return [], []
         now = time.monotonic()
         with self._lock:
             send = [q for q in queues if now - self._last_notify.get(q, 0.0) >= self.notify_window]
             for q in send:
                 self._last_notify[q] = now
+        return sorted(send), sorted(set(queues) - set(send))
+
+    def _notify_later(self, queues: list[str]) -> None:
+        with self._lock:
             for q in queues:
-                if q not in send and q not in self._trailing:
+                if q not in self._trailing:
                     timer = threading.Timer(self.notify_window, self._trailing_notify, (q,))
                     timer.daemon = True
                     self._trailing[q] = timer
                     timer.start()
-        return sorted(send)
 
     def _trailing_notify(self, queue: str) -> None:
         with self._lock:
@@ -505,7 +523,20 @@ class PostgresBackend(PostgresSchedules):
     @contextmanager
     def job_transaction(self) -> Iterator[psycopg.Connection[Any]]:
         with self._connection() as conn, conn.transaction():
+            if not self.synchronous_commit:
+                conn.execute("SET LOCAL synchronous_commit = on")  # effects are durable
             yield conn
+
+    def _durable(self, name: str, params: Mapping[str, Any]) -> list[Any]:
+        """One statement that must survive a server crash, whatever this pool's setting."""
+
+        def work(conn: psycopg.Connection[Any]) -> list[Any]:
+            if not self.synchronous_commit:
+                conn.execute("SET LOCAL synchronous_commit = on")
+            cur = conn.execute(self.queries[name], params)
+            return cur.fetchall() if cur.description else []
+
+        return self._run(work, transaction=not self.synchronous_commit)
 
     def finish_in_transaction(self, connection: Any, outcome: Outcome) -> bool:
         return bool(self._finish(connection, [outcome]))
@@ -549,28 +580,22 @@ class PostgresBackend(PostgresSchedules):
 
     def effect_begin(self, key: str, job_id: int | None, holder: str, hold: float) -> EffectRecord:
         params = {"key": key, "job_id": job_id, "holder": holder, "hold": hold}
-        row = self._fetch("effect_begin", params)[0]
+        row = self._durable("effect_begin", params)[0]
         return EffectRecord(key, row[0], row[1], row[2], row[3], bool(row[4]))
 
     def effect_set(
         self, key: str, holder: str, state: str, result: str | None, error: str | None
     ) -> None:
-        self._fetch_none(
+        self._durable(
             "effect_set",
             {"key": key, "holder": holder, "state": state, "result": result, "error": error},
         )
 
     def effect_forget(self, key: str, holder: str) -> None:
-        self._fetch_none("effect_forget", {"key": key, "holder": holder})
+        self._durable("effect_forget", {"key": key, "holder": holder})
 
     def prune_finished(self, before: float, limit: int = 1000) -> int:
         return self._fetch_none("prune_finished", {"before": before, "limit": limit})
-
-
-def _configure(conn: psycopg.Connection[Any]) -> None:
-    """Queue statements are short and planned once: JIT compiling them costs more than it
-    saves (it took 272 of 410 ms of a 10,000-row enqueue)."""
-    conn.execute("SET jit = off")
 
 
 def _to_job(row: Sequence[Any]) -> Job:

@@ -1,0 +1,121 @@
+"""The SQLite half: sqljobs beside huey's SqliteHuey and a bare sqlite3 loop.
+
+Every repetition runs on a fresh temporary SQLite file (WAL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import bare_loops
+import sqljobs_cases as sq
+from common import Case, Row, Sample, Target, collect, peer, scratch_dir
+
+DB = "SQLite"
+DRAIN_JOBS = 10_000
+ENQUEUE_JOBS = 10_000
+LOOP_JOBS = 2_000  # single commits: the rate does not depend on the count
+ARTICLE_JOBS = 200
+LATENCY_JOBS = 200
+IDLE_SECONDS = 3.0
+
+
+def on_file(body: Callable[[str], Sample]) -> Case:
+    """A case that runs ``body`` on the URL of a fresh SQLite file."""
+
+    def case() -> Sample:
+        with scratch_dir() as folder:
+            return body(f"sqlite:///{folder / 'jobs.db'}")
+
+    return case
+
+
+def drain(runs: int) -> list[Row]:
+    """Drain 10,000 pre-enqueued no-op jobs at concurrency 8."""
+    n = DRAIN_JOBS
+    peer_huey, missing = peer("huey")
+    r = collect(DB, f"drain {n // 1000}k no-op, c=8", runs, {
+        "sqljobs": on_file(lambda url: sq.drain(url, n)),
+        "sqljobs prefetch=32": on_file(lambda url: sq.drain(url, n, prefetch=32)),
+        "huey": missing or (lambda: peer_huey.drain(n)),
+        "bare": lambda: bare_loops.sqlite_drain(n),
+    })  # fmt: skip
+    ours = r.row("sqljobs", "sqljobs Worker (defaults)", target=Target(">=", 10_000),
+                 note="worker start -> last outcome committed")  # fmt: skip
+    tuned = r.row("sqljobs prefetch=32", "sqljobs Worker, prefetch=32",
+                  note="claims up to 8 + 32 jobs at a time (default 8 + 8)")  # fmt: skip
+    huey = r.row("huey", "huey SqliteHuey, 8 threads", note="consumer start -> last handler")
+    bare = r.row("bare", "bare sqlite3 loop", note="1 thread, claim 100 + complete 100 a statement")
+    return [
+        ours, tuned, huey, bare,
+        r.row("sqljobs", "sqljobs claim statements", "claims", "claims",
+              note=f"for {n:,} jobs (defaults)"),
+        r.ratio("sqljobs / huey", ours, huey, target=Target(">=", 6)),
+        r.ratio("sqljobs prefetch=32 / huey", tuned, huey),
+        r.ratio("sqljobs / bare loop", ours, bare, "%"),
+    ]  # fmt: skip
+
+
+def enqueue(runs: int) -> list[Row]:
+    """Enqueue: one enqueue_many of 10,000, and loops of single durable enqueues."""
+    peer_huey, missing = peer("huey")
+    r = collect(DB, "enqueue", runs, {
+        "sqljobs many": on_file(lambda url: sq.enqueue_many(url, ENQUEUE_JOBS)),
+        "sqljobs loop": on_file(lambda url: sq.enqueue_loop(url, LOOP_JOBS)),
+        "huey loop": missing or (lambda: peer_huey.enqueue_loop(LOOP_JOBS)),
+    })  # fmt: skip
+    bulk = r.row("sqljobs many", f"sqljobs enqueue_many({ENQUEUE_JOBS:,})",
+                 target=Target(">=", 30_000), note="one transaction")  # fmt: skip
+    single = r.row("sqljobs loop", f"sqljobs enqueue() x {LOOP_JOBS:,}",
+                   note="one durable commit each (synchronous=FULL)")  # fmt: skip
+    huey = r.row("huey loop", f"huey task() x {LOOP_JOBS:,}", note="huey has no bulk enqueue")
+    return [bulk, single, huey,
+            r.ratio("enqueue_many / huey loop", bulk, huey),
+            r.ratio("enqueue() loop / huey loop", single, huey)]  # fmt: skip
+
+
+def article(runs: int) -> list[Row]:
+    """The reference article: 200 jobs of 2 ms on an idle worker at concurrency 8."""
+    peer_huey, missing = peer("huey")
+    r = collect(DB, f"{ARTICLE_JOBS} x 2 ms jobs, c=8", runs, {
+        "sqljobs": on_file(lambda url: sq.article(url, ARTICLE_JOBS)),
+        "huey": missing or (lambda: peer_huey.article(ARTICLE_JOBS)),
+    })  # fmt: skip
+    return [
+        r.row("sqljobs", "sqljobs enqueue done -> all done", "after_enqueue_ms", "ms",
+              Target("<", 80), "article: 113 ms (Go); ideal 50 ms"),
+        r.row("sqljobs", "sqljobs enqueue start -> all done", "total_ms", "ms",
+              note="includes one enqueue_many of 200"),
+        r.row("huey", "huey enqueue start -> all done", "total_ms", "ms",
+              note="200 single enqueues; jobs run meanwhile"),
+    ]  # fmt: skip
+
+
+def latency(runs: int) -> list[Row]:
+    """Enqueue-to-start across processes, and what an idle worker process costs."""
+
+    def body(url: str) -> Sample:
+        return sq.idle_then_latency(url, LATENCY_JOBS, idle=IDLE_SECONDS)
+
+    r = collect(DB, "latency, idle; CLI worker", runs, {"sqljobs": on_file(body)})
+    note = f"{LATENCY_JOBS} single enqueues 20 ms apart; includes the enqueue"
+    return [
+        r.row("sqljobs", "enqueue -> start p50", "p50_ms", "ms", Target("<", 5), note),
+        r.row("sqljobs", "enqueue -> start p99", "p99_ms", "ms"),
+        r.row("sqljobs", "enqueue() call p50", "enqueue_p50_ms", "ms", note="durable commit"),
+        r.row("sqljobs", "idle worker: CPU", "idle_cpu_pct", "%",
+              note=f"over {IDLE_SECONDS:g} s; reads PRAGMA data_version every 2 ms"),
+    ]  # fmt: skip
+
+
+BENCHMARKS: dict[str, Callable[[int], list[Row]]] = {
+    "drain": drain,
+    "enqueue": enqueue,
+    "article": article,
+    "latency": latency,
+}
+
+
+def unavailable() -> str:
+    """Why this half cannot run here: never (sqlite3 comes with Python)."""
+    return ""

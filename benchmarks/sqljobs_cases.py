@@ -1,0 +1,241 @@
+"""sqljobs itself, measured the same way on any database URL, with its default settings.
+
+Throughput runs the worker in a thread of this process (``install_signal_handlers=False``),
+so handler calls are counted exactly and ``Worker.counters['done']``, bumped once an
+outcome is committed, tells when the last one is, without a query spent watching. Latency
+and idle cost run the real command line in a subprocess (``worker_app.py``), which learns
+of new jobs only through the database, as in production.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import worker_app
+from common import (
+    WAIT_LIMIT,
+    Countdown,
+    Sample,
+    cpu_seconds,
+    percentile,
+    scratch_dir,
+    wait_until,
+)
+
+import sqljobs
+
+HERE = Path(__file__).resolve().parent
+
+
+def new_app(url: str, on_noop: Callable[[], None] | None = None) -> sqljobs.App:
+    """An App with the benchmark tasks, migrated (schema creation is never timed)."""
+    app = sqljobs.App(url)
+    worker_app.register(app, on_noop)
+    app.migrate()
+    return app
+
+
+@contextmanager
+def running_worker(app: sqljobs.App, **options: Any) -> Iterator[sqljobs.Worker]:
+    """A worker in a background thread, stopped gracefully and joined on exit."""
+    worker = sqljobs.Worker(app, install_signal_handlers=False, **options)
+    thread = threading.Thread(target=worker.run, name="bench-worker", daemon=True)
+    thread.start()
+    try:
+        yield worker
+    finally:
+        worker.stop()
+        thread.join(WAIT_LIMIT)
+        if thread.is_alive():
+            raise RuntimeError("worker did not stop")
+
+
+def _committed(worker: sqljobs.Worker, n: int, step: float = 0.0005) -> float:
+    return wait_until(lambda: worker.counters["done"] >= n, step=step)
+
+
+def _check_done(app: sqljobs.App, n: int) -> None:
+    done = app.stats().total("done")
+    if done != n:
+        raise RuntimeError(f"{done} of {n} jobs done in the table")
+
+
+def drain(url: str, n: int, concurrency: int = 8, **options: Any) -> Sample:
+    """From worker start until ``n`` pre-enqueued no-op jobs have their outcomes committed."""
+    countdown = Countdown(n)
+    app = new_app(url, countdown.hit)
+    try:
+        app.tasks["noop"].enqueue_many([(i,) for i in range(n)])
+        started = time.perf_counter()
+        with running_worker(app, concurrency=concurrency, **options) as worker:
+            countdown.wait()
+            committed = _committed(worker, n)
+            claims = worker.counters["claims"]
+        countdown.check()
+        _check_done(app, n)
+    finally:
+        app.close()
+    return {"jobs_per_s": n / (committed - started), "claims": float(claims)}
+
+
+def enqueue_many(url: str, n: int) -> Sample:
+    """One ``enqueue_many`` call of ``n`` jobs: one transaction."""
+    app = new_app(url)
+    try:
+        started = time.perf_counter()
+        handles = app.tasks["noop"].enqueue_many([(i,) for i in range(n)])
+        elapsed = time.perf_counter() - started
+    finally:
+        app.close()
+    if len(handles) != n:
+        raise RuntimeError(f"enqueue_many returned {len(handles)} handles for {n} jobs")
+    return {"jobs_per_s": n / elapsed}
+
+
+def enqueue_loop(url: str, n: int) -> Sample:
+    """``n`` single ``enqueue`` calls, each its own durable commit."""
+    app = new_app(url)
+    noop = app.tasks["noop"]
+    try:
+        started = time.perf_counter()
+        for i in range(n):
+            noop.enqueue(i)
+        elapsed = time.perf_counter() - started
+    finally:
+        app.close()
+    return {"jobs_per_s": n / elapsed}
+
+
+def article(url: str, n: int = 200, work: float = 0.002, concurrency: int = 8) -> Sample:
+    """The reference article's workload: ``n`` jobs of ``work`` seconds on an idle worker.
+
+    ``after_enqueue_ms`` runs from the return of ``enqueue_many`` to the last outcome
+    committed, ``total_ms`` from the start of the enqueue.
+    """
+    countdown = Countdown(n)
+    app = new_app(url)
+
+    @app.task(name="work")
+    def work_(i: int) -> None:
+        time.sleep(work)
+        countdown.hit()
+
+    try:
+        with running_worker(app, concurrency=concurrency) as worker:
+            wait_until(lambda: app.stats().workers >= 1, step=0.01)
+            time.sleep(0.2)  # let it go idle
+            started = time.perf_counter()
+            work_.enqueue_many([(i,) for i in range(n)])
+            enqueued = time.perf_counter()
+            countdown.wait()
+            committed = _committed(worker, n, step=0.0002)
+        countdown.check()
+    finally:
+        app.close()
+    return {"after_enqueue_ms": (committed - enqueued) * 1000,
+            "total_ms": (committed - started) * 1000}  # fmt: skip
+
+
+# -- a worker subprocess -------------------------------------------------------------------
+
+
+class WorkerProcess:
+    """``python -m sqljobs --app worker_app:app --url URL worker ARGS``, logging to a file."""
+
+    def __init__(self, url: str, folder: Path, *args: str) -> None:
+        self.out, self.log = folder / "latency.txt", folder / "worker.log"
+        env = dict(os.environ, BENCH_OUT=str(self.out))
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH")) if p)
+        command = [sys.executable, "-m", "sqljobs", "--app", "worker_app:app", "--url", url,
+                   "worker", *args]  # fmt: skip
+        with open(self.log, "wb") as sink:
+            self.proc = subprocess.Popen(command, env=env, cwd=HERE, stdout=sink, stderr=sink)
+
+    def alive(self) -> bool:
+        """True while it runs; raises with the tail of its log once it has died."""
+        if self.proc.poll() is not None:
+            tail = self.log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"worker exited with {self.proc.returncode}:\n{tail}")
+        return True
+
+    def delays(self) -> list[float]:
+        return [float(x) for x in self.out.read_text().split()] if self.out.exists() else []
+
+    def wait_delays(self, count: int) -> None:
+        wait_until(lambda: self.alive() and len(self.delays()) >= count, step=0.01)
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.proc.pid) or 0.0
+
+    def stop(self) -> None:
+        """SIGTERM (graceful drain), then kill if it does not exit."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def idle_then_latency(url: str, n: int = 200, gap: float = 0.02, idle: float = 3.0,
+                      settle: float = 0.5, queries: Callable[[], float] | None = None,
+                      ) -> Sample:  # fmt: skip
+    """A fresh worker subprocess (concurrency 8): first idle, then ``n`` single enqueues
+    ``gap`` s apart, each finding it idle.
+
+    Idle comes first, with this process disconnected, so ``queries`` (a cumulative count
+    of the database's transactions, read elsewhere) counts the worker's alone, and no
+    statistics flushed late from a busy period land in the window.
+    """
+    app = new_app(url)
+    stamp = app.tasks["stamp"]
+    with scratch_dir() as folder:
+        worker = WorkerProcess(url, folder, "--concurrency", "8")
+        try:
+            wait_until(lambda: worker.alive() and app.stats().workers >= 1, step=0.02)
+            app.close()  # reopened lazily by the first enqueue below
+            time.sleep(settle)
+            sample = _idle(worker, idle, queries)
+            stamp.enqueue(time.time())  # warm-up
+            worker.wait_delays(1)
+            time.sleep(0.2)
+            calls = []  # how long each enqueue() took: tells a slow commit from a slow worker
+            for _ in range(n):
+                sent = time.time()
+                stamp.enqueue(sent)
+                calls.append(time.time() - sent)
+                time.sleep(gap)
+            worker.wait_delays(n + 1)
+            delays = worker.delays()[1:]
+        finally:
+            worker.stop()
+            app.close()
+    return sample | {
+        "p50_ms": percentile(delays, 50) * 1000,
+        "p99_ms": percentile(delays, 99) * 1000,
+        "max_ms": max(delays) * 1000,
+        "enqueue_p50_ms": percentile(calls, 50) * 1000,
+    }
+
+
+def _idle(worker: WorkerProcess, seconds: float, queries: Callable[[], float] | None) -> Sample:
+    before = queries() if queries else 0.0
+    cpu, wall = worker.cpu(), time.perf_counter()
+    time.sleep(seconds)
+    worker.alive()
+    after = queries() if queries else 0.0
+    cpu, wall = worker.cpu() - cpu, time.perf_counter() - wall
+    sample = {"idle_cpu_pct": 100 * cpu / wall}
+    if queries:
+        sample["idle_queries_per_s"] = (after - before) / wall
+    return sample
