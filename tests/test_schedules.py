@@ -555,6 +555,22 @@ def test_a_worker_thread_syncs_and_runs_periodic_tasks(app: App) -> None:
     assert all(j.state is JobState.DONE for j in app.list_jobs() if j.key in ran)
 
 
+def test_a_schedule_added_while_a_worker_idles_is_noticed_without_polling(app: App) -> None:
+    """The worker looks at the schedule table again when another connection commits (on
+    PostgreSQL, a new schedule sends a NOTIFY), not only every poll interval."""
+    ran: list[str] = []
+
+    @app.task
+    def note(label: str) -> None:
+        ran.append(label)
+
+    with worker_thread(app, poll_interval=60.0) as worker:
+        wait_until(lambda: getattr(worker, "_scheduler", None) is not None)
+        wait_until(lambda: worker._scheduler.passes >= 2, what="the start-up passes")  # type: ignore[union-attr]
+        app.schedule("late-comer", every=0.1, task="note", kwargs={"label": "x"})
+        wait_until(lambda: len(ran) >= 2, timeout=5, what="runs of the new schedule")
+
+
 # -- command line ------------------------------------------------------------------------
 
 

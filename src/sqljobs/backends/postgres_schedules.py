@@ -36,6 +36,8 @@ class PostgresSchedules:
 
     if TYPE_CHECKING:  # provided by PostgresBackend
         schema: str
+        channel: str
+        listen: bool
 
         def now(self) -> float: ...
 
@@ -71,7 +73,9 @@ class PostgresSchedules:
             "next_run_at": next_run_at,
             "now": self.now(),
         }
-        return state_from_row(self._schedule_rows("save_schedule", params)[0])
+        saved = state_from_row(self._schedule_rows("save_schedule", params)[0])
+        self._announce()
+        return saved
 
     def get_schedule(self, name: str) -> ScheduleState | None:
         rows = self._schedule_rows("get_schedule", {"name": name})
@@ -92,7 +96,15 @@ class PostgresSchedules:
 
     def resume_schedule(self, name: str, next_run_at: float) -> bool:
         params = {"name": name, "next_run_at": next_run_at, "now": self.now()}
-        return self._write_schedule("resume_schedule", params)
+        resumed = self._write_schedule("resume_schedule", params)
+        self._announce()
+        return resumed
+
+    def _announce(self) -> None:
+        """Wake listening workers: a schedule that is new or resumed may fall due before
+        the next time they would look (on SQLite, the commit itself is the signal)."""
+        if self.listen:
+            self._fetch("", {"c": self.channel}, "SELECT pg_notify(%(c)s, 'schedules')")
 
     def upcoming_schedules(self, limit: int) -> list[ScheduleState]:
         rows = self._schedule_rows("upcoming_schedules", {"limit": limit})

@@ -28,8 +28,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sqljobs.scheduler")
 
-MISFIRE_GRACE = 1.0
-"""Seconds a tick may be late and still run as itself; later ones are missed ticks."""
+MISFIRE_GRACE = 2.0
+"""Seconds a tick may be late and still run as itself; later ones are missed ticks. More
+than a busy pass's delay or a second of clock skew between replicas, far less than the
+downtime the misfire policies are about."""
 
 RETRY_BROKEN = 60.0
 """Seconds before a schedule whose next tick cannot be computed is looked at again."""
@@ -75,6 +77,7 @@ class Scheduler:
         self.grace = grace
         self.batch = batch
         self.clock = clock or app.clock
+        self.passes = 0  # how many run_once calls finished (tests wait on it)
         self._synced = False
 
     def sync(self) -> None:
@@ -102,6 +105,7 @@ class Scheduler:
                 upcoming.append(next_run_at)
             if len(due) < self.batch:
                 break
+        self.passes += 1
         return SchedulerPass(fired, min(upcoming, default=None))
 
     def _fire(self, state: ScheduleState, now: float) -> tuple[list[TickResult], float]:

@@ -23,10 +23,11 @@ class WorkerConfig:
     never wait on the database (default: as many as ``concurrency``); at shutdown the
     ones not started are handed back at once.
     ``scheduler`` runs the periodic-schedule service in this worker (every worker may: one
-    run per tick however many do); it looks for due ticks when the next one falls due and
-    at least every ``schedule_interval`` seconds, to notice schedules added elsewhere. A
-    tick more than ``misfire_grace`` seconds late counts as missed, and the schedule's
-    misfire policy applies.
+    run per tick however many do). It reads the schedule table when the next tick falls
+    due, every ``poll_interval``, and after another connection committed (a schedule may
+    have been added) but then at most once per ``schedule_interval``. A tick more than
+    ``misfire_grace`` seconds late counts as missed, and the schedule's misfire policy
+    applies.
     """
 
     concurrency: int = 8
@@ -45,7 +46,7 @@ class WorkerConfig:
     supervisor_pid: int | None = None
     scheduler: bool = True
     schedule_interval: float = 1.0
-    misfire_grace: float = 1.0
+    misfire_grace: float = 2.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:

@@ -199,11 +199,16 @@ class Worker:
         if now >= t.prune:
             self._pruner.run_once()
             t.prune = now + cfg.prune_interval
-        if self._scheduler is not None and now >= t.schedule and not self._stopping:
-            ticks = self._scheduler.run_once()  # wakes again when the next tick falls due
-            if ticks.enqueued:
-                t.want_claim = True
-            t.schedule = now + ticks.wait(self.app.clock(), cfg.schedule_interval)
+        if self._scheduler is not None and not self._stopping:
+            if t.marker != t.schedule_marker:  # others committed: a schedule may be new
+                t.schedule = min(t.schedule, t.schedule_last + cfg.schedule_interval)
+            if now >= t.schedule:
+                t.schedule_marker, t.schedule_last = t.marker, now
+                ticks = self._scheduler.run_once()
+                if ticks.enqueued:
+                    t.want_claim = True
+                # next: when the next tick falls due, or the fallback poll
+                t.schedule = now + ticks.wait(self.app.clock(), cfg.poll_interval)
 
     def _drain_step(self, backend: Backend, now: float) -> bool:
         """One step of a graceful stop; True once nothing is held any more."""
@@ -268,6 +273,8 @@ class Worker:
         timers = [t.heartbeat - now, t.reap - now, t.prune - now, t.poll - now]
         if self._scheduler is not None and not self._stopping:
             timers.append(t.schedule - now)
+            if t.marker != t.schedule_marker:
+                timers.append(t.schedule_last + self.config.schedule_interval - now)
         if t.due is not None:
             timers.append(t.due - self.app.clock())
         if t.suspect_check > now and self._suspect is None and t.want_claim:
@@ -499,12 +506,16 @@ class Worker:
 @dataclass
 class _Timers:
     """When the coordinator next does each of its periodic duties (monotonic seconds,
-    except ``due``, the wall-clock time the next delayed job falls due)."""
+    except ``due``, the wall-clock time the next delayed job falls due). The scheduler
+    passes at its next tick, when another connection committed (at most every
+    ``schedule_interval``, since a schedule may have been added) and every poll interval."""
 
     heartbeat: float
     reap: float
     prune: float
     schedule: float
+    schedule_last: float
+    schedule_marker: int | None
     poll: float
     suspect_check: float
     heartbeat_interval: float
@@ -517,6 +528,8 @@ class _Timers:
         self.reap = now
         self.prune = now + config.prune_interval
         self.schedule = now
+        self.schedule_last = now
+        self.schedule_marker = None
         self.poll = now
         self.suspect_check = now
         self.heartbeat_interval = heartbeat_interval
