@@ -39,6 +39,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sqljobs.worker")
 
+SUSPECT_LOOK_POLLS = 6
+"""A busy worker (whose claims come back full, so it never asks next_due) still looks
+for jobs from crashed workers every this many poll intervals."""
+
 
 class Worker:
     """Runs jobs of an App's tasks until stopped. ``run()`` blocks; ``stop()`` is thread-safe."""
@@ -98,7 +102,11 @@ class Worker:
         if parse_url(self.app.url).scheme == "sqlite":
             options: dict[str, Any] = {"synchronous": self.config.synchronous}
         else:  # the coordinator plus one connection per ctx.transaction() in flight
-            options = {"pool_size": max(10, self.config.concurrency + 2)}
+            options = {
+                "pool_size": max(10, self.config.concurrency + 2),
+                # like SQLite's NORMAL: a lost claim or outcome only re-runs a job
+                "synchronous_commit": self.config.synchronous.upper() in ("FULL", "EXTRA"),
+            }
         backend = self._backend = self.app.open_backend(**options)
         backend.subscribe(self._wake.set)
         self._backend_pushes = backend.pushes_changes
@@ -238,8 +246,8 @@ class Worker:
         if now >= t.poll:
             t.want_claim = True
         look = t.want_claim and now >= t.suspect_check
-        if look:
-            t.suspect_check = now + cfg.poll_interval
+        if look:  # next_due tells when to look sooner; this is the busy worker's fallback
+            t.suspect_check = now + SUSPECT_LOOK_POLLS * cfg.poll_interval
         if look or self._suspect is not None:
             self._take_suspect(backend, look)
         free = self._free_slots()
