@@ -63,7 +63,7 @@ def test_e6_full_jitter_flattens_the_retry_peak(url: str) -> None:
     r = run("E6", url)
     f1, f2, f3 = (row.ours for row in r.rows)
     assert f1["attempts"] == f2["attempts"] == f3["attempts"] == 1200
-    assert 2 * f3["peak in 100 ms"] < min(f1["peak in 100 ms"], f2["peak in 100 ms"])
+    assert 3 * f3["peak in 100 ms"] < 2 * min(f1["peak in 100 ms"], f2["peak in 100 ms"])
 
 
 def test_e7_sigterm_drains_and_loses_nothing(url: str) -> None:

@@ -71,13 +71,14 @@ def scratch_database(backend: str, url: str | None = None) -> Iterator[str]:
     PostgreSQL: a new database on ``url``'s server (default: local), dropped at the end.
     """
     if backend == "sqlite":
-        folder = Path(sqlite_path(url)).parent if url else Path(tempfile.mkdtemp(prefix="lab-"))
-        path = folder / f"sqljobs-lab-{uuid.uuid4().hex[:8]}.db"
-        try:
-            yield f"sqlite:///{path}"
-        finally:
-            for suffix in ("", "-wal", "-shm"):
-                Path(f"{path}{suffix}").unlink(missing_ok=True)
+        with tempfile.TemporaryDirectory(prefix="sqljobs-lab-") as tmp:
+            folder = Path(sqlite_path(url)).parent if url else Path(tmp)
+            path = folder / f"sqljobs-lab-{uuid.uuid4().hex[:8]}.db"
+            try:
+                yield f"sqlite:///{path}"
+            finally:
+                for suffix in ("", "-wal", "-shm"):
+                    Path(f"{path}{suffix}").unlink(missing_ok=True)
         return
     import psycopg
 

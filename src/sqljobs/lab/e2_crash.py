@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
-import tempfile
 import time
-from pathlib import Path
 
 from ..app import App
 from .common import enqueue
@@ -32,10 +30,9 @@ def run_variant(
 ) -> dict[str, float | int]:
     app = App(url)
     db = Db(url)
-    folder = Path(tempfile.mkdtemp(prefix="lab-e2-"))
     try:
         enqueue(app, "lab_work", queue, [[work] for _ in range(jobs)])
-        with fleet(url, folder / "runs.log", lease) as f:
+        with fleet(url, lease) as f:
             procs = [
                 f.naive_worker(queue, THREADS, work) if naive else f.sqljobs_worker(queue, THREADS)
                 for _ in range(PROCESSES)
@@ -52,19 +49,18 @@ def run_variant(
             wait_for(finished, cap - (time.time() - first), 0.02)
             elapsed = time.time() - first
             starts, ends = f.runs.jobs("start"), f.runs.jobs("end")
+        return {
+            "jobs": jobs,
+            "runs": len(ends),
+            "duplicates": len(ends) - len(set(ends)),
+            "interrupted": len(starts) - len(ends),
+            "done": _count(db, queue, "done"),
+            "stuck running": _count(db, queue, "running"),
+            "time s": round(elapsed, 2),
+        }
     finally:
+        db.close()
         app.close()
-    figures: dict[str, float | int] = {
-        "jobs": jobs,
-        "runs": len(ends),
-        "duplicates": len(ends) - len(set(ends)),
-        "interrupted": len(starts) - len(ends),
-        "done": _count(db, queue, "done"),
-        "stuck running": _count(db, queue, "running"),
-        "time s": round(elapsed, 2),
-    }
-    db.close()
-    return figures
 
 
 def _busy(f: Fleet, procs: list[Proc]) -> list[Proc]:

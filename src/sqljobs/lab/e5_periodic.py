@@ -85,14 +85,14 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
         ["runs", "per replica", "overlapping", "lag at end ms"],
         chart="runs",
     )
-    folder = Path(tempfile.mkdtemp(prefix="lab-e5-"))
-    ticks_path = folder / "ticks.log"
+    tmp = tempfile.TemporaryDirectory(prefix="sqljobs-lab-e5-")
+    ticks_path = Path(tmp.name) / "ticks.log"
     app = App(url)
     try:
         d1 = _tickers(ticks_path.with_suffix(".d1"), window)
         progress(0.2)
         env = {"SQLJOBS_LAB_TICKS": str(ticks_path)}
-        with fleet(url, folder / "runs.log", 3.0, env) as f:
+        with fleet(url, 3.0, env) as f:
             queues = ",".join(f"lab-e5-{key.lower()}" for key, _, _, _ in VARIANTS)
             for _ in range(REPLICAS):
                 f.sqljobs_worker(queues, 4)
@@ -108,9 +108,10 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
                 time.sleep(0.05)
             for key, _, _, _ in VARIANTS:
                 app.pause_schedule(f"lab-e5-{key.lower()}")
+        all_runs = read_runs(ticks_path)
     finally:
         app.close()
-    all_runs = read_runs(ticks_path)
+        tmp.cleanup()
     result.rows.append(Row("D1 each replica has its own ticker", figures(d1, False),
                            ARTICLE["D1"], broken=True))  # fmt: skip
     for key, label, _, _ in VARIANTS:

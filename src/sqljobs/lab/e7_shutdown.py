@@ -8,9 +8,7 @@ processes: stop claiming, hand back unstarted jobs, wait for running ones up to
 from __future__ import annotations
 
 import signal
-import tempfile
 import time
-from pathlib import Path
 
 from ..app import App
 from .common import enqueue
@@ -29,10 +27,9 @@ JOBS, WORKERS, WORK, TERM_AT, LEASE = 200, 8, 0.05, 0.15, 3.0
 def run_variant(url: str, key: str, drain: float | None) -> dict[str, float | int]:
     app = App(url)
     queue = f"lab-e7-{key.lower()}"
-    folder = Path(tempfile.mkdtemp(prefix="lab-e7-"))
     try:
         enqueue(app, "lab_work", queue, [[WORK] for _ in range(JOBS)])
-        with fleet(url, folder / "runs.log", LEASE) as f:
+        with fleet(url, LEASE) as f:
             proc: Proc
             if drain is None:
                 proc = f.naive_worker(queue, WORKERS, WORK)

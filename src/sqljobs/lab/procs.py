@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -67,14 +68,14 @@ class Fleet:
 
 
 @contextmanager
-def fleet(
-    url: str, runs_path: Path, lease: float, env: dict[str, str] | None = None
-) -> Iterator[Fleet]:
-    f = Fleet(url, RunLog(runs_path), lease, env)
-    try:
-        yield f
-    finally:
-        f.stop_all()
+def fleet(url: str, lease: float, env: dict[str, str] | None = None) -> Iterator[Fleet]:
+    """Worker processes sharing a run log in a temporary folder; all killed at the end."""
+    with tempfile.TemporaryDirectory(prefix="sqljobs-lab-") as folder:
+        f = Fleet(url, RunLog(Path(folder) / "runs.log"), lease, env)
+        try:
+            yield f
+        finally:
+            f.stop_all()
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, interval: float = 0.01) -> Any:
