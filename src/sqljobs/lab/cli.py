@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
-from .db import is_postgres
+from .db import DEFAULT_PG, is_postgres
 from .report import summary
 from .runner import NAMES, run_all, select
 
@@ -57,6 +57,8 @@ def lab(
             raise click.UsageError(
                 "--charts needs matplotlib: pip install 'sqljobs[lab]'"
             ) from None
+    if backend == "postgres":
+        _check_server(url or DEFAULT_PG)
     if logging.getLogger().level >= logging.WARNING:
         logging.getLogger("sqljobs").setLevel(logging.ERROR)  # the broken variants warn a lot
     console = Console(stderr=as_json)
@@ -78,6 +80,21 @@ def lab(
         console.print(summary(results))
     if not all(r.all_held for r in results):
         sys.exit(1)
+
+
+def _check_server(url: str) -> None:
+    """Fail with one clear line, not a traceback, when the server cannot be reached."""
+    try:
+        import psycopg
+    except ImportError:
+        raise click.UsageError(
+            "--backend postgres needs psycopg: pip install 'sqljobs[postgres]'"
+        ) from None
+    try:
+        psycopg.connect(url, connect_timeout=5).close()
+    except psycopg.Error as exc:
+        safe = url.split("@")[-1]
+        raise click.ClickException(f"cannot reach PostgreSQL at {safe}: {exc}") from None
 
 
 __all__ = ["NAMES", "lab"]
