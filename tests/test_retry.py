@@ -99,3 +99,20 @@ def test_a_task_can_ask_for_a_retry_after_a_delay_or_be_discarded(app: App) -> N
     assert later_job.history[0]["outcome"] == "retry_requested"
     assert later_job.history[0]["retry_in"] == 0.2
     assert hopeless_job.attempts == 1 and hopeless_job.last_error == "discarded: customer deleted"
+
+
+def test_a_retry_runs_when_it_falls_due_not_at_the_next_poll(app: App) -> None:
+    import time
+
+    started: list[float] = []
+
+    @app.task(retry=Retry(max_attempts=3, base=0.2, cap=0.2, jitter=False))
+    def fails() -> None:
+        started.append(time.monotonic())
+        raise ValueError("x")
+
+    job_id = fails.enqueue().id
+    with worker_thread(app, poll_interval=30):
+        wait_until(lambda: app.get_job(job_id).state is JobState.DEAD)  # type: ignore[union-attr]
+    gaps = [b - a for a, b in zip(started, started[1:], strict=False)]
+    assert len(gaps) == 2 and all(0.19 <= g < 1.0 for g in gaps), gaps

@@ -505,7 +505,7 @@ class PostgresBackend(PostgresSchedules):
                     failures = 0
                     self._wake()  # anything enqueued while we were not listening
                     while not self._closing.is_set():
-                        for _ in conn.notifies(timeout=0.5):
+                        for _ in conn.notifies(timeout=0.1):  # 0.1 s: a prompt close()
                             self._wake()
             except psycopg.Error as exc:
                 failures += 1

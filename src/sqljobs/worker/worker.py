@@ -270,8 +270,10 @@ class Worker:
                 due = backend.next_due(cfg.queues)
                 if due.suspects and self._suspect is None:
                     t.suspect_check = now
-                # a due job we did not get is another worker's, or a suspect: the poll retries
-                t.due = due.run_at if due.run_at and due.run_at > self.app.clock() else None
+                # next_due ignores suspects, so a job it calls due is ours to claim: one that
+                # fell due since our claim (a retry, a delayed job) is claimed shortly, never
+                # left to the poll; the short pause bounds any spin a clock skew could cause
+                t.due = None if due.run_at is None else max(due.run_at, self.app.clock() + 0.005)
             free = self._free_slots()
 
     def _wait_time(self, t: _Timers) -> float:
