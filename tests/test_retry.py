@@ -102,6 +102,7 @@ def test_a_task_can_ask_for_a_retry_after_a_delay_or_be_discarded(app: App) -> N
 
 
 def test_a_retry_runs_when_it_falls_due_not_at_the_next_poll(app: App) -> None:
+    import itertools
     import time
 
     started: list[float] = []
@@ -114,5 +115,5 @@ def test_a_retry_runs_when_it_falls_due_not_at_the_next_poll(app: App) -> None:
     job_id = fails.enqueue().id
     with worker_thread(app, poll_interval=30):
         wait_until(lambda: app.get_job(job_id).state is JobState.DEAD)  # type: ignore[union-attr]
-    gaps = [b - a for a, b in zip(started, started[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(started)]
     assert len(gaps) == 2 and all(0.19 <= g < 1.0 for g in gaps), gaps
