@@ -4,12 +4,15 @@ SqljobsError
  ├── ConfigurationError      bad URL, option or worker setting, found at definition time
  ├── PayloadError            arguments that are not JSON, or a stored payload that won't decode
  ├── JobNotFound             no job with that id
+ ├── ScheduleNotFound        no schedule with that name (defined in sqljobs.schedules)
  ├── LeaseLost               this worker no longer holds the job; its writes were rolled back
  └── BackendError            the database refused or could not be reached (``__cause__`` kept)
 
 JobSignal                    raised by a task to choose its outcome; not an error
  ├── RetryLater              run again after ``delay`` seconds (counts as an attempt)
  └── Discard                 give up now: the job ends ``dead`` with the reason
+      └── EffectUncertain     an external effect may have happened: never called blindly
+                              again (defined in sqljobs.effects)
 """
 
 from __future__ import annotations
