@@ -115,7 +115,9 @@ def test_an_unknown_experiment_is_a_usage_error() -> None:
 
 def test_e5_three_replicas_run_each_tick_once_and_skip_prevents_overlap(url: str) -> None:
     r = run("E5", url)
-    ticker, once, allow, skip = (row.ours for row in r.rows)
+    ticker, once, allow, skip, from_now = (row.ours for row in r.rows)
     assert ticker["runs"] >= 3 * 15 - 3 and ticker["per replica"][0] >= 14
     assert 14 <= once["runs"] <= 16 and len(once["per replica"]) >= 2
     assert allow["overlapping"] > 0 and skip["overlapping"] == 0
+    assert from_now["tick drift ms"] > 0 and from_now["overlapping"] > 0  # the article's D4
+    assert all(claim.held for claim in r.claims)

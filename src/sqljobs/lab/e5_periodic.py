@@ -28,6 +28,7 @@ ARTICLE: dict[str, dict[str, object]] = {
     "D1": {"runs": 75, "per replica": [25, 25, 25], "overlapping": 0},
     "D2": {"runs": 26, "per replica": [5, 8, 13], "overlapping": 0, "lag at end ms": 0},
     "D3": {"runs": 26, "per replica": [11, 7, 8], "overlapping": 25, "lag at end ms": 106},
+    "D4": {"runs": 24, "per replica": [8, 6, 10], "overlapping": 23, "lag at end ms": 102},
     "D5": {"runs": 14, "per replica": [2, 4, 8], "overlapping": 0, "lag at end ms": 2203},
 }
 VARIANTS = (
@@ -90,6 +91,8 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
     app = App(url)
     try:
         d1 = _tickers(ticks_path.with_suffix(".d1"), window)
+        progress(0.1)
+        d4 = _claim_tickers(url, ticks_path.with_suffix(".d4"), window)
         progress(0.2)
         env = {"SQLJOBS_LAB_TICKS": str(ticks_path)}
         with fleet(url, 3.0, env) as f:
@@ -120,6 +123,16 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
         t0 = min((tick_time(r[0]) for r in mine), default=0.0) + WARM_UP
         in_window = [r for r in mine if t0 - 1e-6 <= tick_time(r[0]) < t0 + window - 1e-6]
         result.rows.append(Row(label, figures(in_window, True), ARTICLE[key]))
+    d4_figures = figures(d4, True)
+    d4_figures["tick drift ms"] = _drift_ms(d4)
+    result.rows.append(
+        Row(
+            "D4 claim in storage, run in the replica, next run from now",
+            d4_figures,
+            ARTICLE["D4"],
+            broken=True,
+        )
+    )
     _claims(result, expected)
     result.notes.append(
         f"the sqljobs window starts {WARM_UP:g} s after the schedules were added: workers "
@@ -152,8 +165,44 @@ def _tickers(path: Path, window: float) -> list[Run]:
     return read_runs(path)
 
 
+def _claim_tickers(url: str, path: Path, window: float) -> list[Run]:
+    """Three replicas claiming one stored schedule row, running a 300 ms job themselves
+    and computing the next run from now (the article's D4)."""
+    from .claimticker import prepare
+
+    prepare(url, time.time())
+    env = dict(os.environ, SQLJOBS_LAB_TICKS=str(path))
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "sqljobs.lab.claimticker",
+                url,
+                str(INTERVAL),
+                "0.3",
+                str(window),
+            ],
+            env=env,
+        )
+        for _ in range(REPLICAS)
+    ]
+    for p in procs:
+        p.wait(window + 30)
+    return read_runs(path)
+
+
+def _drift_ms(runs: list[Run]) -> int:
+    """How far the claimed ticks slid off the schedule's grid: 0 when each next run is
+    computed from the tick, growing with every late claim when it is computed from now."""
+    ticks = sorted(tick_time(key) for key, _, _, _ in runs)
+    if len(ticks) < 2:
+        return 0
+    return round(((ticks[-1] - ticks[0]) - (len(ticks) - 1) * INTERVAL) * 1000)
+
+
 def _claims(result: Result, expected: int) -> None:
-    d1, d2, d3, d5 = (r.ours for r in result.rows)
+    d1, d2, d3, d5, d4 = (r.ours for r in result.rows)
     result.claim(
         f"a ticker per replica runs every tick {REPLICAS} times: {d1['runs']} runs for "
         f"{expected} ticks (article 75 for 25)",
@@ -168,4 +217,10 @@ def _claims(result: Result, expected: int) -> None:
         f"a job longer than the interval overlaps with overlap='allow': {d3['overlapping']} "
         f"overlapping runs (article 25); overlap='skip': {d5['overlapping']} (article 0)",
         int(str(d3["overlapping"])) > 0 and d5["overlapping"] == 0,
+    )
+    result.claim(
+        f"claiming in storage but counting the next run from now drifts off the grid by "
+        f"{d4['tick drift ms']} ms and overlaps {d4['overlapping']} runs (article: 24 runs "
+        "for 25 ticks, 23 overlapping)",
+        int(str(d4["tick drift ms"])) > 0 and int(str(d4["overlapping"])) > 0,
     )
