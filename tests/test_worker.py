@@ -283,3 +283,23 @@ def test_a_due_suspect_does_not_make_an_idle_worker_spin(app: App) -> None:
         claims = worker.counters["claims"] - before
         wait_until(lambda: _state(app, suspects[0]) is JobState.DONE, timeout=5)
     assert claims <= 5, f"{claims} claim queries in 0.5 s: the worker is spinning"
+
+
+def test_prefetch_adapts_to_how_long_jobs_run(app: App) -> None:
+    @app.task
+    def quick() -> None: ...
+
+    @app.task
+    def slow() -> None:
+        time.sleep(0.1)  # the job's own work
+
+    with worker_thread(app, concurrency=2) as worker:
+        assert worker.prefetch == 2, "before any job ran: as many as concurrency"
+        quick.enqueue_many([() for _ in range(50)])
+        wait_until(lambda: app.stats().total("done") == 50)
+        assert worker.prefetch == 8, "short jobs: the most, 4 x concurrency"
+        slow.enqueue_many([() for _ in range(12)])
+        wait_until(lambda: app.stats().total("done") == 62)
+        assert worker.prefetch <= 1, "long jobs: nothing waits in a buffer"
+    fixed = sqljobs.Worker(app, prefetch=3, install_signal_handlers=False)
+    assert fixed.prefetch == 3 and fixed.capacity == 11

@@ -20,8 +20,9 @@ class WorkerConfig:
     change counter (no table access); PostgreSQL pushes changes with LISTEN/NOTIFY instead.
     ``poll_interval`` (jittered by 10%) is the fallback claim query for what no change
     signal announces. ``prefetch`` jobs are claimed beyond ``concurrency`` so threads
-    never wait on the database (default: as many as ``concurrency``); at shutdown the
-    ones not started are handed back at once.
+    never wait on the database (default: adapted to the jobs' run time, from none for long
+    jobs up to ``4 * concurrency`` for very short ones); at shutdown the ones not started
+    are handed back at once.
     ``scheduler`` runs the periodic-schedule service in this worker (every worker may: one
     run per tick however many do). It reads the schedule table when the next tick falls
     due, every ``poll_interval``, and after another connection committed (a schedule may

@@ -32,6 +32,7 @@ class Running:
     kwargs: dict[str, Any]
     started_wall: float
     started: float = field(default_factory=time.monotonic)
+    begun: float | None = None  # when a thread or the loop actually started the handler
     deadline: float | None = None
     closed: bool = False
     abandoned: bool = False
@@ -103,6 +104,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def run_sync(run: Running, clock: Clock) -> Outcome:
+    run.begun = time.monotonic()
     try:
         run.task.fn(*run.call_args(), **run.kwargs)
     except Exception as exc:
@@ -111,6 +113,7 @@ def run_sync(run: Running, clock: Clock) -> Outcome:
 
 
 async def run_async(run: Running, clock: Clock) -> Outcome:
+    run.begun = time.monotonic()
     try:
         await run.task.fn(*run.call_args(), **run.kwargs)
     except asyncio.CancelledError:

@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("sqljobs.worker")
 
+PREFETCH_WINDOW = 0.05
+"""Seconds of work a worker keeps claimed beyond its running jobs (see Worker.prefetch)."""
+
 SUSPECT_LOOK_POLLS = 6
 """A busy worker (whose claims come back full, so it never asks next_due) still looks
 for jobs from crashed workers every this many poll intervals."""
@@ -56,8 +59,7 @@ class Worker:
         self.id = self.config.worker_id or (
             f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         )
-        prefetch = self.config.concurrency if self.config.prefetch is None else self.config.prefetch
-        self.capacity = self.config.concurrency + prefetch
+        self.runtime: float | None = None  # moving average of handler run time, seconds
         self._leases = {name: task.lease for name, task in app.tasks.items()}
         self.inflight: dict[int, Running] = {}
         self.stopped = threading.Event()
@@ -300,6 +302,26 @@ class Worker:
 
     # -- claiming and running ----------------------------------------------------------
 
+    @property
+    def prefetch(self) -> int:
+        """Jobs claimed beyond ``concurrency`` so threads never wait on the database.
+
+        By default it adapts to how long jobs run: enough to cover ``PREFETCH_WINDOW`` of
+        work, at most ``4 * concurrency`` (short jobs, big batches: the throughput lever),
+        down to none for jobs long enough that a buffered one would only wait while other
+        workers idle. A ``prefetch`` setting fixes it."""
+        cfg = self.config
+        if cfg.prefetch is not None:
+            return cfg.prefetch
+        if self.runtime is None:
+            return cfg.concurrency
+        wanted = cfg.concurrency * PREFETCH_WINDOW / max(self.runtime, 1e-6)
+        return min(4 * cfg.concurrency, int(wanted))
+
+    @property
+    def capacity(self) -> int:
+        return self.config.concurrency + self.prefetch
+
     def _free_slots(self) -> int:
         """No claims while a suspect waits for the worker to empty or runs alone."""
         if self._suspect is not None or self._solo in self.inflight:
@@ -390,6 +412,9 @@ class Worker:
             run.closed = True
             self.inflight.pop(run.job.id, None)
             freed = True
+            if run.begun is not None:
+                took = time.monotonic() - run.begun
+                self.runtime = took if self.runtime is None else 0.8 * self.runtime + 0.2 * took
             if run.ctx.completed_in_transaction:
                 self.counters[JobState.DONE.value] += 1
                 continue
