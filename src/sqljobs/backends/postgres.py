@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import select
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -505,13 +506,26 @@ class PostgresBackend(PostgresSchedules):
                     failures = 0
                     self._wake()  # anything enqueued while we were not listening
                     while not self._closing.is_set():
-                        for _ in conn.notifies(timeout=0.1):  # 0.1 s: a prompt close()
-                            self._wake()
-            except psycopg.Error as exc:
+                        self._drain_notifications(conn)
+            except (psycopg.Error, OSError) as exc:
                 failures += 1
                 pause = min(5.0, 0.1 * 2**failures)
                 log.warning("LISTEN connection lost (%s); reconnecting in %.1f s", exc, pause)
                 self._closing.wait(pause)
+
+    def _drain_notifications(self, conn: psycopg.Connection[Any]) -> None:
+        """Wait up to 0.1 s (so close() is prompt) for the socket, then read every
+        notification libpq has. Reading at the libpq level keeps nothing between calls
+        that could be dropped, unlike restarting psycopg's notifies() generator."""
+        if not select.select([conn.fileno()], [], [], 0.1)[0]:
+            return
+        pgconn = conn.pgconn
+        pgconn.consume_input()
+        got = False
+        while pgconn.notifies() is not None:
+            got = True
+        if got:
+            self._wake()
 
     def _wake(self) -> None:
         self._notified += 1
