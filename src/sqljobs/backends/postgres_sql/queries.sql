@@ -84,6 +84,8 @@ RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts, j.token, j.l
 
 -- name: complete_and_claim
 -- The hot path in one round trip and one commit: complete a batch, claim the next.
+-- Its picked/claimed CTEs repeat `claim` on purpose (one statement, one plan): change
+-- both together.
 WITH done AS (
     UPDATE {schema}.sqljobs_jobs AS j
     SET state = 'done', finished_at = now(), lease_until = NULL
