@@ -229,3 +229,32 @@ def test_workers_survive_a_postgresql_restart(url: str, spawn: Spawn, runs: Runs
     assert set(runs.count("end")) == {f"job{i}" for i in range(n)}
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
+
+
+def _plan(conn: psycopg.Connection, sql: str, params: dict[str, object]) -> str:  # type: ignore[type-arg]
+    rows = conn.execute("EXPLAIN " + sql, params).fetchall()
+    return "\n".join(r[0] for r in rows)
+
+
+def test_claims_stay_on_the_claim_index_when_statistics_are_stale(url: str) -> None:
+    """The table analysed when every job was done, then a burst: the planner believes few
+    rows are pending. A claim must still walk the claim index in order and stop at its
+    limit, never fetch and sort every pending row (which an index on run_at allowed)."""
+    app = App(url)
+    noop = app.task(name="noop")(lambda i: None)
+    noop.enqueue_many([(i,) for i in range(2000)])
+    backend = PostgresBackend(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("UPDATE sqljobs_jobs SET state = 'done', finished_at = now()")
+        conn.execute("VACUUM ANALYZE sqljobs_jobs")
+        noop.enqueue_many([(i,) for i in range(20000)])
+        params = {"worker": "w", "limit": 40, "leases": "{}", "ids": "{}", "tokens": "{}"}
+        for name in ("claim", "complete_and_claim"):
+            for queues in (None, ["default"]):
+                sql = backend._queue_sql(name, queues)
+                plan = _plan(conn, sql, {**params, "queues": queues or []})
+                assert re.search(r"Index Scan using sqljobs_jobs_claim(_any)? ", plan), plan
+                assert "Sort" not in plan and "Bitmap" not in plan, plan
+        due = _plan(conn, backend._queue_sql("next_due", None), {"queues": []})
+        assert "sqljobs_jobs_next_due" in due, due
+    backend.close()

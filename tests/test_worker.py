@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import threading
 import time
 
@@ -12,7 +13,7 @@ import sqljobs
 from sqljobs import App, ConfigurationError, JobState, Retry
 from sqljobs.backends import WorkerInfo
 
-from .conftest import db_execute, expire_lease, placeholder, wait_until, worker_thread
+from .conftest import db_execute, expire_lease, is_pg, placeholder, wait_until, worker_thread
 
 
 def _state(app: App, job_id: int) -> JobState:
@@ -297,9 +298,38 @@ def test_prefetch_adapts_to_how_long_jobs_run(app: App) -> None:
         assert worker.prefetch == 2, "before any job ran: as many as concurrency"
         quick.enqueue_many([() for _ in range(50)])
         wait_until(lambda: app.stats().total("done") == 50)
-        assert worker.prefetch == 8, "short jobs: the most, 4 x concurrency"
+        assert worker.prefetch == 8 * worker.lanes, "short jobs: 4 x concurrency per lane"
         slow.enqueue_many([() for _ in range(12)])
         wait_until(lambda: app.stats().total("done") == 62)
         assert worker.prefetch <= 1, "long jobs: nothing waits in a buffer"
     fixed = sqljobs.Worker(app, prefetch=3, install_signal_handlers=False)
     assert fixed.prefetch == 3 and fixed.capacity == 11
+
+
+@pytest.mark.parametrize("lanes", [None, 3])
+def test_claims_in_flight_together_never_hand_out_a_job_twice(app: App, lanes: int | None) -> None:
+    """Several claim round trips in flight at once (the PostgreSQL default is two; three
+    here on both backends) still give every job to one thread once."""
+    ran: collections.Counter[int] = collections.Counter()
+    lock = threading.Lock()
+
+    @app.task
+    def count(i: int) -> None:
+        with lock:
+            ran[i] += 1
+
+    count.enqueue_many([(i,) for i in range(3000)])
+    with worker_thread(app, concurrency=4, claim_lanes=lanes) as worker:
+        wait_until(lambda: worker.counters["done"] == 3000, timeout=60)
+        expected = lanes or (2 if is_pg(app) else 1)
+        assert worker.lanes == expected
+        assert worker.counters["claims"] > 3000 / worker.capacity
+    assert sorted(ran) == list(range(3000))
+    assert set(ran.values()) == {1}, "a job ran twice"
+    assert app.stats().total("done") == 3000
+    assert worker.counters["stale_results"] == 0
+
+
+def test_claim_lanes_must_be_positive(app: App) -> None:
+    with pytest.raises(sqljobs.ConfigurationError, match="claim_lanes"):
+        sqljobs.Worker(app, claim_lanes=0)

@@ -50,6 +50,8 @@ class Backend(Protocol):
     """A database that stores jobs. Implementations: SQLite, PostgreSQL."""
 
     url: str
+    claim_lanes: int
+    """How many of one worker's claim round trips may usefully be in flight at once."""
 
     def now(self) -> float:
         """The backend's clock, Unix seconds."""

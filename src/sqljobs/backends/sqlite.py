@@ -351,6 +351,7 @@ class SqliteBackend(SqliteSchedules):
         """Nothing to subscribe to: workers watch ``change_marker`` (PRAGMA data_version)."""
 
     pushes_changes = False  # workers watch change_marker (PRAGMA data_version) instead
+    claim_lanes = 1  # one writer at a time: a second claim in flight would only wait
 
     def change_marker(self) -> int | None:
         (value,) = self._read("PRAGMA data_version")[0]

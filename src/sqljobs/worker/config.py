@@ -21,8 +21,11 @@ class WorkerConfig:
     ``poll_interval`` (jittered by 10%) is the fallback claim query for what no change
     signal announces. ``prefetch`` jobs are claimed beyond ``concurrency`` so threads
     never wait on the database (default: adapted to the jobs' run time, from none for long
-    jobs up to ``4 * concurrency`` for very short ones); at shutdown the ones not started
-    are handed back at once.
+    jobs up to ``4 * concurrency`` per claim lane for very short ones); at shutdown the
+    ones not started are handed back at once.
+    ``claim_lanes`` is how many claim round trips may be in flight at once, each on its
+    own connection (default: the backend's choice, 2 on PostgreSQL, 1 on SQLite, which has
+    one writer).
     ``scheduler`` runs the periodic-schedule service in this worker (every worker may: one
     run per tick however many do). It reads the schedule table when the next tick falls
     due, every ``poll_interval``, and after another connection committed (a schedule may
@@ -41,6 +44,7 @@ class WorkerConfig:
     prune_interval: float = 60.0
     max_crashes: int = 3
     prefetch: int | None = None
+    claim_lanes: int | None = None
     worker_id: str | None = None
     install_signal_handlers: bool = True
     synchronous: str = "NORMAL"
@@ -54,6 +58,8 @@ class WorkerConfig:
             raise ConfigurationError(f"concurrency must be >= 1, got {self.concurrency}")
         if self.prefetch is not None and self.prefetch < 0:
             raise ConfigurationError(f"prefetch must be >= 0, got {self.prefetch}")
+        if self.claim_lanes is not None and self.claim_lanes < 1:
+            raise ConfigurationError(f"claim_lanes must be >= 1, got {self.claim_lanes}")
         if self.poll_interval <= 0 or self.change_check_interval <= 0:
             raise ConfigurationError("poll_interval and change_check_interval must be > 0")
         if self.drain_timeout is not None and self.drain_timeout < 0:

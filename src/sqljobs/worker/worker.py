@@ -1,11 +1,13 @@
-"""The worker: one coordinator thread owns the database; executors only run handlers.
+"""The worker: one coordinator thread owns the worker's state; executors only run handlers.
 
-The coordinator loop, in order: collect finished handlers and write their outcomes in one
-batch; give up jobs past their timeout; renew every held lease in one statement; reap
+The coordinator loop, in order: collect finished handlers and the round trips that came
+back; give up jobs past their timeout; renew every held lease in one statement; reap
 expired leases; then claim as many jobs as there are free slots, again at once while
-batches come back full. Idle, it waits on an event (set by a local enqueue or a finished
-handler) and looks at the database's change counter every few milliseconds instead of
-running claim queries; a claim query still runs every ``poll_interval`` as a fallback.
+batches come back full, each claim carrying the outcomes written so far. Claims go out on
+lanes (see :mod:`.lanes`): on PostgreSQL two are in flight at once. Idle, it waits on an
+event (set by a local enqueue, a finished handler or a returning round trip) and looks at
+the database's change counter every few milliseconds instead of running claim queries; a
+claim query still runs every ``poll_interval`` as a fallback.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from ..payload import decode
 from ..url import parse_url
 from .config import WorkerConfig
 from .execute import AsyncRunner, Running, ThreadPool, failure
+from .lanes import Lanes, Trip
 
 if TYPE_CHECKING:
     from ..app import App
@@ -41,6 +44,10 @@ log = logging.getLogger("sqljobs.worker")
 
 PREFETCH_WINDOW = 0.05
 """Seconds of work a worker keeps claimed beyond its running jobs (see Worker.prefetch)."""
+
+PREFETCH_CAP = 4
+"""At most this many times ``concurrency`` jobs per claim lane are claimed beyond the
+running ones (so each lane's claims stay about as big as with one lane)."""
 
 SUSPECT_LOOK_POLLS = 6
 """A busy worker (whose claims come back full, so it never asks next_due) still looks
@@ -77,6 +84,8 @@ class Worker:
         self._backend_pushes = False
         self._threads: ThreadPool | None = None
         self._async: AsyncRunner | None = None
+        self._lanes: Lanes | None = None
+        self.lanes = self.config.claim_lanes or 1  # the backend's choice once run() opens it
 
     # -- control -----------------------------------------------------------------------
 
@@ -105,13 +114,19 @@ class Worker:
             options: dict[str, Any] = {"synchronous": self.config.synchronous}
         else:  # the coordinator plus one connection per ctx.transaction() in flight
             options = {
-                "pool_size": max(10, self.config.concurrency + 2),
+                # (plus the claim lanes and the maintenance services)
+                "pool_size": max(10, self.config.concurrency + 4),
                 # like SQLite's NORMAL: a lost claim or outcome only re-runs a job
                 "synchronous_commit": self.config.synchronous.upper() in ("FULL", "EXTRA"),
             }
         backend = self._backend = self.app.open_backend(**options)
         backend.subscribe(self._wake.set)
         self._backend_pushes = backend.pushes_changes
+        self.lanes = self.config.claim_lanes or backend.claim_lanes
+        lanes = self._lanes = Lanes(
+            self.lanes, lambda trip: self._round_trip(backend, trip), self._wake.set,
+            f"sqljobs-{self.id}",
+        )  # fmt: skip
         self._reaper = Reaper(backend, self.config.max_crashes)
         self._pruner = Pruner(backend, self.app.retention)
         self._scheduler = (
@@ -141,6 +156,7 @@ class Worker:
             self._loop(backend, heartbeat_interval)
         finally:
             self.app.remove_wakeup(self._wake)
+            lanes.stop()
             for signum, handler in restore.items():
                 signal.signal(signum, handler)
             self._threads.stop()
@@ -172,6 +188,7 @@ class Worker:
             try:
                 if self._collect():
                     t.want_claim = True
+                self._take_trips(backend, t)
                 now = time.monotonic()
                 self._expire_timeouts(now)
                 self._maintain(backend, t, now)
@@ -228,10 +245,10 @@ class Worker:
             self._release(backend, self._threads.take_queued(), "released_unstarted")
         if self._immediate or now >= self._drain_deadline or not self.inflight:
             self._release_all(backend)  # also a suspect still waiting to run
-        if self.inflight:
+        if self.inflight or self.lanes_busy:
             return False
         self._write_outcomes(backend)
-        return not self._to_write
+        return not self._to_write and not self.lanes_busy
 
     def _claim_step(self, backend: Backend, t: _Timers, now: float) -> None:
         """Decide whether anything may be claimable, then claim up to the free slots,
@@ -243,8 +260,11 @@ class Worker:
         current = backend.change_marker()
         if current != t.marker:
             t.marker, t.want_claim = current, True
-        if t.due is not None and self.app.clock() >= t.due:
+        wall = self.app.clock()
+        if t.due is not None and wall >= t.due:
             t.want_claim, t.due = True, None
+        if t.retry_due is not None and wall >= t.retry_due:
+            t.want_claim, t.retry_due = True, None
         if now >= t.poll:
             t.want_claim = True
         look = t.want_claim and now >= t.suspect_check
@@ -252,34 +272,67 @@ class Worker:
             t.suspect_check = now + SUSPECT_LOOK_POLLS * cfg.poll_interval
         if look or self._suspect is not None:
             self._take_suspect(backend, look)
-        free = self._free_slots()
-        while t.want_claim and free > 0:
-            batch, self._to_write = self._to_write, []
-            try:
-                written, jobs = backend.finish_and_claim(
-                    batch, self.id, cfg.queues, free, self._leases
-                )
-            except BackendError:
-                self._to_write = batch + self._to_write
-                raise
-            self._account(batch, written, t)
+        lanes = self._lanes
+        assert lanes is not None
+        share = -(-self.capacity // lanes.size)  # a lane's part of the capacity, rounded up
+        while t.want_claim and lanes.idle:
+            free = self._free_slots()
+            if free <= 0 or (lanes.busy and free < share):
+                break  # a small claim now would only cut the next full one short
+            trip = Trip(self._to_write, min(free, share))
+            self._to_write = []
+            t.want_claim = False  # until the batch comes back full, or something changes
             t.poll = time.monotonic() + cfg.poll_interval * random.uniform(0.9, 1.1)
             self.counters["claims"] += 1
-            for job in jobs:
+            lanes.send(trip)
+            self._take_trips(backend, t)  # an inline lane is back already
+
+    def _round_trip(self, backend: Backend, trip: Trip) -> None:
+        """On a lane: write the trip's outcomes and claim its jobs in one statement; after
+        a short batch also ask when to look again."""
+        cfg = self.config
+        if not trip.limit:
+            trip.written = backend.finish_jobs(trip.outcomes)
+            return
+        trip.written, trip.jobs = backend.finish_and_claim(
+            trip.outcomes, self.id, cfg.queues, trip.limit, self._leases
+        )
+        if len(trip.jobs) < trip.limit:
+            trip.due = backend.next_due(cfg.queues)
+
+    def _take_trips(self, backend: Backend, t: _Timers | None) -> None:
+        """Account for the round trips that came back and start the jobs they claimed."""
+        assert self._lanes is not None
+        error: Exception | None = None
+        for trip in self._lanes.finished():
+            if trip.written is None:  # nothing was written: send the outcomes again
+                self._to_write = trip.outcomes + self._to_write
+            else:
+                self._account(trip.outcomes, trip.written, t)
+            for job in trip.jobs:
                 self._dispatch(backend, job)
-            if len(jobs) < free:
-                t.want_claim = False
-                due = backend.next_due(cfg.queues)
-                if due.suspects and self._suspect is None:
-                    t.suspect_check = now
+            error = error or trip.error
+            if not trip.limit or t is None:
+                continue
+            if trip.error is not None or len(trip.jobs) >= trip.limit:
+                t.want_claim = True  # a full batch: more may wait; a failure: try again
+            elif trip.due is not None:
+                if trip.due.suspects and self._suspect is None:
+                    t.suspect_check = time.monotonic()
                 # next_due ignores suspects, so a job it calls due is ours to claim: one that
-                # fell due since our claim (a retry, a delayed job) is claimed shortly, never
-                # left to the poll; the short pause bounds any spin a clock skew could cause
-                t.due = None if due.run_at is None else max(due.run_at, self.app.clock() + 0.005)
-            free = self._free_slots()
+                # fell due since our claim (a delayed job) is claimed shortly, never left to
+                # the poll; the short pause bounds any spin a clock skew could cause
+                run_at = trip.due.run_at
+                t.due = None if run_at is None else max(run_at, self.app.clock() + 0.005)
+        if error is not None:
+            raise error
+
+    @property
+    def lanes_busy(self) -> bool:
+        return self._lanes is not None and self._lanes.busy
 
     def _wait_time(self, t: _Timers) -> float:
-        if self._to_write or self._results:
+        if self._results or (self._to_write and self._lanes and self._lanes.idle):
             return 0.0  # outcomes to write (e.g. from _dispatch) go out now
         now = time.monotonic()
         timers = [t.heartbeat - now, t.reap - now, t.prune - now, t.poll - now]
@@ -287,8 +340,9 @@ class Worker:
             timers.append(t.schedule - now)
             if t.marker != t.schedule_marker:
                 timers.append(t.schedule_last + self.config.schedule_interval - now)
-        if t.due is not None:
-            timers.append(t.due - self.app.clock())
+        for due in (t.due, t.retry_due):
+            if due is not None:
+                timers.append(due - self.app.clock())
         if t.suspect_check > now and self._suspect is None and t.want_claim:
             timers.append(t.suspect_check - now)
         if self._stopping:
@@ -307,7 +361,8 @@ class Worker:
         """Jobs claimed beyond ``concurrency`` so threads never wait on the database.
 
         By default it adapts to how long jobs run: enough to cover ``PREFETCH_WINDOW`` of
-        work, at most ``4 * concurrency`` (short jobs, big batches: the throughput lever),
+        work, at most ``4 * concurrency`` per claim lane (short jobs, big batches: the
+        throughput lever),
         down to none for jobs long enough that a buffered one would only wait while other
         workers idle. A ``prefetch`` setting fixes it."""
         cfg = self.config
@@ -316,24 +371,26 @@ class Worker:
         if self.runtime is None:
             return cfg.concurrency
         wanted = cfg.concurrency * PREFETCH_WINDOW / max(self.runtime, 1e-6)
-        return min(4 * cfg.concurrency, int(wanted))
+        return min(PREFETCH_CAP * cfg.concurrency * self.lanes, int(wanted))
 
     @property
     def capacity(self) -> int:
         return self.config.concurrency + self.prefetch
 
     def _free_slots(self) -> int:
-        """No claims while a suspect waits for the worker to empty or runs alone."""
+        """Capacity not running nor promised to a claim in flight. No claims while a
+        suspect waits for the worker to empty or runs alone."""
         if self._suspect is not None or self._solo in self.inflight:
             return 0
-        return self.capacity - len(self.inflight)
+        reserved = self._lanes.reserved if self._lanes is not None else 0
+        return self.capacity - len(self.inflight) - reserved
 
     def _take_suspect(self, backend: Backend, look: bool) -> None:
         """Claim a job that was in a crashed worker (if ``look``), then run it once nothing
         else runs."""
         if look and self._suspect is None and self._solo not in self.inflight:
             self._suspect = backend.claim_suspect(self.id, self.config.queues, self._leases)
-        if self._suspect is not None and not self.inflight:
+        if self._suspect is not None and not self.inflight and not self.lanes_busy:
             job, self._suspect = self._suspect, None
             self._solo = job.id
             self.counters["suspects"] += 1
@@ -422,15 +479,13 @@ class Worker:
         return freed
 
     def _write_outcomes(self, backend: Backend, t: _Timers | None = None) -> None:
-        if not self._to_write:
+        """Outcomes no claim carried go out on an idle lane (or with the next claim)."""
+        assert self._lanes is not None
+        if not self._to_write or not self._lanes.idle:
             return
         batch, self._to_write = self._to_write, []
-        try:
-            written = set(backend.finish_jobs(batch))
-        except BackendError:
-            self._to_write = batch + self._to_write
-            raise
-        self._account(batch, written, t)
+        self._lanes.send(Trip(batch, 0))
+        self._take_trips(backend, t)
 
     def _account(self, batch: list[Outcome], written: Collection[int], t: _Timers | None) -> None:
         """Count what was written, log what was discarded, wake for our own retries."""
@@ -448,7 +503,7 @@ class Worker:
             self.counters[outcome.state.value] += 1
             if t is not None and outcome.state is JobState.PENDING and outcome.delay is not None:
                 retry_at = wall + outcome.delay  # our own retries: wake for them on time
-                t.due = retry_at if t.due is None else min(t.due, retry_at)
+                t.retry_due = retry_at if t.retry_due is None else min(t.retry_due, retry_at)
 
     def _close(self, run: Running, *, abandon: bool) -> None:
         run.closed = True
@@ -541,8 +596,9 @@ class Worker:
 @dataclass
 class _Timers:
     """When the coordinator next does each of its periodic duties (monotonic seconds,
-    except ``due``, the wall-clock time the next delayed job falls due). The scheduler
-    passes at its next tick, when another connection committed (at most every
+    except ``due``, the wall-clock time the next delayed job falls due as the database last
+    said, and ``retry_due``, when the earliest retry this worker wrote since falls due).
+    The scheduler passes at its next tick, when another connection committed (at most every
     ``schedule_interval``, since a schedule may have been added) and every poll interval."""
 
     heartbeat: float
@@ -555,6 +611,7 @@ class _Timers:
     suspect_check: float
     heartbeat_interval: float
     due: float | None = None
+    retry_due: float | None = None
     marker: int | None = None
     want_claim: bool = True
 
@@ -569,6 +626,7 @@ class _Timers:
         self.suspect_check = now
         self.heartbeat_interval = heartbeat_interval
         self.due = None
+        self.retry_due = None
         self.marker = None
         self.want_claim = True
 

@@ -135,8 +135,9 @@ RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts, j.token, j.l
 
 -- name: next_due
 -- When the next delayed job falls due, and whether jobs from crashed workers wait.
+-- `run_at > '-infinity'` (true of every job) matches sqljobs_jobs_next_due's predicate.
 SELECT (SELECT extract(epoch FROM run_at)::float8 FROM {schema}.sqljobs_jobs
-        WHERE state = 'pending' AND crashes < 2 {queue_filter}
+        WHERE state = 'pending' AND crashes < 2 AND run_at > '-infinity' {queue_filter}
         ORDER BY run_at LIMIT 1),
        EXISTS (SELECT 1 FROM {schema}.sqljobs_jobs
                WHERE state = 'pending' AND crashes >= 2 {queue_filter})

@@ -47,9 +47,10 @@ CREATE INDEX sqljobs_jobs_claim_any ON {schema}.sqljobs_jobs (priority DESC, run
 -- Jobs that were in two workers that crashed: usually none, so finding them is free.
 CREATE INDEX sqljobs_jobs_suspects ON {schema}.sqljobs_jobs (priority DESC, run_at, id)
     WHERE state = 'pending' AND crashes >= 2;
--- When the next delayed job falls due.
-CREATE INDEX sqljobs_jobs_due ON {schema}.sqljobs_jobs (run_at)
-    WHERE state = 'pending' AND crashes < 2;
+-- When the next delayed job falls due. The predicate's `run_at > '-infinity'` is stated by
+-- next_due only, so no claim can take this index for `run_at <= now()` (0004).
+CREATE INDEX sqljobs_jobs_next_due ON {schema}.sqljobs_jobs (run_at)
+    WHERE state = 'pending' AND crashes < 2 AND run_at > '-infinity';
 CREATE INDEX sqljobs_jobs_lease ON {schema}.sqljobs_jobs (lease_until) WHERE state = 'running';
 CREATE INDEX sqljobs_jobs_finished ON {schema}.sqljobs_jobs (finished_at)
     WHERE state IN ('done', 'cancelled');

@@ -1,0 +1,101 @@
+"""The worker's database round trips (write outcomes, claim the next batch), off the
+coordinator thread, several in flight at once.
+
+One round trip at a time leaves the server's other core idle while it runs, and the
+worker's threads idle while it waits: on PostgreSQL two in flight, on two pooled
+connections, nearly doubled a no-op drain here (9.4k to 16k jobs/s). SQLite has one writer,
+so it gets one lane, run inline on the coordinator: exactly the synchronous loop.
+"""
+
+from __future__ import annotations
+
+import collections
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..jobs import ClaimedJob, Due, Outcome
+
+
+@dataclass(eq=False)
+class Trip:
+    """One round trip: ``outcomes`` to write and up to ``limit`` jobs to claim (0: write
+    only). A lane fills in what came back; ``written`` stays None if nothing was written,
+    so the coordinator knows to send the outcomes again."""
+
+    outcomes: list[Outcome]
+    limit: int
+    written: list[int] | None = None
+    jobs: list[ClaimedJob] = field(default_factory=list)
+    due: Due | None = None  # asked after a short batch: when to look again
+    error: Exception | None = None  # raised again on the coordinator
+
+
+class Lanes:
+    """Runs trips with ``work`` on ``size`` threads (inline when ``size`` is 1) and hands
+    them back to the coordinator through ``finished``; ``wake`` tells it one is back."""
+
+    def __init__(
+        self, size: int, work: Callable[[Trip], None], wake: Callable[[], None], name: str
+    ) -> None:
+        self.size = size
+        self._work = work
+        self._wake = wake
+        self._sent: list[Trip] = []  # only the coordinator thread touches this
+        self._back: collections.deque[Trip] = collections.deque()
+        self._queue: queue.SimpleQueue[Trip | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._loop, name=f"{name}-lane-{i + 1}", daemon=True)
+            for i in range(size if size > 1 else 0)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    @property
+    def idle(self) -> int:
+        """Lanes free for another trip."""
+        return self.size - len(self._sent)
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._sent)
+
+    @property
+    def reserved(self) -> int:
+        """Slots promised to claims in flight: their jobs are on their way."""
+        return sum(trip.limit for trip in self._sent)
+
+    def send(self, trip: Trip) -> None:
+        self._sent.append(trip)
+        if self._threads:
+            self._queue.put(trip)
+        else:
+            self._run(trip)
+
+    def finished(self) -> list[Trip]:
+        """The trips that came back since the last call, in the order they came back."""
+        trips = []
+        while self._back:
+            trip = self._back.popleft()
+            self._sent.remove(trip)
+            trips.append(trip)
+        return trips
+
+    def _loop(self) -> None:
+        while (trip := self._queue.get()) is not None:
+            self._run(trip)
+            self._wake()
+
+    def _run(self, trip: Trip) -> None:
+        try:
+            self._work(trip)
+        except Exception as exc:  # a lane never dies: the coordinator decides
+            trip.error = exc
+        self._back.append(trip)
+
+    def stop(self) -> None:
+        for _ in self._threads:
+            self._queue.put(None)
+        for thread in self._threads:
+            thread.join(timeout=5)
