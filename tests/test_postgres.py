@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from importlib import resources
 
@@ -258,3 +259,33 @@ def test_claims_stay_on_the_claim_index_when_statistics_are_stale(url: str) -> N
         due = _plan(conn, backend._queue_sql("next_due", None), {"queues": []})
         assert "sqljobs_jobs_next_due" in due, due
     backend.close()
+
+
+def test_a_host_with_a_wrong_clock_enqueues_on_the_servers_time(url: str) -> None:
+    """Claims compare run_at with the server's now(): a delay counts from it too, so a host
+    whose clock runs an hour fast neither holds its jobs back an hour nor pushes them ahead."""
+    fast = App(url, clock=lambda: time.time() + 3600, backend_options={"server_clock": True})
+    runs: list[str] = []
+    fast.task(name="note")(runs.append)
+    now_handle = fast.enqueue("note", args=["now"])
+    later = fast.tasks["note"].with_options(delay=60).enqueue("later").job()
+    with psycopg.connect(url, autocommit=True) as conn:
+        (server_now,) = conn.execute("SELECT extract(epoch FROM now())::float8").fetchone()  # type: ignore[misc]
+    assert later is not None and abs(later.run_at - (server_now + 60)) < 5
+    worker_app = App(url)
+    worker_app.task(name="note")(runs.append)
+    with worker_thread(worker_app):
+        wait_until(lambda: runs == ["now"], timeout=5, what="the job from the fast host")
+    assert now_handle.job() is not None and now_handle.job().state is JobState.DONE  # type: ignore[union-attr]
+
+
+def test_app_calls_after_the_server_dropped_its_connections_just_work(url: str) -> None:
+    """An App (no worker) whose pooled connections were all ended while idle, as by a
+    server restart: its next calls reconnect instead of failing once per dead connection."""
+    app = App(url, backend_options={"pool_size": 4})
+    app.task(name="noop")(lambda: None)
+    held = [app.enqueue("noop") for _ in range(3)]
+    assert _terminate_connections(url) >= 1
+    handle = app.enqueue("noop")
+    assert handle.created and app.stats().total("pending") == 4
+    assert [h.job() is not None for h in held] == [True] * 3

@@ -215,6 +215,7 @@ class App:
             deadline_at=None if retry.deadline is None else now + retry.deadline,
             key=opts.key,
             key_hold=opts.key_hold,
+            delay=(opts.delay or 0.0) if opts.run_at is None else None,
         )
 
     def insert(self, jobs: Sequence[NewJob], connection: Any = None) -> list[JobHandle]:

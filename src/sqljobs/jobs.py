@@ -38,6 +38,10 @@ class NewJob:
     deadline_at: float | None = None
     key: str | None = None
     key_hold: float | None = None
+    delay: float | None = None
+    """Seconds from now when no ``run_at`` was asked for: a database many hosts share
+    (PostgreSQL) counts them from its own clock, the one claims read, so a host whose
+    clock is off cannot make its jobs wait or jump the queue."""
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,7 @@ class PostgresBackend(PostgresSchedules):
         connect_timeout: float = 10.0,
         synchronous_commit: bool = True,
         clock: Callable[[], float] = time.time,
+        server_clock: bool | None = None,
     ) -> None:
         if not _IDENTIFIER.match(schema):
             raise ConfigurationError(f"schema {schema!r} is not a plain SQL identifier")
@@ -91,6 +92,9 @@ class PostgresBackend(PostgresSchedules):
         self.connect_timeout = connect_timeout
         self.synchronous_commit = synchronous_commit
         self.clock = clock
+        # delays count from the server's now(), the clock claims read; a test's own clock
+        # keeps its times unless told otherwise
+        self.server_clock = clock is time.time if server_clock is None else server_clock
         self.channel = f"sqljobs_{schema}"
         self.queries = {
             k: v.replace("{schema}", schema)
@@ -153,6 +157,7 @@ class PostgresBackend(PostgresSchedules):
             with pool.connection() as conn:
                 yield conn
         except psycopg_pool.PoolTimeout as exc:
+            self._check_connect()  # a server that is down is not a pool that is full
             raise BackendError(
                 f"no free PostgreSQL connection within {self.pool_timeout:g} s: all "
                 f"{self.pool_size} pooled connections are busy; raise pool_size "
@@ -169,8 +174,12 @@ class PostgresBackend(PostgresSchedules):
         attempts: int = 5,
         transaction: bool = True,
     ) -> T:
-        """Run ``work``, retried on serialization failure or deadlock. A single statement
+        """Run ``work``, retried on serialization failure or deadlock, and once on a fresh
+        connection when the pooled one turns out dead (the server restarted, or an admin
+        ended it, while it sat idle in the pool), so an App's call after a restart does
+        not fail for a connection nobody could have known was gone. A single statement
         needs no explicit transaction: in autocommit it is one round trip, not three."""
+        reconnected = False
         for attempt in range(1, attempts + 1):
             try:
                 with self._connection() as conn:
@@ -179,10 +188,20 @@ class PostgresBackend(PostgresSchedules):
                     with conn.transaction():
                         return work(conn)
             except BackendError as exc:
+                if _dead_connection(exc) and not reconnected:
+                    reconnected = True
+                    self._drop_dead_connections()
+                    continue
                 if not isinstance(exc.__cause__, _RETRYABLE) or attempt == attempts:
                     raise
                 time.sleep(0.01 * attempt)
         raise AssertionError("unreachable")
+
+    def _drop_dead_connections(self) -> None:
+        """After one pooled connection was found dead, the others idle beside it likely
+        are too: test them all now rather than fail on each in turn."""
+        if self._pool is not None:
+            self._pool.check()
 
     def _fetch(
         self, name: str, params: Mapping[str, Any] | None = None, sql: str | None = None
@@ -262,6 +281,7 @@ class PostgresBackend(PostgresSchedules):
         self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob], notify: list[str]
     ) -> list[EnqueueResult]:
         """One statement inserts the jobs and sends the NOTIFYs (so one round trip)."""
+        server_clock = self.server_clock
         rows_json = json.dumps(
             [
                 [
@@ -275,6 +295,7 @@ class PostgresBackend(PostgresSchedules):
                     j.max_attempts,
                     j.lease,
                     j.key_hold,
+                    j.delay if server_clock else None,
                 ]
                 for j in jobs
             ]
@@ -619,6 +640,12 @@ class PostgresBackend(PostgresSchedules):
 
     def prune_finished(self, before: float, limit: int = 1000) -> int:
         return self._fetch_none("prune_finished", {"before": before, "limit": limit})
+
+
+def _dead_connection(exc: BackendError) -> bool:
+    """The error came from a connection that no longer works (not from the statement)."""
+    cause = exc.__cause__
+    return isinstance(cause, psycopg.OperationalError) and not isinstance(cause, _RETRYABLE)
 
 
 def int_array(values: Iterable[int]) -> str:

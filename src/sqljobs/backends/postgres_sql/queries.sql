@@ -3,20 +3,23 @@
 
 -- name: insert_jobs
 -- A batch arrives as one JSON array of [queue, task, payload, key, priority, run_at,
--- deadline_at, max_attempts, lease] rows: one parameter, parsed by the server, is far
--- cheaper than nine typed arrays built element by element in Python.
+-- deadline_at, max_attempts, lease, key_hold, delay] rows: one parameter, parsed by the
+-- server, is far cheaper than typed arrays built element by element in Python. A delay,
+-- if given, counts from the server's now() and wins over run_at (the client's clock).
 WITH input AS (
     SELECT e.ord, nextval('{schema}.sqljobs_jobs_id_seq'::regclass) AS new_id,
            e.j ->> 0 AS queue, e.j ->> 1 AS task, e.j ->> 2 AS payload, e.j ->> 3 AS key,
            (e.j ->> 4)::int AS priority, (e.j ->> 5)::float8 AS run_at,
            (e.j ->> 6)::float8 AS deadline_at, (e.j ->> 7)::int AS max_attempts,
-           (e.j ->> 8)::float8 AS lease, (e.j ->> 9)::float8 AS key_hold
+           (e.j ->> 8)::float8 AS lease, (e.j ->> 9)::float8 AS key_hold,
+           (e.j ->> 10)::float8 AS delay
     FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS e(j, ord)
 ), inserted AS (
     INSERT INTO {schema}.sqljobs_jobs
         (id, queue, task, payload, key, priority, run_at, deadline_at, max_attempts, lease,
          key_hold)
-    SELECT new_id, queue, task, payload, key, priority, to_timestamp(run_at),
+    SELECT new_id, queue, task, payload, key, priority,
+           coalesce(now() + make_interval(secs => delay), to_timestamp(run_at)),
            to_timestamp(deadline_at), max_attempts, lease, key_hold
     FROM input ORDER BY ord
     ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING
@@ -41,12 +44,14 @@ WITH input AS (
            e.j ->> 0 AS queue, e.j ->> 1 AS task, e.j ->> 2 AS payload,
            (e.j ->> 4)::int AS priority, (e.j ->> 5)::float8 AS run_at,
            (e.j ->> 6)::float8 AS deadline_at, (e.j ->> 7)::int AS max_attempts,
-           (e.j ->> 8)::float8 AS lease, (e.j ->> 9)::float8 AS key_hold
+           (e.j ->> 8)::float8 AS lease, (e.j ->> 9)::float8 AS key_hold,
+           (e.j ->> 10)::float8 AS delay
     FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS e(j, ord)
 ), inserted AS (
     INSERT INTO {schema}.sqljobs_jobs
         (id, queue, task, payload, priority, run_at, deadline_at, max_attempts, lease)
-    SELECT new_id, queue, task, payload, priority, to_timestamp(run_at),
+    SELECT new_id, queue, task, payload, priority,
+           coalesce(now() + make_interval(secs => delay), to_timestamp(run_at)),
            to_timestamp(deadline_at), max_attempts, lease
     FROM input ORDER BY ord
 ), notified AS (
