@@ -107,6 +107,26 @@ def test_non_json_arguments_fail_at_enqueue_naming_the_argument(app: App) -> Non
     assert app.stats().total("pending") == 0
 
 
+def test_a_big_enqueue_many_stores_all_in_order_or_nothing(app: App) -> None:
+    """Past one statement's worth (PostgreSQL pipelines chunks of 1,000 while it builds the
+    next), the batch is still one transaction: every job in call order, or none at all."""
+
+    @app.task
+    def t(i: object) -> None: ...
+
+    calls = [(i,) for i in range(2500)]
+    calls[2200] = (dt.date(2026, 12, 1),)  # fails when chunk 3 is built, after 2 were sent
+    with pytest.raises(PayloadError, match=r"argument 'i' of task"):
+        t.enqueue_many(calls)
+    assert app.stats().total("pending") == 0, "a failed batch left jobs behind"
+    handles = t.enqueue_many([(i,) for i in range(2500)])
+    ids = [h.id for h in handles]
+    assert len(set(ids)) == 2500 and ids == sorted(ids) and all(h.created for h in handles)
+    assert app.stats().total("pending") == 2500
+    last = handles[-1].job()
+    assert last is not None and last.args == [2499]
+
+
 @pytest.mark.parametrize(
     ("bad", "message"),
     [

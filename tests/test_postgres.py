@@ -154,6 +154,21 @@ def test_a_burst_of_enqueues_is_debounced_and_none_waits_for_the_poll(url: str) 
         wait_until(lambda: len(got) == 100, timeout=10, what="all jobs, without the 60 s poll")
 
 
+def test_a_pipelined_enqueue_many_notifies_at_its_commit(url: str) -> None:
+    """A batch big enough to go in chunks sends its NOTIFY as the last statement of its
+    transaction: an idle worker with a 60 s poll starts on it at once."""
+    app = App(url)
+    got: list[int] = []
+    app.task(name="t")(got.append)
+    producer = App(url)
+    producer.task(name="t")(got.append)
+    with worker_thread(app, poll_interval=60) as worker:
+        wait_until(lambda: worker.counters["claims"] >= 1)
+        producer.tasks["t"].enqueue_many([(i,) for i in range(2500)])
+        wait_until(lambda: len(got) == 2500, timeout=20, what="the batch, without the poll")
+    assert sorted(got) == list(range(2500))
+
+
 def test_poll_only_mode_works_without_listen(url: str) -> None:
     app = App(url, backend_options={"listen": False})
     got: list[int] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, overload
 
@@ -218,7 +218,7 @@ class App:
             delay=(opts.delay or 0.0) if opts.run_at is None else None,
         )
 
-    def insert(self, jobs: Sequence[NewJob], connection: Any = None) -> list[JobHandle]:
+    def insert(self, jobs: Iterable[NewJob], connection: Any = None) -> list[JobHandle]:
         """Insert built jobs in one transaction and wake this process's workers."""
         results = self.backend.enqueue_jobs(jobs, connection)
         if connection is None:

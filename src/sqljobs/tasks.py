@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -203,19 +203,22 @@ class BoundTask:
                 "enqueue_many cannot share one key among several jobs; enqueue keyed jobs "
                 "one by one or give each its own key"
             )
+        return self.task.app.insert(self._new_jobs(calls), self.options.connection)
+
+    def _new_jobs(self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]) -> Iterator[NewJob]:
+        """The rows, checked and encoded as the backend reads them (PostgreSQL sends one
+        chunk while the next is built); a bad call raises there and nothing is stored."""
         now = self.task.app.clock()
-        jobs = []
         for i, call in enumerate(calls):
             if isinstance(call, Mapping):
-                jobs.append(self.task.new_job((), call, self.options, now))
+                yield self.task.new_job((), call, self.options, now)
             elif isinstance(call, Sequence) and not isinstance(call, str | bytes):
-                jobs.append(self.task.new_job(call, {}, self.options, now))
+                yield self.task.new_job(call, {}, self.options, now)
             else:
                 raise PayloadError(
                     f"enqueue_many call {i} for task {self.task.name!r} must be a tuple of "
                     f"arguments or a dict of keyword arguments, got {type(call).__name__}"
                 )
-        return self.task.app.insert(jobs, self.options.connection)
 
 
 def _first_param_is_context(fn: Callable[..., Any]) -> bool:

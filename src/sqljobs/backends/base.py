@@ -8,7 +8,7 @@ overwrite anything. The protocol is synchronous; the worker runs async tasks on 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -60,9 +60,11 @@ class Backend(Protocol):
         """Apply pending migrations; return the names applied."""
 
     def enqueue_jobs(
-        self, jobs: Sequence[NewJob], connection: Any | None = None
+        self, jobs: Iterable[NewJob], connection: Any | None = None
     ) -> list[EnqueueResult]:
-        """Insert jobs in one transaction (or in the caller's, never committing it)."""
+        """Insert jobs in one transaction (or in the caller's, never committing it). ``jobs``
+        may be a generator: a backend may insert some while the rest are built, and an
+        exception from it rolls everything back."""
 
     def claim_jobs(
         self,

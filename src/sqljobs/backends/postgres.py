@@ -2,11 +2,10 @@
 
 Claims are one statement (``FOR UPDATE SKIP LOCKED`` in a materialised CTE feeding an
 ``UPDATE ... RETURNING``); completions, retries and heartbeats are one ``unnest`` statement
-per batch, every one fenced by state and token. Enqueues send a NOTIFY in their own
-transaction, at most one per queue per short window (a burst of enqueues must not
-serialise its commits on NOTIFY's global lock), with a trailing NOTIFY so the last job of
-a burst is never left to the fallback poll. A listener thread turns notifications into
-worker wake-ups. ``listen=False`` is poll-only mode, for PgBouncer in transaction mode.
+per batch, every one fenced by state and token. Enqueues and their debounced NOTIFYs are
+in :mod:`.postgres_enqueue`, schedules in :mod:`.postgres_schedules`. A listener thread
+turns notifications into worker wake-ups. ``listen=False`` is poll-only mode, for
+PgBouncer in transaction mode.
 """
 
 from __future__ import annotations
@@ -30,16 +29,15 @@ from ..errors import BackendError, ConfigurationError
 from ..jobs import (
     ClaimedJob,
     Due,
-    EnqueueResult,
     ExpiredJob,
     HeldJob,
     Job,
     JobState,
-    NewJob,
     Outcome,
 )
 from ..stats import Stats
 from .base import Decide, EffectRecord, WorkerInfo
+from .postgres_enqueue import PostgresEnqueue
 from .postgres_schedules import PostgresSchedules
 from .sqlfile import load_migrations, load_queries
 from .sqlite import row_to_job
@@ -60,7 +58,7 @@ def redact(url: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-class PostgresBackend(PostgresSchedules):
+class PostgresBackend(PostgresEnqueue, PostgresSchedules):
     """Jobs in PostgreSQL tables (``sqljobs_*``) in ``schema``."""
 
     claim_lanes = 2  # a second claim in flight keeps the server's other backend busy
@@ -253,101 +251,6 @@ class PostgresBackend(PostgresSchedules):
             return applied
 
         return self._run(work)
-
-    # -- enqueue -----------------------------------------------------------------------
-
-    def enqueue_jobs(
-        self, jobs: Sequence[NewJob], connection: Any | None = None
-    ) -> list[EnqueueResult]:
-        if not jobs:
-            return []
-        queues = {j.queue for j in jobs}
-        if connection is not None:
-            if not isinstance(connection, psycopg.Connection):
-                raise ConfigurationError(
-                    "a PostgreSQL queue needs a psycopg Connection to enqueue in the caller's "
-                    f"transaction, got {type(connection).__name__}"
-                )
-            try:  # the notify is delivered only if the caller commits
-                return self._insert(connection, jobs, sorted(queues) if self.listen else [])
-            except psycopg.Error as exc:
-                raise BackendError(f"PostgreSQL enqueue failed: {str(exc).strip()}") from exc
-        notify, later = self._debounced(queues)
-        results = self._run(lambda conn: self._insert(conn, jobs, notify), transaction=False)
-        self._notify_later(later)  # after our commit, or it could wake workers too early
-        return results
-
-    def _insert(
-        self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob], notify: list[str]
-    ) -> list[EnqueueResult]:
-        """One statement inserts the jobs and sends the NOTIFYs (so one round trip)."""
-        server_clock = self.server_clock
-        rows_json = json.dumps(
-            [
-                [
-                    j.queue,
-                    j.task,
-                    j.payload,
-                    j.key,
-                    j.priority,
-                    j.run_at,
-                    j.deadline_at,
-                    j.max_attempts,
-                    j.lease,
-                    j.key_hold,
-                    j.delay if server_clock else None,
-                ]
-                for j in jobs
-            ]
-        )
-        params = {"jobs": rows_json, "channel": self.channel, "notify": notify}
-        keys = [j.key for j in jobs if j.key is not None]
-        keyed = bool(keys)
-        if keyed:
-            conn.execute(self.queries["release_keys"], {"keys": keys})
-        sql = self.queries["insert_jobs" if keyed else "insert_unkeyed_jobs"]
-        rows = conn.execute(sql, params).fetchall()
-        missing = [jobs[ord_ - 1].key for ord_, id_, _ in rows if id_ is None]
-        found = {}
-        if missing:  # keyed rows committed by a concurrent enqueue after our snapshot
-            found = dict(conn.execute(self.queries["job_ids_by_key"], {"keys": missing}).fetchall())
-        return [
-            EnqueueResult(int(id_ if id_ is not None else found[jobs[ord_ - 1].key]), bool(new))
-            for ord_, id_, new in rows
-        ]
-
-    def _debounced(self, queues: set[str]) -> tuple[list[str], list[str]]:
-        """The queues to NOTIFY in the enqueue's statement (at most once per queue per
-        window), and those to NOTIFY by a trailing timer after the window, so the last job
-        of a burst is never left to the fallback poll."""
-        if not self.listen:
-            return [], []
-        now = time.monotonic()
-        with self._lock:
-            send = [q for q in queues if now - self._last_notify.get(q, 0.0) >= self.notify_window]
-            for q in send:
-                self._last_notify[q] = now
-        return sorted(send), sorted(set(queues) - set(send))
-
-    def _notify_later(self, queues: list[str]) -> None:
-        with self._lock:
-            for q in queues:
-                if q not in self._trailing:
-                    timer = threading.Timer(self.notify_window, self._trailing_notify, (q,))
-                    timer.daemon = True
-                    self._trailing[q] = timer
-                    timer.start()
-
-    def _trailing_notify(self, queue: str) -> None:
-        with self._lock:
-            self._trailing.pop(queue, None)
-            self._last_notify[queue] = time.monotonic()
-        try:
-            self._fetch(
-                "", sql="SELECT pg_notify(%(c)s, %(q)s)", params={"c": self.channel, "q": queue}
-            )
-        except BackendError as exc:
-            log.debug("trailing notify failed: %s", exc)
 
     # -- claim, finish, lease ----------------------------------------------------------
 

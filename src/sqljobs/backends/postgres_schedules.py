@@ -10,18 +10,18 @@ rows, so they never wait for one another.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
-from ..jobs import EnqueueResult, NewJob
+from ..jobs import NewJob
 from ..schedules import Schedule, ScheduleState, Tick, TickOutcome, TickResult, state_from_row
+from .postgres_parts import PostgresPart
 from .sqlfile import load_queries
 
 if TYPE_CHECKING:
     import psycopg
 
-T = TypeVar("T")
 _QUERIES = load_queries("sqljobs.backends.postgres_sql", "schedules.sql")
 _COLUMNS = (
     "s.name, s.task, s.kwargs, s.cron, s.every, s.tz, s.overlap, s.misfire, s.queue, "
@@ -31,30 +31,8 @@ _COLUMNS = (
 )
 
 
-class PostgresSchedules:
+class PostgresSchedules(PostgresPart):
     """The schedule methods of the Backend protocol, for PostgreSQL."""
-
-    if TYPE_CHECKING:  # provided by PostgresBackend
-        schema: str
-        channel: str
-        listen: bool
-
-        def now(self) -> float: ...
-
-        def _run(
-            self,
-            work: Callable[[psycopg.Connection[Any]], T],
-            attempts: int = 5,
-            transaction: bool = True,
-        ) -> T: ...
-
-        def _fetch(
-            self, name: str, params: Mapping[str, Any] | None = None, sql: str | None = None
-        ) -> list[Any]: ...
-
-        def enqueue_jobs(
-            self, jobs: Sequence[NewJob], connection: Any | None = None
-        ) -> list[EnqueueResult]: ...
 
     @cached_property
     def _schedule_sql(self) -> dict[str, str]:

@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
@@ -191,8 +191,9 @@ class SqliteBackend(SqliteSchedules):
     # -- enqueue -----------------------------------------------------------------------
 
     def enqueue_jobs(
-        self, jobs: Sequence[NewJob], connection: Any | None = None
+        self, jobs: Iterable[NewJob], connection: Any | None = None
     ) -> list[EnqueueResult]:
+        jobs = list(jobs)  # built before the write lock is taken
         if connection is not None:
             if not isinstance(connection, sqlite3.Connection):
                 raise ConfigurationError(
