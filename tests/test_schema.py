@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+import threading
 from importlib import resources
 from pathlib import Path
 
@@ -62,3 +63,28 @@ def test_claims_use_the_pending_indexes(tmp_path: Path) -> None:
             text
         )
         assert not re.search(r"SCAN sqljobs_jobs(?! USING)", text), "a full table scan: " + text
+
+
+def test_connections_opening_a_new_file_together_all_get_wal(tmp_path: Path) -> None:
+    """On a new file one connection may be creating the schema while another asks for WAL,
+    which SQLite refuses at once ("database is locked"): the second must wait, not fail."""
+    errors: list[BaseException] = []
+    for round_ in range(30):
+        path = str(tmp_path / f"new{round_}.db")
+        start = threading.Barrier(3)
+
+        def open_and_migrate(path: str = path, start: threading.Barrier = start) -> None:
+            start.wait()
+            try:
+                backend = SqliteBackend(path)
+                backend.migrate()
+                backend.close()
+            except BaseException as exc:  # collected: a thread's failure must fail the test
+                errors.append(exc)
+
+        threads = [threading.Thread(target=open_and_migrate) for _ in range(3)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+    assert errors == []

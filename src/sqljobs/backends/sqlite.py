@@ -119,12 +119,26 @@ class SqliteBackend(SqliteSchedules):
         except sqlite3.Error as exc:
             raise BackendError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
         conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+        mode = self._wal(conn)
         if mode.lower() != "wal":
             raise BackendError(f"SQLite database {self.path!r} refused WAL mode (got {mode})")
         conn.execute(f"PRAGMA synchronous = {synchronous or self.synchronous}")
         conn.execute("PRAGMA foreign_keys = ON")
         return conn
+
+    def _wal(self, conn: sqlite3.Connection) -> str:
+        """Switch to WAL, waiting out a lock: on a new file another connection may be
+        creating the schema, and SQLite answers this pragma "database is locked" at once
+        instead of calling the busy handler."""
+        deadline = time.monotonic() + self.busy_timeout
+        while True:
+            try:
+                return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() >= deadline:
+                    conn.close()
+                    raise BackendError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
+                time.sleep(0.005)
 
     def _conn(self) -> sqlite3.Connection:
         local = self._local

@@ -26,9 +26,10 @@ class Trip:
 
     outcomes: list[Outcome]
     limit: int
+    ask_due: bool = False  # also ask when to look again (after a short batch)
     written: list[int] | None = None
     jobs: list[ClaimedJob] = field(default_factory=list)
-    due: Due | None = None  # asked after a short batch: when to look again
+    due: Due | None = None
     error: Exception | None = None  # raised again on the coordinator
 
 

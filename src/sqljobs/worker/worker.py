@@ -288,16 +288,17 @@ class Worker:
             self._take_trips(backend, t)  # an inline lane is back already
 
     def _round_trip(self, backend: Backend, trip: Trip) -> None:
-        """On a lane: write the trip's outcomes and claim its jobs in one statement; after
-        a short batch also ask when to look again."""
+        """On a lane: write the trip's outcomes and claim its jobs in one statement, or
+        write them and ask when to look again (sent after a short batch, once its jobs
+        have started: asking first would delay them by a round trip)."""
         cfg = self.config
-        if not trip.limit:
-            trip.written = backend.finish_jobs(trip.outcomes)
+        if trip.limit:
+            trip.written, trip.jobs = backend.finish_and_claim(
+                trip.outcomes, self.id, cfg.queues, trip.limit, self._leases
+            )
             return
-        trip.written, trip.jobs = backend.finish_and_claim(
-            trip.outcomes, self.id, cfg.queues, trip.limit, self._leases
-        )
-        if len(trip.jobs) < trip.limit:
+        trip.written = backend.finish_jobs(trip.outcomes) if trip.outcomes else []
+        if trip.ask_due:
             trip.due = backend.next_due(cfg.queues)
 
     def _take_trips(self, backend: Backend, t: _Timers | None) -> None:
@@ -312,11 +313,15 @@ class Worker:
             for job in trip.jobs:
                 self._dispatch(backend, job)
             error = error or trip.error
-            if not trip.limit or t is None:
+            if t is None:
                 continue
-            if trip.error is not None or len(trip.jobs) >= trip.limit:
+            if trip.limit and (trip.error is not None or len(trip.jobs) >= trip.limit):
                 t.want_claim = True  # a full batch: more may wait; a failure: try again
-            elif trip.due is not None:
+            elif trip.limit:
+                t.want_due = True  # a short batch: nothing more is due; ask when it will be
+            elif trip.ask_due and trip.error is not None:
+                t.want_due = True
+            if trip.due is not None:
                 if trip.due.suspects and self._suspect is None:
                     t.suspect_check = time.monotonic()
                 # next_due ignores suspects, so a job it calls due is ours to claim: one that
@@ -332,7 +337,7 @@ class Worker:
         return self._lanes is not None and self._lanes.busy
 
     def _wait_time(self, t: _Timers) -> float:
-        if self._results or (self._to_write and self._lanes and self._lanes.idle):
+        if self._results or ((self._to_write or t.want_due) and self._lanes and self._lanes.idle):
             return 0.0  # outcomes to write (e.g. from _dispatch) go out now
         now = time.monotonic()
         timers = [t.heartbeat - now, t.reap - now, t.prune - now, t.poll - now]
@@ -479,12 +484,16 @@ class Worker:
         return freed
 
     def _write_outcomes(self, backend: Backend, t: _Timers | None = None) -> None:
-        """Outcomes no claim carried go out on an idle lane (or with the next claim)."""
+        """Outcomes no claim carried go out on an idle lane (or with the next claim), with
+        the question of when to look again if a short batch raised it."""
         assert self._lanes is not None
-        if not self._to_write or not self._lanes.idle:
+        ask_due = t is not None and t.want_due
+        if not (self._to_write or ask_due) or not self._lanes.idle:
             return
+        if t is not None:
+            t.want_due = False
         batch, self._to_write = self._to_write, []
-        self._lanes.send(Trip(batch, 0))
+        self._lanes.send(Trip(batch, 0, ask_due=ask_due))
         self._take_trips(backend, t)
 
     def _account(self, batch: list[Outcome], written: Collection[int], t: _Timers | None) -> None:
@@ -614,6 +623,7 @@ class _Timers:
     retry_due: float | None = None
     marker: int | None = None
     want_claim: bool = True
+    want_due: bool = False
 
     def __init__(self, now: float, heartbeat_interval: float, config: WorkerConfig) -> None:
         self.heartbeat = now + heartbeat_interval
@@ -629,6 +639,7 @@ class _Timers:
         self.retry_due = None
         self.marker = None
         self.want_claim = True
+        self.want_due = False
 
 
 def _unregistered(*_args: Any, **_kwargs: Any) -> None:
