@@ -284,8 +284,8 @@ class Worker:
             t.want_claim = False  # until the batch comes back full, or something changes
             t.poll = time.monotonic() + cfg.poll_interval * random.uniform(0.9, 1.1)
             self.counters["claims"] += 1
-            lanes.send(trip)
-            self._take_trips(backend, t)  # an inline lane is back already
+            lanes.send(trip, inline=not self.inflight and not lanes.busy)
+            self._take_trips(backend, t)  # an inline trip is back already
 
     def _round_trip(self, backend: Backend, trip: Trip) -> None:
         """On a lane: write the trip's outcomes and claim its jobs in one statement, or
