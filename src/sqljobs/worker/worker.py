@@ -337,7 +337,7 @@ class Worker:
         return self._lanes is not None and self._lanes.busy
 
     def _wait_time(self, t: _Timers) -> float:
-        if self._results or ((self._to_write or t.want_due) and self._lanes and self._lanes.idle):
+        if self._results or ((self._to_write or t.want_due) and not self.lanes_busy):
             return 0.0  # outcomes to write (e.g. from _dispatch) go out now
         now = time.monotonic()
         timers = [t.heartbeat - now, t.reap - now, t.prune - now, t.poll - now]
@@ -484,16 +484,17 @@ class Worker:
         return freed
 
     def _write_outcomes(self, backend: Backend, t: _Timers | None = None) -> None:
-        """Outcomes no claim carried go out on an idle lane (or with the next claim), with
-        the question of when to look again if a short batch raised it."""
+        """Outcomes no claim carried go out once no round trip is in flight (one in flight
+        takes them on its return, in the next claim: write-only trips beside claims only
+        cost commits), with the question of when to look again if a short batch raised it."""
         assert self._lanes is not None
         ask_due = t is not None and t.want_due
-        if not (self._to_write or ask_due) or not self._lanes.idle:
+        if not (self._to_write or ask_due) or self._lanes.busy:
             return
         if t is not None:
             t.want_due = False
         batch, self._to_write = self._to_write, []
-        self._lanes.send(Trip(batch, 0, ask_due=ask_due))
+        self._lanes.send(Trip(batch, 0, ask_due=ask_due), inline=not self.inflight)
         self._take_trips(backend, t)
 
     def _account(self, batch: list[Outcome], written: Collection[int], t: _Timers | None) -> None:
