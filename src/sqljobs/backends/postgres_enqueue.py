@@ -51,7 +51,9 @@ class PostgresEnqueue(PostgresPart):
             notify, later = self._debounced({j.queue for j in first})
             results = self._run(lambda conn: self._insert(conn, first, notify), transaction=False)
         else:
-            results, later = self._run(lambda conn: self._insert_pipelined(conn, chunks))
+            results, later = self._run(
+                lambda conn: self._insert_pipelined(conn, chunks), transaction=False
+            )
         self._notify_later(later)  # after our commit, or it could wake workers too early
         return results
 
@@ -86,11 +88,12 @@ class PostgresEnqueue(PostgresPart):
     def _insert_pipelined(
         self, conn: psycopg.Connection[Any], chunks: Iterable[list[NewJob]]
     ) -> tuple[list[EnqueueResult], list[str]]:
-        """Chunk statements sent without waiting for each other (inside ``_run``'s
-        transaction); the NOTIFYs go last, once every queue is known."""
+        """One transaction, BEGIN and COMMIT included, in one pipeline: the chunk
+        statements go out without waiting for each other, and the NOTIFYs last, once every
+        queue is known. The client waits for the server once, at the end."""
         sent: list[tuple[list[NewJob], psycopg.Cursor[Any]]] = []
         queues: set[str] = set()
-        with conn.pipeline():
+        with conn.pipeline(), conn.transaction():
             for chunk in chunks:
                 sent.append((chunk, self._send(conn, chunk, [])))
                 queues.update(j.queue for j in chunk)
