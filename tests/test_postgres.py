@@ -3,6 +3,7 @@ connection pools, server errors and restarts."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -304,3 +305,45 @@ def test_app_calls_after_the_server_dropped_its_connections_just_work(url: str) 
     handle = app.enqueue("noop")
     assert handle.created and app.stats().total("pending") == 4
     assert [h.job() is not None for h in held] == [True] * 3
+
+
+def _claim_buffers(conn: psycopg.Connection, backend: PostgresBackend) -> tuple[int, str]:  # type: ignore[type-arg]
+    """Buffers one claim of 40 touches (it really claims them), and its plan."""
+    sql = backend._queue_sql("claim", None)
+    params = {"worker": "w", "limit": 40, "queues": [], "leases": "{}"}
+    (doc,) = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params).fetchone()  # type: ignore[misc]
+    plan = doc[0]["Plan"]
+    return plan["Shared Hit Blocks"] + plan["Shared Read Blocks"], json.dumps(plan)
+
+
+_FILL = (
+    "INSERT INTO sqljobs_jobs (queue, task, payload, state, run_at, finished_at, max_attempts, "
+    "lease) SELECT 'default', 'noop', '{}', %s, now() - interval '1 hour', "
+    "CASE WHEN %s = 'done' THEN now() END, 5, 30 FROM generate_series(1, %s)"
+)
+
+
+def test_a_claim_costs_the_same_with_1m_finished_and_100k_pending_rows(url: str) -> None:
+    """A claim touches about as many pages among 1M finished and 100k pending rows as
+    among 1,000 pending, and still after 20,000 claims left dead index entries behind."""
+    App(url).migrate()
+    backend = PostgresBackend(url)
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(_FILL, ("pending", "pending", 1000))
+        conn.execute("VACUUM ANALYZE sqljobs_jobs")
+        small, _ = _claim_buffers(conn, backend)
+        conn.execute("TRUNCATE sqljobs_jobs")
+        conn.execute(_FILL, ("done", "done", 1_000_000))
+        conn.execute(_FILL, ("pending", "pending", 100_000))
+        conn.execute("VACUUM ANALYZE sqljobs_jobs")
+        big, plan = _claim_buffers(conn, backend)
+        assert "Seq Scan" not in plan and '"Sort"' not in plan, plan
+        assert big < 3 * small, (
+            f"{big} buffers for a claim in the big table, {small} in a small one"
+        )
+        claimed = 0
+        while claimed < 20_000:
+            claimed += len(backend.claim_jobs("w", None, 500))
+        after, _ = _claim_buffers(conn, backend)
+        assert after < 3 * small, f"{after} buffers after 20,000 claims, {small} in a small table"
+    backend.close()
