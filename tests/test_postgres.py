@@ -347,3 +347,22 @@ def test_a_claim_costs_the_same_with_1m_finished_and_100k_pending_rows(url: str)
         after, _ = _claim_buffers(conn, backend)
         assert after < 3 * small, f"{after} buffers after 20,000 claims, {small} in a small table"
     backend.close()
+
+
+def test_a_worker_with_a_wrong_clock_waits_for_a_delayed_job_without_spinning(url: str) -> None:
+    """next_due answers in seconds from the server's now(): a worker whose clock runs an
+    hour fast sleeps until the job falls due instead of claiming every few milliseconds."""
+    ran: list[float] = []
+    fast = App(url, clock=lambda: time.time() + 3600)
+    fast.task(name="later")(lambda: ran.append(time.monotonic()))
+    producer = App(url)
+    producer.task(name="later")(lambda: None)
+    with worker_thread(fast, poll_interval=60) as worker:
+        wait_until(lambda: worker.counters["claims"] >= 1)
+        sent = time.monotonic()
+        producer.tasks["later"].with_options(delay=1.0).enqueue()
+        before = worker.counters["claims"]
+        wait_until(lambda: ran, timeout=10, what="the delayed job")
+        claims = worker.counters["claims"] - before
+    assert 0.9 <= ran[0] - sent < 3.0
+    assert claims < 10, f"{claims} claims while waiting 1 s for one delayed job"

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import signal
+import threading
 import time
+from typing import Any
 
-from sqljobs import App, JobState
+from sqljobs import App, JobState, Retry
 
-from .conftest import Runs, Spawn, wait_until
+from .conftest import Runs, Spawn, wait_until, worker_thread
 
 
 def _started(runs: Runs) -> set[str]:
@@ -61,3 +63,60 @@ def test_a_second_signal_stops_at_once(app: App, spawn: Spawn, runs: Runs) -> No
     assert proc.wait(timeout=10) == 0
     assert time.monotonic() - sent < 3.0, "the second signal did not wait for the 9 s drain"
     assert all(j.state is JobState.PENDING for j in app.list_jobs(limit=10))
+
+
+def test_jobs_a_claim_brings_back_after_the_stop_are_handed_back_unstarted(app: App) -> None:
+    """A claim can be in flight when the stop comes (on PostgreSQL on a lane thread): the
+    jobs it brings back must not start, but go back to pending with no attempt charged."""
+    ran: list[int] = []
+    app.task(name="t")(ran.append)
+    claimed, release = threading.Event(), threading.Event()
+    with worker_thread(app, concurrency=2, poll_interval=60) as worker:
+        wait_until(lambda: worker.counters["claims"] >= 1 and worker._backend is not None)
+        backend = worker._backend
+        assert backend is not None
+        real = backend.finish_and_claim
+
+        def gated(*args: Any, **kwargs: Any) -> Any:
+            written, jobs = real(*args, **kwargs)
+            if jobs:  # committed: these jobs are this worker's now
+                claimed.set()
+                release.wait(10)
+            return written, jobs
+
+        backend.finish_and_claim = gated  # type: ignore[method-assign]
+        handles = [app.enqueue("t", args=[i]) for i in range(3)]
+        assert claimed.wait(10), "the worker did not claim"
+        worker.stop()
+        release.set()
+        wait_until(worker.stopped.is_set, timeout=10)
+    assert ran == [], "a job claimed after the stop was started"
+    for handle in handles:
+        job = handle.job()
+        assert job is not None and job.state is JobState.PENDING and job.attempts == 0
+    assert app.stats().total("pending") == 3
+
+
+def test_a_draining_worker_sleeps_between_its_duties(app: App) -> None:
+    """While a long job drains, the coordinator waits on its events: the fallback poll
+    falling due mid-drain, or a retry written during it, must not make it spin."""
+    started = threading.Event()
+
+    @app.task(name="slow")
+    def slow() -> None:
+        started.set()
+        time.sleep(1.0)  # the job's own work, longer than the poll interval
+
+    @app.task(name="fails", retry=Retry(max_attempts=3, base=0.1, cap=0.1))
+    def fails() -> None:
+        raise RuntimeError("retry me")
+
+    with worker_thread(app, concurrency=2, poll_interval=0.1, drain_timeout=5) as worker:
+        slow.enqueue()
+        assert started.wait(10)
+        worker.stop()
+        fails.enqueue()  # not claimed while stopping, so no retry; the poll still falls due
+        before = worker.counters["loops"]
+        wait_until(worker.stopped.is_set, timeout=10)
+        woke = worker.counters["loops"] - before
+    assert woke < 50, f"the coordinator woke {woke} times in a 1 s drain: it spins"

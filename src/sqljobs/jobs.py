@@ -94,10 +94,11 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Due:
-    """What a worker needs to know to sleep well: when the next delayed job falls due,
-    and whether jobs from crashed workers wait to be run alone."""
+    """What a worker needs to know to sleep well: in how many seconds the next delayed job
+    falls due (by the database's clock, the one claims read: a worker whose own clock is
+    off still wakes on time), and whether jobs from crashed workers wait to be run alone."""
 
-    run_at: float | None
+    wait: float | None
     suspects: bool = False
 
 

@@ -46,6 +46,11 @@ log = logging.getLogger("sqljobs.postgres")
 _PACKAGE = "sqljobs.backends.postgres_sql"
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _RETRYABLE = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
+_SESSION_ENDED = (
+    psycopg.errors.AdminShutdown,  # 57P01: restart, shutdown, pg_terminate_backend
+    psycopg.errors.CannotConnectNow,  # 57P03: the server is starting up
+    psycopg.errors.IdleSessionTimeout,  # 57P05
+)
 T = TypeVar("T")
 
 
@@ -316,8 +321,8 @@ class PostgresBackend(PostgresEnqueue, PostgresSchedules):
 
     def next_due(self, queues: Sequence[str] | None) -> Due:
         sql = self._queue_sql("next_due", queues)
-        run_at, suspects = self._fetch("next_due", {"queues": list(queues or [])}, sql)[0]
-        return Due(None if run_at is None else float(run_at), bool(suspects))
+        wait, suspects = self._fetch("next_due", {"queues": list(queues or [])}, sql)[0]
+        return Due(None if wait is None else float(wait), bool(suspects))
 
     def finish_jobs(self, outcomes: Sequence[Outcome]) -> list[int]:
         if not outcomes:
@@ -546,9 +551,11 @@ class PostgresBackend(PostgresEnqueue, PostgresSchedules):
 
 
 def _dead_connection(exc: BackendError) -> bool:
-    """The error came from a connection that no longer works (not from the statement)."""
-    cause = exc.__cause__
-    return isinstance(cause, psycopg.OperationalError) and not isinstance(cause, _RETRYABLE)
+    """The server had ended the session before our statement ran: it was shutting down or
+    restarting, an admin terminated it, or it sat idle too long. Only these are replayed:
+    a connection lost half-way through a statement may have committed it, and replaying
+    an enqueue then would insert its jobs twice."""
+    return isinstance(exc.__cause__, _SESSION_ENDED)
 
 
 def int_array(values: Iterable[int]) -> str:

@@ -19,7 +19,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -49,13 +49,17 @@ class PostgresEnqueue(PostgresPart):
             return []
         if not second:  # one statement in autocommit: one round trip
             notify, later = self._debounced({j.queue for j in first})
-            results = self._run(lambda conn: self._insert(conn, first, notify), transaction=False)
+            rows = self._run(lambda c: self._send(c, first, notify).fetchall(), transaction=False)
+            sent = [(first, rows)]
         else:
-            results, later = self._run(
-                lambda conn: self._insert_pipelined(conn, chunks), transaction=False
-            )
+            sent, later = self._run(lambda c: self._send_pipelined(c, chunks), transaction=False)
         self._notify_later(later)  # after our commit, or it could wake workers too early
-        return results
+        # outside the retried work: a lookup failing after the commit must not insert again
+        lookup = self._keyed_ids
+        return [r for chunk, rows in sent for r in _results(chunk, rows, lookup)]
+
+    def _keyed_ids(self, keys: list[str]) -> dict[str, int]:
+        return dict(self._fetch("job_ids_by_key", {"keys": keys}))
 
     def _enqueue_in(self, connection: Any, jobs: list[NewJob]) -> list[EnqueueResult]:
         """In the caller's transaction, never committing it; built in full before any SQL
@@ -82,12 +86,17 @@ class PostgresEnqueue(PostgresPart):
     def _insert(
         self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob], notify: list[str]
     ) -> list[EnqueueResult]:
-        """One statement inserts the jobs and sends the NOTIFYs."""
-        return self._results(conn, jobs, self._send(conn, jobs, notify).fetchall())
+        """One statement inserts the jobs and sends the NOTIFYs (in ``conn``'s transaction)."""
+        rows = self._send(conn, jobs, notify).fetchall()
 
-    def _insert_pipelined(
+        def lookup(keys: list[str]) -> dict[str, int]:
+            return dict(conn.execute(self.queries["job_ids_by_key"], {"keys": keys}).fetchall())
+
+        return _results(jobs, rows, lookup)
+
+    def _send_pipelined(
         self, conn: psycopg.Connection[Any], chunks: Iterable[list[NewJob]]
-    ) -> tuple[list[EnqueueResult], list[str]]:
+    ) -> tuple[list[tuple[list[NewJob], list[Any]]], list[str]]:
         """One transaction, BEGIN and COMMIT included, in one pipeline: the chunk
         statements go out without waiting for each other, and the NOTIFYs last, once every
         queue is known. The client waits for the server once, at the end."""
@@ -103,8 +112,7 @@ class PostgresEnqueue(PostgresPart):
                     "SELECT pg_notify(%(channel)s, q) FROM unnest(%(notify)s::text[]) AS q",
                     {"channel": self.channel, "notify": notify},
                 )
-        results = [r for chunk, cur in sent for r in self._results(conn, chunk, cur.fetchall())]
-        return results, later
+        return [(chunk, cur.fetchall()) for chunk, cur in sent], later
 
     def _send(
         self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob], notify: list[str]
@@ -134,18 +142,6 @@ class PostgresEnqueue(PostgresPart):
             conn.execute(self.queries["release_keys"], {"keys": keys})
         sql = self.queries["insert_jobs" if keys else "insert_unkeyed_jobs"]
         return conn.cursor().execute(sql, params)
-
-    def _results(
-        self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob], rows: list[Any]
-    ) -> list[EnqueueResult]:
-        missing = [jobs[ord_ - 1].key for ord_, id_, _ in rows if id_ is None]
-        found = {}
-        if missing:  # keyed rows committed by a concurrent enqueue after our snapshot
-            found = dict(conn.execute(self.queries["job_ids_by_key"], {"keys": missing}).fetchall())
-        return [
-            EnqueueResult(int(id_ if id_ is not None else found[jobs[ord_ - 1].key]), bool(new))
-            for ord_, id_, new in rows
-        ]
 
     def _debounced(self, queues: set[str]) -> tuple[list[str], list[str]]:
         """The queues to NOTIFY in the enqueue's statement (at most once per queue per
@@ -178,6 +174,19 @@ class PostgresEnqueue(PostgresPart):
             )
         except BackendError as exc:  # the workers' fallback poll finds the jobs
             log.debug("trailing notify failed: %s", exc)
+
+
+def _results(
+    jobs: Sequence[NewJob], rows: list[Any], lookup: Callable[[list[str]], dict[str, int]]
+) -> list[EnqueueResult]:
+    """Results in call order; a key whose row a concurrent enqueue committed after our
+    statement's snapshot is looked up (``id`` came back NULL)."""
+    missing = [k for ord_, id_, _ in rows if id_ is None and (k := jobs[ord_ - 1].key)]
+    found = lookup(missing) if missing else {}
+    return [
+        EnqueueResult(int(id_ if id_ is not None else found[str(jobs[ord_ - 1].key)]), bool(new))
+        for ord_, id_, new in rows
+    ]
 
 
 def _chunked(items: Iterable[T], size: int) -> Iterator[list[T]]:

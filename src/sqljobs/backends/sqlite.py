@@ -295,7 +295,7 @@ class SqliteBackend(SqliteSchedules):
     def next_due(self, queues: Sequence[str] | None) -> Due:
         sql, params = self._by_queues("next_due", queues)
         run_at, suspects = self._read(sql, params)[0]
-        return Due(None if run_at is None else float(run_at), bool(suspects))
+        return Due(None if run_at is None else float(run_at) - self.now(), bool(suspects))
 
     @staticmethod
     def _by_queues(name: str, queues: Sequence[str] | None) -> tuple[str, dict[str, Any]]:

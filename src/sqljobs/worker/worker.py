@@ -185,6 +185,7 @@ class Worker:
         failures = 0
         while True:
             self._wake.clear()
+            self.counters["loops"] += 1  # how often it woke: a spinning loop shows here
             try:
                 if self._collect():
                     t.want_claim = True
@@ -310,8 +311,11 @@ class Worker:
                 self._to_write = trip.outcomes + self._to_write
             else:
                 self._account(trip.outcomes, trip.written, t)
-            for job in trip.jobs:
-                self._dispatch(backend, job)
+            if self._stopping:  # claimed as the stop came: hand back, never start
+                self._to_write += [_unstarted(job, self.id, self.app.clock()) for job in trip.jobs]
+            else:
+                for job in trip.jobs:
+                    self._dispatch(backend, job)
             error = error or trip.error
             if t is None:
                 continue
@@ -326,9 +330,9 @@ class Worker:
                     t.suspect_check = time.monotonic()
                 # next_due ignores suspects, so a job it calls due is ours to claim: one that
                 # fell due since our claim (a delayed job) is claimed shortly, never left to
-                # the poll; the short pause bounds any spin a clock skew could cause
-                run_at = trip.due.run_at
-                t.due = None if run_at is None else max(run_at, self.app.clock() + 0.005)
+                # the poll; the short pause bounds any spin
+                wait = trip.due.wait
+                t.due = None if wait is None else self.app.clock() + max(wait, 0.005)
         if error is not None:
             raise error
 
@@ -340,19 +344,22 @@ class Worker:
         if self._results or ((self._to_write or t.want_due) and not self.lanes_busy):
             return 0.0  # outcomes to write (e.g. from _dispatch) go out now
         now = time.monotonic()
-        timers = [t.heartbeat - now, t.reap - now, t.prune - now, t.poll - now]
-        if self._scheduler is not None and not self._stopping:
-            timers.append(t.schedule - now)
-            if t.marker != t.schedule_marker:
-                timers.append(t.schedule_last + self.config.schedule_interval - now)
-        for due in (t.due, t.retry_due):
-            if due is not None:
-                timers.append(due - self.app.clock())
-        if t.suspect_check > now and self._suspect is None and t.want_claim:
-            timers.append(t.suspect_check - now)
-        if self._stopping:
-            timers.append(self._drain_deadline - now)
-        elif not self._backend_pushes:
+        timers = [t.heartbeat - now, t.reap - now, t.prune - now]
+        if self._stopping:  # no claims: only the drain's end, or a returning trip, matters
+            if not self.lanes_busy:
+                timers.append(self._drain_deadline - now)
+        else:
+            timers.append(t.poll - now)
+            if self._scheduler is not None:
+                timers.append(t.schedule - now)
+                if t.marker != t.schedule_marker:
+                    timers.append(t.schedule_last + self.config.schedule_interval - now)
+            for due in (t.due, t.retry_due):
+                if due is not None:
+                    timers.append(due - self.app.clock())
+            if t.suspect_check > now and self._suspect is None and t.want_claim:
+                timers.append(t.suspect_check - now)
+        if not self._stopping and not self._backend_pushes:
             timers.append(self.config.change_check_interval)
         for run in self.inflight.values():
             if run.deadline is not None:
@@ -641,6 +648,18 @@ class _Timers:
         self.marker = None
         self.want_claim = True
         self.want_due = False
+
+
+def _unstarted(job: ClaimedJob, worker: str, now: float) -> Outcome:
+    """A claimed job handed back unstarted at shutdown: pending again, no attempt charged."""
+    entry = {
+        "attempt": job.attempt,
+        "outcome": "released_unstarted",
+        "started_at": now,
+        "ended_at": now,
+        "worker": worker,
+    }
+    return Outcome(job.id, job.token, JobState.PENDING, delay=0.0, history=entry, uncharge=True)
 
 
 def _unregistered(*_args: Any, **_kwargs: Any) -> None:

@@ -139,9 +139,10 @@ RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts, j.token, j.l
           extract(epoch FROM j.deadline_at)::float8, j.key, extract(epoch FROM j.run_at)::float8
 
 -- name: next_due
--- When the next delayed job falls due, and whether jobs from crashed workers wait.
+-- In how many seconds the next delayed job falls due (by the server's clock, which claims
+-- read), and whether jobs from crashed workers wait.
 -- `run_at > '-infinity'` (true of every job) matches sqljobs_jobs_next_due's predicate.
-SELECT (SELECT extract(epoch FROM run_at)::float8 FROM {schema}.sqljobs_jobs
+SELECT (SELECT extract(epoch FROM run_at - now())::float8 FROM {schema}.sqljobs_jobs
         WHERE state = 'pending' AND crashes < 2 AND run_at > '-infinity' {queue_filter}
         ORDER BY run_at LIMIT 1),
        EXISTS (SELECT 1 FROM {schema}.sqljobs_jobs
