@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any
 
-from sqljobs import App, JobState, Retry
+from sqljobs import App, BackendError, JobState, Retry
 
 from .conftest import Runs, Spawn, wait_until, worker_thread
 
@@ -120,3 +120,35 @@ def test_a_draining_worker_sleeps_between_its_duties(app: App) -> None:
         wait_until(worker.stopped.is_set, timeout=10)
         woke = worker.counters["loops"] - before
     assert woke < 50, f"the coordinator woke {woke} times in a 1 s drain: it spins"
+
+
+def test_a_release_that_fails_is_written_again_not_dropped(app: App) -> None:
+    """The database failing just as the drain hands jobs back: the release is retried
+    with the worker's other writes, so the job is pending again, not left to its lease."""
+    release = threading.Event()
+
+    @app.task(name="long")
+    def long() -> None:
+        release.wait(10)  # still running when the drain ends
+
+    with worker_thread(app, concurrency=1, drain_timeout=0.3) as worker:
+        handle = long.enqueue()
+        wait_until(lambda: handle.job() is not None and handle.job().state is JobState.RUNNING)  # type: ignore[union-attr]
+        backend = worker._backend
+        assert backend is not None
+        real, failed = backend.finish_jobs, []
+
+        def flaky(outcomes: Any) -> Any:
+            if not failed and any(o.state is JobState.PENDING for o in outcomes):
+                failed.append(True)
+                raise BackendError("database went away (simulated)")
+            return real(outcomes)
+
+        backend.finish_jobs = flaky  # type: ignore[method-assign]
+        worker.stop()
+        wait_until(worker.stopped.is_set, timeout=10)
+    release.set()
+    assert failed, "the release never reached the database"
+    job = handle.job()
+    assert job is not None and job.state is JobState.PENDING and job.attempts == 0
+    assert job.history[-1]["outcome"] == "released"

@@ -605,7 +605,11 @@ class Worker:
             )
         if not outcomes:
             return
-        written = backend.finish_jobs(outcomes)
+        try:
+            written = backend.finish_jobs(outcomes)
+        except BackendError:  # the jobs are no longer in inflight: keep their outcomes
+            self._to_write = outcomes + self._to_write
+            raise
         self.counters["released"] += len(written)
         log.info("worker %s: released %d jobs it held (%s)", self.id, len(written), label)
 
