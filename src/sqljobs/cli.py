@@ -338,6 +338,35 @@ from .lab.cli import lab  # noqa: E402  (the lab imports its experiments lazily)
 cli.add_command(lab)
 
 
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8080, show_default=True)
+@click.option(
+    "--token",
+    envvar="SQLJOBS_DASHBOARD_TOKEN",
+    default=None,
+    help="Needed by actions (retry, cancel); required for them beyond loopback "
+    "(or SQLJOBS_DASHBOARD_TOKEN).",
+)
+@pass_ctx
+def dashboard(ctx: Ctx, host: str, port: int, token: str | None) -> None:
+    """Serve the dashboard, its JSON and /metrics for Prometheus."""
+    try:
+        from .dashboard import is_loopback, serve
+    except ImportError as exc:
+        raise click.ClickException(
+            f"the dashboard needs its extra: pip install 'sqljobs[dashboard]' ({exc})"
+        ) from exc
+    if not is_loopback(host) and token is None:
+        click.echo(
+            f"dashboard on {host}, beyond this machine, without a token: read-only "
+            "(give --token to allow retry and cancel)",
+            err=True,
+        )
+    click.echo(f"sqljobs dashboard on http://{host}:{port}/ (metrics at /metrics)", err=True)
+    serve(ctx.app, host, port, token)
+
+
 def main() -> None:
     try:
         cli(standalone_mode=True)

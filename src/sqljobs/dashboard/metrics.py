@@ -1,0 +1,48 @@
+"""Prometheus metrics, read from the database at scrape time (nothing is kept in between,
+so any number of dashboards or scrapers agree with ``sqljobs stats``)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from ..app import App
+from ..jobs import JobState
+
+
+class StatsCollector(Collector):
+    """One ``app.stats()`` call per scrape, as gauges."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        stats = self.app.stats()
+        jobs = GaugeMetricFamily(
+            "sqljobs_jobs", "Jobs by queue and state.", labels=["queue", "state"]
+        )
+        for queue, by_state in sorted(stats.counts.items()):
+            for state in JobState:
+                jobs.add_metric([queue, state.value], by_state.get(state.value, 0))
+        yield jobs
+        age = GaugeMetricFamily(
+            "sqljobs_oldest_pending_age_seconds",
+            "How long the oldest due pending job has waited (0 when none waits): alert on it.",
+            labels=["queue"],
+        )
+        for queue in sorted(stats.counts):
+            age.add_metric([queue], stats.oldest_pending_age_by_queue.get(queue, 0.0))
+        yield age
+        yield GaugeMetricFamily(
+            "sqljobs_workers", "Worker processes seen within their heartbeat.", value=stats.workers
+        )
+
+
+def render(app: App) -> bytes:
+    """The Prometheus text exposition of ``app``'s queue, freshly read."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(StatsCollector(app))
+    return generate_latest(registry)
