@@ -67,7 +67,8 @@ def test_a_second_signal_stops_at_once(app: App, spawn: Spawn, runs: Runs) -> No
 
 def test_jobs_a_claim_brings_back_after_the_stop_are_handed_back_unstarted(app: App) -> None:
     """A claim can be in flight when the stop comes (on PostgreSQL on a lane thread): the
-    jobs it brings back must not start, but go back to pending with no attempt charged."""
+    jobs it brings back must not start, but go back to pending with no attempt charged,
+    and no claim may follow it (it could take back the very jobs just handed back)."""
     ran: list[int] = []
     app.task(name="t")(ran.append)
     claimed, release = threading.Event(), threading.Event()
@@ -85,7 +86,7 @@ def test_jobs_a_claim_brings_back_after_the_stop_are_handed_back_unstarted(app: 
             return written, jobs
 
         backend.finish_and_claim = gated  # type: ignore[method-assign]
-        handles = [app.enqueue("t", args=[i]) for i in range(3)]
+        handles = app.tasks["t"].enqueue_many([(i,) for i in range(8)])  # full batches
         assert claimed.wait(10), "the worker did not claim"
         worker.stop()
         release.set()
@@ -94,7 +95,7 @@ def test_jobs_a_claim_brings_back_after_the_stop_are_handed_back_unstarted(app: 
     for handle in handles:
         job = handle.job()
         assert job is not None and job.state is JobState.PENDING and job.attempts == 0
-    assert app.stats().total("pending") == 3
+    assert app.stats().total("pending") == 8
 
 
 def test_a_draining_worker_sleeps_between_its_duties(app: App) -> None:

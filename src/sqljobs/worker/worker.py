@@ -390,9 +390,11 @@ class Worker:
         return self.config.concurrency + self.prefetch
 
     def _free_slots(self) -> int:
-        """Capacity not running nor promised to a claim in flight. No claims while a
-        suspect waits for the worker to empty or runs alone."""
-        if self._suspect is not None or self._solo in self.inflight:
+        """Capacity not running nor promised to a claim in flight. No claims once stopping
+        (a claim in flight when the stop came must not be followed by another, which
+        could take back the very jobs just handed back), nor while a suspect waits for the
+        worker to empty or runs alone."""
+        if self._stopping or self._suspect is not None or self._solo in self.inflight:
             return 0
         reserved = self._lanes.reserved if self._lanes is not None else 0
         return self.capacity - len(self.inflight) - reserved
