@@ -7,6 +7,9 @@ import threading
 import time
 from typing import Any
 
+import pytest
+
+import sqljobs
 from sqljobs import App, BackendError, JobState, Retry
 
 from .conftest import Runs, Spawn, wait_until, worker_thread
@@ -153,3 +156,16 @@ def test_a_release_that_fails_is_written_again_not_dropped(app: App) -> None:
     job = handle.job()
     assert job is not None and job.state is JobState.PENDING and job.attempts == 0
     assert job.history[-1]["outcome"] == "released"
+
+
+@pytest.mark.timeout(10)
+def test_a_signal_while_the_main_thread_holds_the_wake_lock_cannot_deadlock(app: App) -> None:
+    """A handler runs between two bytecodes of the main thread, which may be inside the
+    coordinator's wake event at that moment, holding its lock (it was, once, in CI: the
+    second signal never stopped the worker). The handler must not take that lock."""
+    worker = sqljobs.Worker(app, install_signal_handlers=False)
+    with worker._wake._cond:  # the event's own lock, as held inside wait(), set() or clear()
+        worker._on_signal(signal.SIGTERM, None)
+        worker._on_signal(signal.SIGINT, None)
+    worker._take_signals()
+    assert worker._stopping and worker._immediate, "first signal drains, second stops"

@@ -13,6 +13,7 @@ claim query still runs every ``poll_interval`` as a fallback.
 from __future__ import annotations
 
 import collections
+import contextlib
 import logging
 import os
 import random
@@ -85,6 +86,9 @@ class Worker:
         self._threads: ThreadPool | None = None
         self._async: AsyncRunner | None = None
         self._lanes: Lanes | None = None
+        self._signals = 0  # counted by the signal handler, acted on by the coordinator
+        self._signals_taken = 0
+        self._relay_write: int | None = None
         self.lanes = self.config.claim_lanes or 1  # the backend's choice once run() opens it
 
     # -- control -----------------------------------------------------------------------
@@ -100,7 +104,37 @@ class Worker:
         self._wake.set()
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
-        self.stop(immediate=self._stopping)
+        """Runs between two bytecodes of the main thread, maybe while it holds the lock
+        inside ``_wake``: taking that lock here would deadlock it (seen: a second signal
+        that never stopped the worker). So only count, and write a byte to a pipe whose
+        reader thread sets ``_wake``; the coordinator acts on the count."""
+        self._signals += 1
+        if self._relay_write is not None:
+            with contextlib.suppress(OSError):  # a full or closed pipe: the count is enough
+                os.write(self._relay_write, b"\0")
+
+    def _take_signals(self) -> None:
+        """Act on signals counted since the last look: the first drains, the next stops."""
+        while self._signals_taken < self._signals:
+            self._signals_taken += 1
+            self.stop(immediate=self._stopping)
+
+    def _start_relay(self) -> None:
+        read, write = os.pipe()
+        os.set_blocking(write, False)
+        self._relay_write = write
+
+        def relay() -> None:
+            while os.read(read, 64):
+                self._wake.set()
+            os.close(read)
+
+        threading.Thread(target=relay, name="sqljobs-signals", daemon=True).start()
+
+    def _stop_relay(self) -> None:
+        write, self._relay_write = self._relay_write, None
+        if write is not None:
+            os.close(write)  # the reader sees the end and closes its side
 
     def request_heartbeat(self) -> None:
         self._heartbeat_requested = True
@@ -159,6 +193,7 @@ class Worker:
             lanes.stop()
             for signum, handler in restore.items():
                 signal.signal(signum, handler)
+            self._stop_relay()
             self._threads.stop()
             if self._async is not None:
                 self._async.stop()
@@ -176,6 +211,7 @@ class Worker:
         if threading.current_thread() is not threading.main_thread():
             return {}
         restore: dict[int, Any] = {}
+        self._start_relay()
         for signum in (signal.SIGTERM, signal.SIGINT):
             restore[signum] = signal.signal(signum, self._on_signal)
         return restore
@@ -186,6 +222,7 @@ class Worker:
         while True:
             self._wake.clear()
             self.counters["loops"] += 1  # how often it woke: a spinning loop shows here
+            self._take_signals()
             try:
                 if self._collect():
                     t.want_claim = True
