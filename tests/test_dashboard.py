@@ -48,7 +48,8 @@ def test_the_page_json_and_metrics_agree_with_stats(app: App) -> None:
     assert 'sqljobs_jobs{queue="default",state="pending"} 1.0' in text
     assert 'sqljobs_oldest_pending_age_seconds{queue="default"} 0.0' in text  # not due yet
     assert "sqljobs_workers 0.0" in text
-    assert pending
+    listed = client.get("/api/jobs", params={"state": "pending"}).json()
+    assert [j["id"] for j in listed] == [pending]
 
 
 def test_the_oldest_due_age_is_a_gauge_to_alert_on(app: App) -> None:

@@ -295,8 +295,7 @@ class PostgresBackend(PostgresEnqueue, PostgresSchedules):
             written = self.finish_jobs(outcomes)
             return written, self.claim_jobs(worker, queues, limit, leases)
         params = {
-            "ids": int_array(o.job_id for o in outcomes),
-            "tokens": int_array(o.token for o in outcomes),
+            **_fenced(outcomes),
             "worker": worker,
             "limit": limit,
             "queues": list(queues or []),
@@ -334,18 +333,11 @@ class PostgresBackend(PostgresEnqueue, PostgresSchedules):
         other = [o for o in outcomes if not (o.state is JobState.DONE and o.history is None)]
         written: list[int] = []
         if plain:
-            rows = conn.execute(
-                self.queries["complete_jobs"],
-                {
-                    "ids": int_array(o.job_id for o in plain),
-                    "tokens": int_array(o.token for o in plain),
-                },
-            ).fetchall()
+            rows = conn.execute(self.queries["complete_jobs"], _fenced(plain)).fetchall()
             written += [r[0] for r in rows]
         if other:
             params = {
-                "ids": int_array(o.job_id for o in other),
-                "tokens": int_array(o.token for o in other),
+                **_fenced(other),
                 "states": [o.state.value for o in other],
                 "delays": [o.delay for o in other],
                 "uncharges": [1 if o.uncharge else 0 for o in other],
@@ -556,6 +548,14 @@ def _dead_connection(exc: BackendError) -> bool:
     a connection lost half-way through a statement may have committed it, and replaying
     an enqueue then would insert its jobs twice."""
     return isinstance(exc.__cause__, _SESSION_ENDED)
+
+
+def _fenced(outcomes: Sequence[Outcome]) -> dict[str, str]:
+    """The ids and fencing tokens a batch of outcomes is conditional on."""
+    return {
+        "ids": int_array(o.job_id for o in outcomes),
+        "tokens": int_array(o.token for o in outcomes),
+    }
 
 
 def int_array(values: Iterable[int]) -> str:

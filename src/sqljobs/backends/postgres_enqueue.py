@@ -55,8 +55,7 @@ class PostgresEnqueue(PostgresPart):
             sent, later = self._run(lambda c: self._send_pipelined(c, chunks), transaction=False)
         self._notify_later(later)  # after our commit, or it could wake workers too early
         # outside the retried work: a lookup failing after the commit must not insert again
-        lookup = self._keyed_ids
-        return [r for chunk, rows in sent for r in _results(chunk, rows, lookup)]
+        return [r for chunk, rows in sent for r in _results(chunk, rows, self._keyed_ids)]
 
     def _keyed_ids(self, keys: list[str]) -> dict[str, int]:
         return dict(self._fetch("job_ids_by_key", {"keys": keys}))

@@ -89,7 +89,6 @@ class Worker:
         self._signals = 0  # counted by the signal handler, acted on by the coordinator
         self._signals_taken = 0
         self._relay_write: int | None = None
-        self.lanes = self.config.claim_lanes or 1  # the backend's choice once run() opens it
 
     # -- control -----------------------------------------------------------------------
 
@@ -156,10 +155,9 @@ class Worker:
         backend = self._backend = self.app.open_backend(**options)
         backend.subscribe(self._wake.set)
         self._backend_pushes = backend.pushes_changes
-        self.lanes = self.config.claim_lanes or backend.claim_lanes
         lanes = self._lanes = Lanes(
-            self.lanes, lambda trip: self._round_trip(backend, trip), self._wake.set,
-            f"sqljobs-{self.id}",
+            self.config.claim_lanes or backend.claim_lanes,
+            lambda trip: self._round_trip(backend, trip), self._wake.set, f"sqljobs-{self.id}",
         )  # fmt: skip
         self._reaper = Reaper(backend, self.config.max_crashes)
         self._pruner = Pruner(backend, self.app.retention)
@@ -349,7 +347,11 @@ class Worker:
             else:
                 self._account(trip.outcomes, trip.written, t)
             if self._stopping:  # claimed as the stop came: hand back, never start
-                self._to_write += [_unstarted(job, self.id, self.app.clock()) for job in trip.jobs]
+                wall = self.app.clock()
+                self._to_write += [
+                    _handed_back(job, "released_unstarted", self.id, wall, wall)
+                    for job in trip.jobs
+                ]
             else:
                 for job in trip.jobs:
                     self._dispatch(backend, job)
@@ -372,6 +374,11 @@ class Worker:
                 t.due = None if wait is None else self.app.clock() + max(wait, 0.005)
         if error is not None:
             raise error
+
+    @property
+    def lanes(self) -> int:
+        """Claim round trips that may be in flight (the backend's choice once running)."""
+        return self._lanes.size if self._lanes is not None else self.config.claim_lanes or 1
 
     @property
     def lanes_busy(self) -> bool:
@@ -625,23 +632,7 @@ class Worker:
         for run in runs:
             run.closed = True
             self.inflight.pop(run.job.id, None)
-            entry = {
-                "attempt": run.job.attempt,
-                "outcome": label,
-                "ended_at": wall,
-                "started_at": run.started_wall,
-                "worker": self.id,
-            }
-            outcomes.append(
-                Outcome(
-                    run.job.id,
-                    run.job.token,
-                    JobState.PENDING,
-                    delay=0.0,
-                    history=entry,
-                    uncharge=True,
-                )
-            )
+            outcomes.append(_handed_back(run.job, label, self.id, run.started_wall, wall))
         if not outcomes:
             return
         try:
@@ -693,12 +684,15 @@ class _Timers:
         self.want_due = False
 
 
-def _unstarted(job: ClaimedJob, worker: str, now: float) -> Outcome:
-    """A claimed job handed back unstarted at shutdown: pending again, no attempt charged."""
+def _handed_back(
+    job: ClaimedJob, label: str, worker: str, started_at: float, now: float
+) -> Outcome:
+    """A held job given back at shutdown: pending again at once, no attempt charged, the
+    hand-back noted in its history as ``label``."""
     entry = {
         "attempt": job.attempt,
-        "outcome": "released_unstarted",
-        "started_at": now,
+        "outcome": label,
+        "started_at": started_at,
         "ended_at": now,
         "worker": worker,
     }
