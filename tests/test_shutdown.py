@@ -163,6 +163,7 @@ def test_a_signal_while_the_main_thread_holds_the_wake_lock_cannot_deadlock(app:
     """A handler runs between two bytecodes of the main thread, which may be inside the
     coordinator's wake event at that moment, holding its lock (it was, once, in CI: the
     second signal never stopped the worker). The handler must not take that lock."""
+    app.task(name="any")(lambda: None)
     worker = sqljobs.Worker(app, install_signal_handlers=False)
     with worker._wake._cond:  # the event's own lock, as held inside wait(), set() or clear()
         worker._on_signal(signal.SIGTERM, None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import logging
 import threading
 import time
 
@@ -74,9 +75,13 @@ def test_a_hung_handler_times_out_is_recorded_and_retried(app: App) -> None:
 
     sync_id, async_id = hangs.enqueue().id, hangs_async.enqueue().id
     with worker_thread(app, concurrency=1) as worker:
-        wait_until(lambda: _state(app, sync_id) is JobState.DONE)
         wait_until(lambda: _state(app, async_id) is JobState.DEAD)
+        wait_until(lambda: worker.counters["timed_out"] >= 1)
+        # the given-up handler still holds the worker's one thread: the retry waits for it
+        # instead of a second handler running beside it (never more than `concurrency`)
+        assert attempts == [1]
         release.set()
+        wait_until(lambda: _state(app, sync_id) is JobState.DONE)
         wait_until(lambda: worker.counters["stale_results"] >= 1)
     job = app.get_job(sync_id)
     assert job is not None and attempts == [1, 2]
@@ -86,14 +91,26 @@ def test_a_hung_handler_times_out_is_recorded_and_retried(app: App) -> None:
     assert dead is not None and "timed out" in (dead.last_error or "")
 
 
-def test_an_unknown_task_is_retried_then_dead_naming_the_task(url: str) -> None:
-    app = App(url, default_retry=Retry(max_attempts=2, base=0))
-    job_id = app.enqueue("not_here", args=[1]).id
+def test_a_worker_leaves_jobs_of_tasks_it_lacks_pending_and_charges_no_attempt(url: str) -> None:
+    app = App(url)
+
+    @app.task
+    def mine() -> None: ...
+
+    theirs = app.enqueue("only_elsewhere", args=[1], known=False).id
+    ran = mine.enqueue().id
     with worker_thread(app):
-        wait_until(lambda: _state(app, job_id) is JobState.DEAD)
-    job = app.get_job(job_id)
-    assert job is not None and job.attempts == 2
-    assert "task 'not_here' is not registered here" in (job.last_error or "")
+        wait_until(lambda: _state(app, ran) is JobState.DONE)
+    assert app.backend.next_due(None, ["mine"]).wait is None  # nothing of its own: it sleeps
+    assert app.backend.next_due(None, None).wait is not None
+    job = app.get_job(theirs)
+    assert job is not None and job.state is JobState.PENDING and job.attempts == 0
+    assert job.history == []
+
+
+def test_a_worker_without_tasks_refuses_to_start(url: str) -> None:
+    with pytest.raises(sqljobs.ConfigurationError, match="has no tasks"):
+        sqljobs.Worker(App(url))
 
 
 def test_an_undecodable_payload_ends_dead_with_a_clear_error(app: App) -> None:
@@ -152,6 +169,7 @@ def test_another_process_commit_wakes_the_worker_without_polling(app: App) -> No
 
 
 def test_an_idle_worker_does_not_run_claim_queries_in_a_loop(app: App) -> None:
+    app.task(name="idle")(lambda: None)
     with worker_thread(app, poll_interval=0.5) as worker:
         wait_until(lambda: worker.counters["claims"] >= 1, what="the first (empty) claim")
         before = worker.counters["claims"]
@@ -331,5 +349,89 @@ def test_claims_in_flight_together_never_hand_out_a_job_twice(app: App, lanes: i
 
 
 def test_claim_lanes_must_be_positive(app: App) -> None:
+    app.task(name="any")(lambda: None)
     with pytest.raises(sqljobs.ConfigurationError, match="claim_lanes"):
         sqljobs.Worker(app, claim_lanes=0)
+
+
+def test_a_completion_in_the_jobs_own_transaction_is_never_taken_for_a_lost_lease(
+    app: App,
+) -> None:
+    """A heartbeat that runs after ``ctx.transaction()`` committed "done" but before the
+    worker collected the handler's return finds the job no longer running. That is the
+    job's own success: no "lease lost", no discarded result, and never more handlers
+    running than ``concurrency`` (the chaos run once saw 32 at concurrency 4)."""
+    db_execute(app, "CREATE TABLE effects (job_id INTEGER PRIMARY KEY)")
+    mark = placeholder(app)
+    live, peak, lock = [0], [0], threading.Lock()
+
+    @app.task(lease=0.3)
+    def write(ctx: sqljobs.JobContext) -> None:
+        with lock:
+            live[0] += 1
+            peak[0] = max(peak[0], live[0])
+        try:
+            with ctx.transaction() as tx:
+                tx.execute(f"INSERT INTO effects VALUES ({mark})", (ctx.job_id,))
+            time.sleep(0.01)  # work after the commit: the window a heartbeat falls into
+        finally:
+            with lock:
+                live[0] -= 1
+
+    write.enqueue_many([() for _ in range(200)])
+    with worker_thread(app, concurrency=4) as worker:
+        wait_until(lambda: app.stats().total("done") == 200, timeout=60)
+    assert worker.counters["heartbeats"] >= 3  # heartbeats did run while jobs completed
+    assert worker.counters["leases_lost"] == 0
+    assert worker.counters["stale_results"] == 0
+    assert peak[0] <= 4
+
+
+@pytest.mark.parametrize("raised", [SystemExit(3), KeyboardInterrupt(), GeneratorExit()])
+def test_a_handler_raising_a_base_exception_fails_its_attempt_and_the_worker_goes_on(
+    app: App, raised: BaseException
+) -> None:
+    @app.task(retry=Retry(max_attempts=2, base=0))
+    def exits() -> None:
+        raise raised
+
+    @app.task
+    def fine() -> None: ...
+
+    bad = exits.enqueue().id
+    with worker_thread(app, concurrency=1):
+        wait_until(lambda: _state(app, bad) is JobState.DEAD)
+        good = fine.enqueue().id  # the worker's one thread survived both attempts
+        wait_until(lambda: _state(app, good) is JobState.DONE)
+    job = app.get_job(bad)
+    assert job is not None and job.attempts == 2
+    assert [h["outcome"] for h in job.history] == ["failed", "failed"]
+    assert type(raised).__name__ in (job.last_error or "")
+
+
+def test_a_worker_logs_its_banner_every_failed_attempt_and_a_summary(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    @app.task(retry=Retry(max_attempts=2, base=0.5, cap=0.5))
+    def flaky(order: str) -> None:
+        raise ValueError(f"no stock for {order}")
+
+    job_id = flaky.enqueue("o-1").id
+    with caplog.at_level(logging.DEBUG, logger="sqljobs"), worker_thread(app, concurrency=2):
+        wait_until(lambda: _state(app, job_id) is JobState.DEAD)
+    records = [r for r in caplog.records if r.name == "sqljobs.worker"]
+    banner = next(r for r in records if "started on" in r.getMessage())
+    assert banner.levelno == logging.INFO
+    assert "concurrency 2" in banner.getMessage() and "flaky" in banner.getMessage()
+    retried = [
+        r for r in records if r.levelno == logging.WARNING and "attempt 1/2" in r.getMessage()
+    ]
+    assert len(retried) == 1
+    text = retried[0].getMessage()
+    assert f"job {job_id} (flaky)" in text and "ValueError: no stock for o-1" in text
+    assert "retry in" in text
+    assert retried[0].job_id == job_id and retried[0].task == "flaky"  # type: ignore[attr-defined]
+    dead = [r for r in records if r.levelno == logging.ERROR and "is dead" in r.getMessage()]
+    assert len(dead) == 1 and "Traceback" in dead[0].getMessage()
+    summary = next(r for r in records if "stopped after" in r.getMessage())
+    assert "1 dead" in summary.getMessage() and "1 retried" in summary.getMessage()

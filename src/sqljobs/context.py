@@ -34,6 +34,10 @@ class JobContext:
         self.shutting_down = False
         self.timed_out = False
         self.completed_in_transaction = False
+        self.completing = False
+        """True while a ``ctx.transaction()`` writes the job's completion: a heartbeat
+        that finds the job no longer ``running`` then sees the job's own success, not a
+        lost lease."""
 
     @property
     def job_id(self) -> int:
@@ -80,14 +84,21 @@ class JobContext:
         """
         if self.completed_in_transaction:
             raise RuntimeError("this job was already completed by an earlier ctx.transaction()")
-        with self._backend.job_transaction() as conn:
-            yield conn
-            if self.lease_lost:
-                raise LeaseLost(f"job {self.job_id} lost its lease: its writes were rolled back")
-            done = Outcome(self.job_id, self.token, JobState.DONE)
-            if not self._backend.finish_in_transaction(conn, done):
-                raise LeaseLost(
-                    f"job {self.job_id} is no longer held by this worker (attempt "
-                    f"{self.attempt}, token {self.token}): its writes were rolled back"
-                )
+        try:
+            with self._backend.job_transaction() as conn:
+                yield conn
+                if self.lease_lost:
+                    raise LeaseLost(
+                        f"job {self.job_id} lost its lease: its writes were rolled back"
+                    )
+                self.completing = True  # from here the job may stop being `running` by our hand
+                done = Outcome(self.job_id, self.token, JobState.DONE)
+                if not self._backend.finish_in_transaction(conn, done):
+                    raise LeaseLost(
+                        f"job {self.job_id} is no longer held by this worker (attempt "
+                        f"{self.attempt}, token {self.token}): its writes were rolled back"
+                    )
+        except BaseException:
+            self.completing = False
+            raise
         self.completed_in_transaction = True

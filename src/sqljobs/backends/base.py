@@ -8,7 +8,7 @@ overwrite anything. The protocol is synchronous; the worker runs async tasks on 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -28,6 +28,8 @@ class WorkerInfo:
     queues: Sequence[str] | None
     concurrency: int
     heartbeat_interval: float
+    tasks: Sequence[str] = ()
+    """The task names it runs: jobs of other tasks are left to workers that have them."""
 
 
 @dataclass(frozen=True)
@@ -75,9 +77,9 @@ class Backend(Protocol):
     ) -> list[ClaimedJob]:
         """Atomically take up to ``limit`` due jobs, highest priority, then oldest first.
 
-        ``leases`` maps task names to the lease the claiming worker gives them (the task
-        as registered where it runs decides); other jobs keep the lease they were stored
-        with."""
+        ``leases`` maps the claiming worker's task names to the lease it gives them (the
+        task as registered where it runs decides). Given, only jobs of those tasks are
+        claimed: a worker never takes a job it cannot run. None claims any task."""
 
     def finish_and_claim(
         self,
@@ -96,9 +98,9 @@ class Backend(Protocol):
         """Take one job that was held by a worker that crashed (normal claims skip these),
         to be run alone: if it crashes its worker again, it alone is blamed."""
 
-    def next_due(self, queues: Sequence[str] | None) -> Due:
-        """The earliest ``run_at`` among pending jobs of these queues, and whether jobs
-        from crashed workers wait (one cheap statement)."""
+    def next_due(self, queues: Sequence[str] | None, tasks: Collection[str] | None = None) -> Due:
+        """The earliest ``run_at`` among pending jobs of these queues (and, given, of these
+        tasks), and whether jobs from crashed workers wait (one cheap statement)."""
 
     def finish_jobs(self, outcomes: Sequence[Outcome]) -> list[int]:
         """Apply outcomes (fenced); return the ids that were written."""

@@ -16,7 +16,7 @@ import re
 import select
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
@@ -259,8 +259,12 @@ class PostgresBackend(PostgresEnqueue, PostgresSchedules):
 
     # -- claim, finish, lease ----------------------------------------------------------
 
-    def _queue_sql(self, name: str, queues: Sequence[str] | None) -> str:
+    def _queue_sql(self, name: str, queues: Sequence[str] | None, tasks: bool = False) -> str:
+        """The statement for these queues and, with ``tasks``, only the jobs of the tasks
+        in the ``tasks`` parameter: what a worker can run."""
         flt = "" if not queues else "AND queue = ANY(%(queues)s::text[])"
+        if tasks:
+            flt += " AND task = ANY(%(tasks)s::text[])"
         return self.queries[name].replace("{queue_filter}", flt)
 
     def claim_jobs(
@@ -277,8 +281,9 @@ class PostgresBackend(PostgresEnqueue, PostgresSchedules):
             "limit": limit,
             "queues": list(queues or []),
             "leases": json.dumps(dict(leases or {})),
+            "tasks": None if leases is None else list(leases),
         }
-        rows = self._fetch("claim", params, self._queue_sql("claim", queues))
+        rows = self._fetch("claim", params, self._queue_sql("claim", queues, leases is not None))
         rows.sort(key=lambda r: (-r[4], r[12], r[0]))
         return [ClaimedJob(*r[:12]) for r in rows]
 
@@ -300,8 +305,10 @@ class PostgresBackend(PostgresEnqueue, PostgresSchedules):
             "limit": limit,
             "queues": list(queues or []),
             "leases": json.dumps(dict(leases or {})),
+            "tasks": None if leases is None else list(leases),
         }
-        rows = self._fetch("", params, self._queue_sql("complete_and_claim", queues))
+        sql = self._queue_sql("complete_and_claim", queues, leases is not None)
+        rows = self._fetch("", params, sql)
         claimed = sorted(
             (r[1:] for r in rows if r[1] is not None), key=lambda r: (-r[4], r[12], r[0])
         )
@@ -314,13 +321,15 @@ class PostgresBackend(PostgresEnqueue, PostgresSchedules):
             "worker": worker,
             "queues": list(queues) if queues else None,
             "leases": json.dumps(dict(leases or {})),
+            "tasks": None if leases is None else list(leases),
         }
         rows = self._fetch("claim_suspect", params)
         return ClaimedJob(*rows[0][:12]) if rows else None
 
-    def next_due(self, queues: Sequence[str] | None) -> Due:
-        sql = self._queue_sql("next_due", queues)
-        wait, suspects = self._fetch("next_due", {"queues": list(queues or [])}, sql)[0]
+    def next_due(self, queues: Sequence[str] | None, tasks: Collection[str] | None = None) -> Due:
+        sql = self._queue_sql("next_due", queues, tasks is not None)
+        params = {"queues": list(queues or []), "tasks": None if tasks is None else list(tasks)}
+        wait, suspects = self._fetch("next_due", params, sql)[0]
         return Due(None if wait is None else float(wait), bool(suspects))
 
     def finish_jobs(self, outcomes: Sequence[Outcome]) -> list[int]:
@@ -383,6 +392,7 @@ class PostgresBackend(PostgresEnqueue, PostgresSchedules):
                 "host": info.host,
                 "pid": info.pid,
                 "queues": json.dumps(list(info.queues) if info.queues else None),
+                "tasks": json.dumps(list(info.tasks)),
                 "concurrency": info.concurrency,
                 "heartbeat_interval": info.heartbeat_interval,
             },

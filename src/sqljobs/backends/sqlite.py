@@ -13,7 +13,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
@@ -269,7 +269,7 @@ class SqliteBackend(SqliteSchedules):
     ) -> tuple[list[int], list[ClaimedJob]]:
         if limit <= 0:
             return self.finish_jobs(outcomes), []
-        sql, params = self._by_queues("claim", queues)
+        sql, params = self._by_queues("claim", queues, None if leases is None else list(leases))
         params.update(
             worker=worker, now=self.now(), limit=limit, leases=json.dumps(dict(leases or {}))
         )
@@ -287,25 +287,35 @@ class SqliteBackend(SqliteSchedules):
             "now": self.now(),
             "leases": json.dumps(dict(leases or {})),
             "queues": json.dumps(list(queues)) if queues else None,
+            "tasks": None if leases is None else json.dumps(list(leases)),
         }
         with self._write() as conn:
             row = conn.execute(Q["claim_suspect"], params).fetchone()
         return None if row is None else ClaimedJob(*row[:12])
 
-    def next_due(self, queues: Sequence[str] | None) -> Due:
-        sql, params = self._by_queues("next_due", queues)
+    def next_due(self, queues: Sequence[str] | None, tasks: Collection[str] | None = None) -> Due:
+        sql, params = self._by_queues("next_due", queues, tasks)
         run_at, suspects = self._read(sql, params)[0]
         return Due(None if run_at is None else float(run_at) - self.now(), bool(suspects))
 
     @staticmethod
-    def _by_queues(name: str, queues: Sequence[str] | None) -> tuple[str, dict[str, Any]]:
-        """The statement for these queues: one queue uses the (queue, ...) index directly."""
+    def _by_queues(
+        name: str, queues: Sequence[str] | None, tasks: Collection[str] | None = None
+    ) -> tuple[str, dict[str, Any]]:
+        """The statement for these queues (one queue uses the (queue, ...) index directly)
+        and, given ``tasks``, only jobs of those tasks: what a worker can run."""
+        params: dict[str, Any] = {}
         if not queues:
-            return Q[name].replace("{queue_filter}", ""), {}
-        if len(queues) == 1:
-            return Q[name].replace("{queue_filter}", "AND queue = :queue"), {"queue": queues[0]}
-        flt = "AND queue IN (SELECT value FROM json_each(:queues))"
-        return Q[name].replace("{queue_filter}", flt), {"queues": json.dumps(list(queues))}
+            flt = ""
+        elif len(queues) == 1:
+            flt, params["queue"] = "AND queue = :queue", queues[0]
+        else:
+            flt = "AND queue IN (SELECT value FROM json_each(:queues))"
+            params["queues"] = json.dumps(list(queues))
+        if tasks is not None:
+            flt += " AND task IN (SELECT value FROM json_each(:tasks))"
+            params["tasks"] = json.dumps(list(tasks))
+        return Q[name].replace("{queue_filter}", flt), params
 
     def finish_jobs(self, outcomes: Sequence[Outcome]) -> list[int]:
         if not outcomes:
@@ -354,6 +364,7 @@ class SqliteBackend(SqliteSchedules):
     def register_worker(self, info: WorkerInfo) -> None:
         params = asdict(info)
         params["queues"] = json.dumps(list(info.queues) if info.queues else None)
+        params["tasks"] = json.dumps(list(info.tasks))
         params["now"] = self.now()
         with self._write() as conn:
             conn.execute(Q["register_worker"], params)

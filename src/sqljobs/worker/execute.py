@@ -104,10 +104,12 @@ def _describe(exc: BaseException) -> str:
 
 
 def run_sync(run: Running, clock: Clock) -> Outcome:
+    """Run the handler in this thread. Anything it raises, ``SystemExit`` and
+    ``KeyboardInterrupt`` included, is the attempt's failure: the thread lives on."""
     run.begun = time.monotonic()
     try:
         run.task.fn(*run.call_args(), **run.kwargs)
-    except Exception as exc:
+    except BaseException as exc:
         return failure(run, exc, clock())
     return success(run)
 
@@ -118,7 +120,7 @@ async def run_async(run: Running, clock: Clock) -> Outcome:
         await run.task.fn(*run.call_args(), **run.kwargs)
     except asyncio.CancelledError:
         raise
-    except Exception as exc:
+    except BaseException as exc:
         return failure(run, exc, clock())
     return success(run)
 
@@ -160,9 +162,10 @@ class ThreadPool:
 
     def _loop(self) -> None:
         while (run := self._queue.get()) is not None:
+            if run.closed:  # given up before it started (lease lost, timed out): skip it
+                self._report(run, success(run))  # discarded by the coordinator; frees the slot
+                continue
             self._report(run, run_sync(run, self._clock))
-            if run.abandoned:  # a replacement thread took this one's place
-                return
 
     def stop(self) -> None:
         for _ in range(self._started):

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..backends.base import Backend, WorkerInfo
 from ..context import JobContext
-from ..errors import BackendError, PayloadError
+from ..errors import BackendError, ConfigurationError, PayloadError
 from ..jobs import ClaimedJob, HeldJob, JobState, Outcome
 from ..maintenance import Pruner, Reaper, Scheduler
 from ..payload import decode
@@ -37,6 +37,7 @@ from ..url import parse_url
 from .config import WorkerConfig
 from .execute import AsyncRunner, Running, ThreadPool, failure
 from .lanes import Lanes, Trip
+from .report import banner, failed_attempt, job_fields, summary, unreachable
 
 if TYPE_CHECKING:
     from ..app import App
@@ -50,6 +51,11 @@ PREFETCH_CAP = 4
 """At most this many times ``concurrency`` jobs per claim lane are claimed beyond the
 running ones (so each lane's claims stay about as big as with one lane)."""
 
+CONNECT_BACKOFF_FIRST = 0.1
+CONNECT_BACKOFF_CAP = 5.0
+"""A worker that cannot reach its database at start-up tries again after these pauses,
+doubling from the first to the cap, until it connects or is stopped."""
+
 SUSPECT_LOOK_POLLS = 6
 """A busy worker (whose claims come back full, so it never asks next_due) still looks
 for jobs from crashed workers every this many poll intervals."""
@@ -59,6 +65,11 @@ class Worker:
     """Runs jobs of an App's tasks until stopped. ``run()`` blocks; ``stop()`` is thread-safe."""
 
     def __init__(self, app: App, config: WorkerConfig | None = None, **options: Any) -> None:
+        if not app.tasks:
+            raise ConfigurationError(
+                f"{app!r} has no tasks: a worker would have nothing to run. Give the worker "
+                "the App that registers your tasks (sqljobs --app MODULE:ATTR worker)"
+            )
         self.app = app
         self.config = config or WorkerConfig(**options)
         leases = [t.lease for t in app.tasks.values()] or [app.default_lease]
@@ -70,6 +81,7 @@ class Worker:
         self.runtime: float | None = None  # moving average of handler run time, seconds
         self._leases = {name: task.lease for name, task in app.tasks.items()}
         self.inflight: dict[int, Running] = {}
+        self._abandoned: set[Running] = set()  # given up, but their threads still run them
         self.stopped = threading.Event()
         self.counters: collections.Counter[str] = collections.Counter()
         self._results: collections.deque[tuple[Running, Outcome]] = collections.deque()
@@ -143,16 +155,24 @@ class Worker:
 
     def run(self) -> None:
         """Work until stopped; on return every job this worker held is finished or released."""
-        if parse_url(self.app.url).scheme == "sqlite":
-            options: dict[str, Any] = {"synchronous": self.config.synchronous}
-        else:  # the coordinator plus one connection per ctx.transaction() in flight
-            options = {
-                # (plus the claim lanes and the maintenance services)
-                "pool_size": max(10, self.config.concurrency + 4),
-                # like SQLite's NORMAL: a lost claim or outcome only re-runs a job
-                "synchronous_commit": self.config.synchronous.upper() in ("FULL", "EXTRA"),
-            }
-        backend = self._backend = self.app.open_backend(**options)
+        heartbeat_interval = self.shortest_lease / 3
+        info = WorkerInfo(
+            self.id,
+            socket.gethostname(),
+            os.getpid(),
+            self.config.queues,
+            self.config.concurrency,
+            heartbeat_interval,
+            tuple(sorted(self.app.tasks)),
+        )
+        restore = self._install_signals()  # a wait for the database must stop on SIGTERM
+        began = time.monotonic()
+        backend = self._connect(info)
+        if backend is None:  # stopped while waiting for the database
+            self._restore_signals(restore)
+            self.stopped.set()
+            return
+        self._backend = backend
         backend.subscribe(self._wake.set)
         self._backend_pushes = backend.pushes_changes
         lanes = self._lanes = Lanes(
@@ -166,32 +186,19 @@ class Worker:
             if self.config.scheduler
             else None
         )
-        heartbeat_interval = self.shortest_lease / 3
-        backend.register_worker(
-            WorkerInfo(
-                self.id,
-                socket.gethostname(),
-                os.getpid(),
-                self.config.queues,
-                self.config.concurrency,
-                heartbeat_interval,
-            )
-        )
         self._threads = ThreadPool(
             self.config.concurrency, self._report, self.app.clock, f"sqljobs-{self.id}"
         )
         if any(t.is_async for t in self.app.tasks.values()):
             self._async = AsyncRunner(self._report, self.app.clock)
         self.app.add_wakeup(self._wake)
-        restore = self._install_signals()
+        log.info("%s", banner(self, backend, heartbeat_interval))
         try:
             self._loop(backend, heartbeat_interval)
         finally:
             self.app.remove_wakeup(self._wake)
             lanes.stop()
-            for signum, handler in restore.items():
-                signal.signal(signum, handler)
-            self._stop_relay()
+            self._restore_signals(restore)
             self._threads.stop()
             if self._async is not None:
                 self._async.stop()
@@ -201,7 +208,54 @@ class Worker:
                 log.warning("worker %s: could not unregister: %s", self.id, exc)
             backend.close()
             self.stopped.set()
-            log.info("worker %s: stopped (%s)", self.id, dict(self.counters))
+            log.info("%s", summary(self, time.monotonic() - began))
+
+    def _connect(self, info: WorkerInfo) -> Backend | None:
+        """Open (and migrate) this worker's backend and register the worker, waiting with
+        capped backoff while the database cannot be reached: a server that restarts, or a
+        deploy that starts workers before the database, is not a reason to exit. None if
+        the worker was stopped while it waited. Other errors (a wrong password, a missing
+        database) fail at once."""
+        if parse_url(self.app.url).scheme == "sqlite":
+            options: dict[str, Any] = {"synchronous": self.config.synchronous}
+        else:  # the coordinator plus one connection per ctx.transaction() in flight
+            options = {
+                # (plus the claim lanes and the maintenance services)
+                "pool_size": max(10, self.config.concurrency + 4),
+                # like SQLite's NORMAL: a lost claim or outcome only re-runs a job
+                "synchronous_commit": self.config.synchronous.upper() in ("FULL", "EXTRA"),
+            }
+        pause, waited = CONNECT_BACKOFF_FIRST, 0.0
+        while True:
+            backend: Backend | None = None
+            try:
+                backend = self.app.open_backend(**options)
+                backend.register_worker(info)
+                if waited:
+                    log.info("worker %s: database reachable after %.1f s", self.id, waited)
+                return backend
+            except BackendError as exc:
+                if backend is not None:
+                    with contextlib.suppress(Exception):
+                        backend.close()
+                if not unreachable(exc):
+                    raise
+                self._take_signals()
+                if self._stopping:
+                    return None
+                log.warning(
+                    "worker %s: database unreachable (%s); retrying in %.1f s",
+                    self.id, exc, pause,
+                )  # fmt: skip
+                self._wake.wait(pause)
+                self._wake.clear()
+                waited += pause
+                pause = min(pause * 2, CONNECT_BACKOFF_CAP)
+
+    def _restore_signals(self, restore: dict[int, Any]) -> None:
+        for signum, handler in restore.items():
+            signal.signal(signum, handler)
+        self._stop_relay()
 
     def _install_signals(self) -> dict[int, Any]:
         if not self.config.install_signal_handlers:
@@ -290,6 +344,9 @@ class Worker:
         """Decide whether anything may be claimable, then claim up to the free slots,
         again at once while batches come back full."""
         cfg = self.config
+        if len(self._abandoned) >= cfg.concurrency and self._threads is not None:
+            # no thread will be free soon: jobs waiting for one go back for others to run
+            self._release(backend, self._threads.take_queued(), "released_unstarted")
         if self._solo is not None and self._solo not in self.inflight:
             self._solo = None  # the suspect ran alone: look for the next one at once
             t.suspect_check, t.want_claim = now, True
@@ -335,7 +392,7 @@ class Worker:
             return
         trip.written = backend.finish_jobs(trip.outcomes) if trip.outcomes else []
         if trip.ask_due:
-            trip.due = backend.next_due(cfg.queues)
+            trip.due = backend.next_due(cfg.queues, self._leases)
 
     def _take_trips(self, backend: Backend, t: _Timers | None) -> None:
         """Account for the round trips that came back and start the jobs they claimed."""
@@ -440,8 +497,10 @@ class Worker:
         worker to empty or runs alone."""
         if self._stopping or self._suspect is not None or self._solo in self.inflight:
             return 0
+        if len(self._abandoned) >= self.config.concurrency:
+            return 0  # every thread still runs a given-up handler: a claim would only wait
         reserved = self._lanes.reserved if self._lanes is not None else 0
-        return self.capacity - len(self.inflight) - reserved
+        return self.capacity - len(self.inflight) - len(self._abandoned) - reserved
 
     def _take_suspect(self, backend: Backend, look: bool) -> None:
         """Claim a job that was in a crashed worker (if ``look``), then run it once nothing
@@ -514,6 +573,11 @@ class Worker:
         freed = False
         while self._results:
             run, outcome = self._results.popleft()
+            if run in self._abandoned:
+                self._abandoned.discard(run)
+                freed = True  # its thread is free again
+            if run.closed and run.begun is None:
+                continue  # given up before a thread started it: nothing ran
             if run.closed:
                 self.counters["stale_results"] += 1
                 log.warning(
@@ -533,6 +597,8 @@ class Worker:
             if run.ctx.completed_in_transaction:
                 self.counters[JobState.DONE.value] += 1
                 continue
+            if outcome.state is not JobState.DONE:
+                failed_attempt(run, outcome)
             self._to_write.append(outcome)
         return freed
 
@@ -564,6 +630,8 @@ class Worker:
                 )
                 continue
             self.counters[outcome.state.value] += 1
+            if outcome.state is JobState.PENDING and not outcome.uncharge:
+                self.counters["retried"] += 1
             if t is not None and outcome.state is JobState.PENDING and outcome.delay is not None:
                 retry_at = wall + outcome.delay  # our own retries: wake for them on time
                 t.retry_due = retry_at if t.retry_due is None else min(t.retry_due, retry_at)
@@ -574,23 +642,29 @@ class Worker:
         self.inflight.pop(run.job.id, None)
         if run.future is not None:
             run.future.cancel()
-        elif abandon and not run.abandoned and self._threads is not None:
+        elif abandon and not run.abandoned:
+            # the thread goes on until the handler returns (a thread cannot be killed): it
+            # keeps its slot until then, so no more than `concurrency` handlers ever run
             run.abandoned = True
-            self._threads.add_thread()
+            self._abandoned.add(run)
+            if len(self._abandoned) >= self.config.concurrency:
+                log.error(
+                    "worker %s: all %d slots are held by handlers that were given up (timed "
+                    "out or lease lost) and have not returned; no job can start until one "
+                    "does: fix the task or restart the worker",
+                    self.id,
+                    self.config.concurrency,
+                )
 
     def _expire_timeouts(self, now: float) -> None:
         for run in [r for r in self.inflight.values() if r.deadline and now >= r.deadline]:
             run.ctx.timed_out = True
             self._close(run, abandon=True)
             error = TimeoutError(f"timed out after {run.task.timeout:g} s")
-            self._to_write.append(failure(run, error, self.app.clock(), outcome="timed_out"))
+            outcome = failure(run, error, self.app.clock(), outcome="timed_out")
+            self._to_write.append(outcome)
             self.counters["timed_out"] += 1
-            log.error(
-                "job %s: attempt %s timed out after %.3g s",
-                run.job.id,
-                run.job.attempt,
-                run.task.timeout,
-            )
+            failed_attempt(run, outcome)
 
     def _heartbeat(self, backend: Backend) -> None:
         held = [HeldJob(r.job.id, r.job.token) for r in self.inflight.values()]
@@ -606,14 +680,15 @@ class Worker:
                 self.counters["leases_lost"] += 1
             if h.id not in renewed and h.id in self.inflight:
                 run = self.inflight[h.id]
+                if run.ctx.completing:
+                    continue  # its own ctx.transaction() finished it: the result is coming
                 self._close(run, abandon=True)
                 self.counters["leases_lost"] += 1
                 log.warning(
-                    "job %s: lease lost (attempt %s); the handler is told to stop and "
+                    "job %s (%s): lease lost on attempt %s; the handler is told to stop and "
                     "its result will be discarded",
-                    h.id,
-                    run.job.attempt,
-                )
+                    h.id, run.job.task, run.job.attempt, extra=job_fields(run),
+                )  # fmt: skip
 
     def _release_all(self, backend: Backend) -> None:
         """End of drain: hand every job still held back to pending, no attempt charged."""

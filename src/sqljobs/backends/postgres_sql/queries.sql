@@ -123,6 +123,7 @@ WITH picked AS MATERIALIZED (
     SELECT id FROM {schema}.sqljobs_jobs
     WHERE state = 'pending' AND run_at <= now() AND crashes >= 2
       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
+      AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
     ORDER BY priority DESC, run_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -191,9 +192,9 @@ RETURNING j.id
 
 -- name: register_worker
 INSERT INTO {schema}.sqljobs_workers
-    (id, host, pid, queues, concurrency, heartbeat_interval, started_at, last_seen)
+    (id, host, pid, queues, concurrency, heartbeat_interval, started_at, last_seen, tasks)
 VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s, %(heartbeat_interval)s,
-        now(), now())
+        now(), now(), %(tasks)s)
 ON CONFLICT (id) DO UPDATE SET last_seen = now()
 
 -- name: unregister_worker

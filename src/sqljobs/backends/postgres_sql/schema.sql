@@ -63,7 +63,20 @@ CREATE TABLE {schema}.sqljobs_workers (
     concurrency        integer          NOT NULL,
     heartbeat_interval double precision NOT NULL,
     started_at         timestamptz      NOT NULL,
-    last_seen          timestamptz      NOT NULL
+    last_seen          timestamptz      NOT NULL,
+    tasks              text             NOT NULL DEFAULT '[]'  -- JSON list of task names
+);
+
+-- Every task a worker has registered, with its defaults: an enqueue by name from a process
+-- that lacks the task gets its queue, priority, lease and retry policy (0005).
+CREATE TABLE {schema}.sqljobs_tasks (
+    name         text             PRIMARY KEY,
+    queue        text             NOT NULL,
+    priority     integer          NOT NULL,
+    lease        double precision NOT NULL,
+    max_attempts integer          NOT NULL,
+    deadline     double precision,
+    updated_at   timestamptz      NOT NULL
 );
 
 CREATE TABLE {schema}.sqljobs_idempotency (

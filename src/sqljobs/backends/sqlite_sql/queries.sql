@@ -15,7 +15,8 @@ WHERE key = :key AND state IN ('done', 'dead', 'cancelled')
 SELECT id FROM sqljobs_jobs WHERE key = ?
 
 -- name: claim
--- {queue_filter} is empty (all queues) or a condition on queue (see sqlite.py).
+-- {queue_filter} is empty (all queues) or a condition on queue, then, for a worker, on
+-- task: it claims only the tasks it has registered (see sqlite.py).
 UPDATE sqljobs_jobs
 SET state = 'running', attempts = attempts + 1, token = token + 1,
     worker = :worker, started_at = :now,
@@ -41,6 +42,7 @@ WHERE id IN (
     SELECT id FROM sqljobs_jobs
     WHERE state = 'pending' AND run_at <= :now AND crashes >= 2
       AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
+      AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
     ORDER BY priority DESC, run_at, id
     LIMIT 1)
 RETURNING id, task, payload, queue, priority, attempts, token, lease, max_attempts,
@@ -88,8 +90,8 @@ UPDATE sqljobs_workers SET last_seen = :now WHERE id = :worker
 
 -- name: register_worker
 INSERT OR REPLACE INTO sqljobs_workers
-    (id, host, pid, queues, concurrency, heartbeat_interval, started_at, last_seen)
-VALUES (:id, :host, :pid, :queues, :concurrency, :heartbeat_interval, :now, :now)
+    (id, host, pid, queues, concurrency, heartbeat_interval, started_at, last_seen, tasks)
+VALUES (:id, :host, :pid, :queues, :concurrency, :heartbeat_interval, :now, :now, :tasks)
 
 -- name: unregister_worker
 DELETE FROM sqljobs_workers WHERE id = :worker

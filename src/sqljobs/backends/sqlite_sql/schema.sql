@@ -59,7 +59,20 @@ CREATE TABLE sqljobs_workers (
     concurrency        INTEGER NOT NULL,
     heartbeat_interval REAL NOT NULL,
     started_at         REAL NOT NULL,
-    last_seen          REAL NOT NULL
+    last_seen          REAL NOT NULL,
+    tasks              TEXT NOT NULL DEFAULT '[]'  -- JSON list of the task names it runs
+);
+
+-- Every task a worker has registered, with its defaults: an enqueue by name from a process
+-- that lacks the task gets its queue, priority, lease and retry policy (0004).
+CREATE TABLE sqljobs_tasks (
+    name         TEXT PRIMARY KEY,
+    queue        TEXT NOT NULL,
+    priority     INTEGER NOT NULL,
+    lease        REAL NOT NULL,
+    max_attempts INTEGER NOT NULL,
+    deadline     REAL,
+    updated_at   REAL NOT NULL
 );
 
 -- Business idempotency markers (sqljobs.idempotent), written in the caller's transaction.

@@ -1,0 +1,87 @@
+"""What a worker says about itself: the start-up banner, the stop summary, the line for an
+attempt that failed, and which database errors mean "not reachable yet"."""
+
+from __future__ import annotations
+
+import logging
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+from ..errors import BackendError
+from ..humanize import duration, redact_url
+from ..jobs import JobState, Outcome
+
+if TYPE_CHECKING:
+    from ..backends.base import Backend
+    from .execute import Running
+    from .worker import Worker
+
+log = logging.getLogger("sqljobs.worker")
+
+
+def version() -> str:
+    try:
+        return metadata.version("sqljobs")
+    except metadata.PackageNotFoundError:  # run from a source tree without installing
+        return "unknown"
+
+
+def banner(worker: Worker, backend: Backend, heartbeat_interval: float) -> str:
+    """One line an operator reads to know what this worker will and will not run."""
+    app, cfg = worker.app, worker.config
+    tasks = sorted(app.tasks)
+    shown = ", ".join(tasks[:8]) + (f", ... ({len(tasks)} in all)" if len(tasks) > 8 else "")
+    queues = ",".join(cfg.queues) if cfg.queues else "all"
+    return (
+        f"sqljobs {version()} worker {worker.id} started on {redact_url(backend.url)}: "
+        f"queues {queues}, concurrency {cfg.concurrency}, {len(tasks)} tasks ({shown}); "
+        f"shortest lease {worker.shortest_lease:g} s, heartbeat every "
+        f"{heartbeat_interval:.3g} s, drain timeout {worker.drain_timeout:g} s"
+    )
+
+
+def summary(worker: Worker, ran_for: float) -> str:
+    """The stop line: what this worker did in its life."""
+    c = worker.counters
+    parts = [
+        f"{c[JobState.DONE.value]} done",
+        f"{c['retried']} retried",
+        f"{c[JobState.DEAD.value]} dead",
+        f"{c['released']} released",
+        f"{c['leases_lost']} leases lost",
+        f"{c['timed_out']} timed out",
+    ]
+    return f"worker {worker.id} stopped after {duration(ran_for)}: " + ", ".join(parts)
+
+
+def job_fields(run: Running) -> dict[str, Any]:
+    """The ``extra`` of every log line about one job (JSON log lines carry them)."""
+    job = run.job
+    return {"job_id": job.id, "task": job.task, "queue": job.queue, "attempt": job.attempt}
+
+
+def failed_attempt(run: Running, outcome: Outcome) -> None:
+    """Log an attempt that did not succeed: WARNING with the next retry, the traceback at
+    DEBUG; ERROR with the traceback when the job is now dead."""
+    job = run.job
+    what = f"job {job.id} ({job.task}) attempt {job.attempt}/{job.max_attempts}"
+    extra = job_fields(run)
+    if outcome.state is JobState.DEAD:
+        log.error("%s failed; the job is dead: %s\n%s", what, outcome.error,
+                  outcome.traceback or "", extra=extra)  # fmt: skip
+        return
+    log.warning("%s failed: %s; retry in %s", what, outcome.error,
+                duration(outcome.delay), extra=extra)  # fmt: skip
+    if outcome.traceback:
+        log.debug("%s traceback:\n%s", what, outcome.traceback, extra=extra)
+
+
+def unreachable(exc: BackendError) -> bool:
+    """True when the database could not be reached (refused, down, starting up, shutting
+    down): worth waiting for. A server that answered with an error (a wrong password, a
+    missing database) is not, nor is a SQLite file that cannot be opened."""
+    cause = exc.__cause__
+    if cause is None or not hasattr(cause, "sqlstate"):  # not a PostgreSQL driver error
+        return False
+    state = cause.sqlstate
+    return state is None or state.startswith(("08", "57P"))
