@@ -1,55 +1,104 @@
 """The dashboard: backlog health as HTML, JSON and Prometheus metrics from the database;
-retry and cancel, behind a token when one is set or when it is exposed beyond loopback."""
+retry and cancel, behind a token when one is set or when it is exposed beyond loopback;
+every refusal says why, to a script and to a person."""
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
 import urllib.request
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from html import escape
+from urllib.parse import parse_qs, urlsplit
 
+import httpx2
 import pytest
 from starlette.testclient import TestClient
 
 from sqljobs import App, JobState, Retry
 from sqljobs.dashboard import create_app, is_loopback
+from sqljobs.humanize import iso_local, iso_utc, preview
 
 from .conftest import wait_until, worker_thread
 
+READ_ONLY = (
+    "read-only: this dashboard is reachable beyond this machine and has no token; "
+    "restart it with --token to allow retry and cancel"
+)
+BAD_TOKEN = "a valid token is required"
 
-def _with_a_dead_job(app: App) -> tuple[int, int]:
-    """One dead job and one pending job; their ids."""
+
+@dataclass(frozen=True)
+class Jobs:
+    dead: int
+    done: int
+    pending: int
+
+
+def _jobs(app: App) -> Jobs:
+    """One job dead, one done, one pending (due in an hour), on the default queue."""
 
     @app.task(name="boom", retry=Retry(max_attempts=1))
     def boom() -> None:
         raise RuntimeError("boom <script>")
 
-    app.task(name="later")(lambda: None)
-    dead = app.enqueue("boom").id
+    app.task(name="fine")(lambda: None)
+    app.task(name="later")(lambda *args, **kwargs: None)
+    dead, done = app.enqueue("boom").id, app.enqueue("fine").id
     with worker_thread(app, queues=["default"]):
         wait_until(lambda: app.get_job(dead).state is JobState.DEAD)  # type: ignore[union-attr]
+        wait_until(lambda: app.get_job(done).state is JobState.DONE)  # type: ignore[union-attr]
     pending = app.tasks["later"].with_options(delay=3600).enqueue().id
-    return dead, pending
+    return Jobs(dead, done, pending)
+
+
+def _state(app: App, job_id: int) -> JobState:
+    job = app.get_job(job_id)
+    assert job is not None
+    return job.state
+
+
+def _rows(html: str, job_id: int) -> list[str]:
+    """The page's table rows for one job (it may be in the dead table and the latest)."""
+    return re.findall(rf"<tr><td class=n><a href='/api/jobs/{job_id}'>.*?</tr>", html, re.S)
+
+
+def _flash(location: str) -> dict[str, list[str]]:
+    """The flash message a redirect back to the page carries."""
+    parts = urlsplit(location)
+    assert parts.path == "/", location
+    return parse_qs(parts.query)
+
+
+def _submit(client: TestClient, path: str, token: str | None = None) -> httpx2.Response:
+    """Post as the page's form does (form-encoded), without following the redirect."""
+    fields = {"token": token} if token is not None else {"from": "page"}
+    return client.post(path, data=fields, follow_redirects=False)
 
 
 def test_the_page_json_and_metrics_agree_with_stats(app: App) -> None:
-    dead, pending = _with_a_dead_job(app)
+    jobs = _jobs(app)
     client = TestClient(create_app(app))
     page = client.get("/")
     assert page.status_code == 200
-    assert "boom &lt;script&gt;" in page.text and "<script>" not in page.text, "escaped"
+    assert "boom &lt;script&gt;" in page.text and "boom <script>" not in page.text, "escaped"
     assert client.get("/api/stats").json() == app.stats().to_dict()
-    assert client.get(f"/api/jobs/{dead}").json()["state"] == "dead"
-    assert [j["id"] for j in client.get("/api/jobs", params={"state": "dead"}).json()] == [dead]
+    assert client.get(f"/api/jobs/{jobs.dead}").json()["state"] == "dead"
+    dead = client.get("/api/jobs", params={"state": "dead"}).json()
+    assert [j["id"] for j in dead] == [jobs.dead]
+    assert client.get("/api/jobs/999999").json() == {"error": "no job with id 999999"}
     assert client.get("/api/jobs/999999").status_code == 404
-    assert client.get("/api/jobs", params={"state": "bogus"}).status_code == 400
     text = client.get("/metrics").text
     assert 'sqljobs_jobs{queue="default",state="dead"} 1.0' in text
     assert 'sqljobs_jobs{queue="default",state="pending"} 1.0' in text
     assert 'sqljobs_oldest_pending_age_seconds{queue="default"} 0.0' in text  # not due yet
     assert "sqljobs_workers 0.0" in text
     listed = client.get("/api/jobs", params={"state": "pending"}).json()
-    assert [j["id"] for j in listed] == [pending]
+    assert [j["id"] for j in listed] == [jobs.pending]
+    assert len(client.get("/api/jobs", params={"limit": "2"}).json()) == 2
 
 
 def test_the_oldest_due_age_is_a_gauge_to_alert_on(app: App) -> None:
@@ -61,36 +110,204 @@ def test_the_oldest_due_age_is_a_gauge_to_alert_on(app: App) -> None:
     assert float(line.split()[-1]) > 0.2
 
 
-def test_actions_retry_and_cancel_without_a_token_on_loopback(app: App) -> None:
-    dead, pending = _with_a_dead_job(app)
+def test_json_times_are_iso_8601_utc_and_ages_stay_seconds(app: App) -> None:
+    jobs = _jobs(app)
     client = TestClient(create_app(app))
-    assert client.post(f"/api/jobs/{dead}/retry").json() == {"ok": True}
-    assert app.get_job(dead).state is JobState.PENDING  # type: ignore[union-attr]
-    assert client.post(f"/api/jobs/{pending}/cancel").json() == {"ok": True}
-    assert app.get_job(pending).state is JobState.CANCELLED  # type: ignore[union-attr]
-    assert client.post(f"/api/jobs/{pending}/cancel").status_code == 409, "already cancelled"
-    form = client.post(f"/api/jobs/{pending}/retry", data={"from": "page"}, follow_redirects=False)
+    dead = app.get_job(jobs.dead)
+    assert dead is not None and dead.history, "a dead job has a history to convert"
+    body = client.get(f"/api/jobs/{jobs.dead}").json()
+    for name in ("run_at", "created_at", "started_at", "finished_at"):
+        assert body[name] == iso_utc(getattr(dead, name)), name
+        assert datetime.fromisoformat(body[name]).utcoffset() == UTC.utcoffset(None)
+    assert body["lease_until"] is None and body["deadline_at"] is None, "a time not set stays null"
+    for got, stored in zip(body["history"], dead.history, strict=True):
+        assert got["started_at"] == iso_utc(stored["started_at"])
+        assert got["ended_at"] == iso_utc(stored["ended_at"])
+    assert client.get("/api/jobs").json()[-1]["created_at"] == body["created_at"]
+    app.enqueue("fine")  # due now, so the oldest due age is a number
+    stats = client.get("/api/stats").json()
+    assert isinstance(stats["oldest_pending_age"], float), "an age is a duration: seconds"
+
+
+def test_the_page_shows_times_in_a_zone_and_arguments_escaped(app: App) -> None:
+    app.task(name="report")(lambda *args, **kwargs: None)
+    job = app.enqueue("report", ["<b>acme</b>"], {"day": "2026-12-01"}, delay=60)
+    found = app.get_job(job.id)
+    assert found is not None
+    html = TestClient(create_app(app)).get("/").text
+    for ts in (found.created_at, found.run_at):
+        assert f'<time datetime="{iso_utc(ts)}">{escape(iso_local(ts))}</time>' in html
+    assert "timeZoneName" in html, "the browser rewrites times in the reader's own zone"
+    args = preview(found.args, found.kwargs)
+    assert args.startswith('"<b>acme</b>"') and escape(args) in html
+    assert "<b>acme" not in html, "arguments are escaped"
+    assert str(found.created_at) not in html, "no raw Unix times"
+
+
+def test_actions_retry_and_cancel_without_a_token_on_loopback(app: App) -> None:
+    jobs = _jobs(app)
+    client = TestClient(create_app(app))
+    assert client.post(f"/api/jobs/{jobs.dead}/retry").json() == {"ok": True}
+    assert _state(app, jobs.dead) is JobState.PENDING
+    assert client.post(f"/api/jobs/{jobs.pending}/cancel").json() == {"ok": True}
+    assert _state(app, jobs.pending) is JobState.CANCELLED
+    again = client.post(f"/api/jobs/{jobs.pending}/cancel")
+    assert again.status_code == 200, "cancelling is idempotent"
+    assert again.json() == {"ok": True, "note": "already cancelled"}
+    form = _submit(client, f"/api/jobs/{jobs.pending}/retry")
     assert form.status_code == 303, "the page's own forms come back to the page"
+    assert _flash(form.headers["location"]) == {"message": [f"job {jobs.pending} is pending again"]}
 
 
-def test_a_token_guards_actions_and_an_exposed_dashboard_without_one_is_read_only(
-    app: App,
-) -> None:
-    dead, _ = _with_a_dead_job(app)
+def test_every_refusal_says_why(app: App) -> None:
+    jobs = _jobs(app)
+    client = TestClient(create_app(app))
+    for action in ("retry", "cancel"):
+        missing = client.post(f"/api/jobs/999999/{action}")
+        assert missing.status_code == 404
+        assert missing.json() == {"ok": False, "error": "no job with id 999999"}
+    cases = [
+        ("retry", jobs.done, "done; only dead or cancelled jobs can be retried"),
+        ("retry", jobs.pending, "pending; only dead or cancelled jobs can be retried"),
+        ("cancel", jobs.done, "done; only pending or running jobs can be cancelled"),
+        ("cancel", jobs.dead, "dead; only pending or running jobs can be cancelled"),
+    ]
+    for action, job_id, reason in cases:
+        refused = client.post(f"/api/jobs/{job_id}/{action}")
+        assert refused.status_code == 409, (action, job_id)
+        assert refused.json() == {"ok": False, "error": f"job {job_id} is {reason}"}
+    assert (_state(app, jobs.done), _state(app, jobs.dead)) == (JobState.DONE, JobState.DEAD)
+
+    # a person using the page's form sees the same sentence on the page
+    form = _submit(client, f"/api/jobs/{jobs.done}/cancel")
+    assert form.status_code == 303
+    reason = f"job {jobs.done} is done; only pending or running jobs can be cancelled"
+    assert _flash(form.headers["location"]) == {"error": [reason]}
+    assert escape(reason) in client.get(form.headers["location"]).text
+
+
+def test_the_page_shows_its_flash_messages_escaped(app: App) -> None:
+    client = TestClient(create_app(app))
+    html = client.get("/", params={"message": "<script>x</script>", "error": "<i>no</i>"}).text
+    assert "&lt;script&gt;x&lt;/script&gt;" in html and "<script>x" not in html
+    assert "&lt;i&gt;no&lt;/i&gt;" in html and "<i>" not in html
+
+
+def test_the_page_offers_only_the_actions_it_would_take(app: App) -> None:
+    jobs = _jobs(app)
+    html = TestClient(create_app(app)).get("/").text
+    assert all("/retry" in row and "/cancel" not in row for row in _rows(html, jobs.dead))
+    assert all("/cancel" in row and "/retry" not in row for row in _rows(html, jobs.pending))
+    assert [row for row in _rows(html, jobs.done) if "<form" in row] == [], "done: nothing to do"
+    assert "retry every dead job" in html and 'name="token"' not in html, "no token asked for"
+    assert READ_ONLY not in html
+
+    guarded = TestClient(create_app(app, token="s3cret", exposed=True)).get("/").text
+    assert "<button" in guarded and 'name="token"' in guarded, "buttons ask for the token"
+
+
+def test_a_read_only_dashboard_shows_no_buttons_and_says_why(app: App) -> None:
+    jobs = _jobs(app)
+    client = TestClient(create_app(app, exposed=True))
+    html = client.get("/").text
+    assert "<form" not in html and "<button" not in html
+    assert escape(READ_ONLY) in html
+    assert len(_rows(html, jobs.dead)) == 2, "the jobs are still listed"
+    refused = client.post(f"/api/jobs/{jobs.dead}/retry")
+    assert refused.status_code == 403
+    assert refused.json() == {"ok": False, "error": READ_ONLY}
+    assert _state(app, jobs.dead) is JobState.DEAD
+    assert client.get("/api/stats").status_code == 200, "reads stay open"
+
+
+def test_a_token_guards_actions(app: App) -> None:
+    jobs = _jobs(app)
     guarded = TestClient(create_app(app, token="s3cret", exposed=True))
-    assert guarded.post(f"/api/jobs/{dead}/retry").status_code == 401
-    assert (
-        guarded.post(f"/api/jobs/{dead}/retry", headers={"Authorization": "Bearer no"}).status_code
-        == 401
-    )
-    assert app.get_job(dead).state is JobState.DEAD  # type: ignore[union-attr]
+    for headers in ({}, {"Authorization": "Bearer no"}):
+        refused = guarded.post(f"/api/jobs/{jobs.dead}/retry", headers=headers)
+        assert refused.status_code == 401 and refused.json()["ok"] is False
+        assert BAD_TOKEN in refused.json()["error"] and "--token" in refused.json()["error"]
+    assert _state(app, jobs.dead) is JobState.DEAD
     ok = guarded.post("/api/dead/retry", headers={"Authorization": "Bearer s3cret"})
     assert ok.json() == {"ok": True, "retried": 1}
-    assert app.get_job(dead).state is JobState.PENDING  # type: ignore[union-attr]
-    open_ = TestClient(create_app(app, exposed=True))
-    refused = open_.post(f"/api/jobs/{dead}/cancel")
-    assert refused.status_code == 403 and "--token" in refused.json()["error"]
-    assert open_.get("/api/stats").status_code == 200, "reads stay open"
+    assert _state(app, jobs.dead) is JobState.PENDING
+
+
+def test_the_page_form_posts_with_its_token(app: App) -> None:
+    """The form as the page renders it, posted form-encoded as a browser does (this was a
+    500 without python-multipart)."""
+    jobs = _jobs(app)
+    client = TestClient(create_app(app, token="s3cret"))
+    row = _rows(client.get("/").text, jobs.pending)[0]
+    action = re.search(r'<form method="post" action="([^"]+)"><input name="token"', row)
+    assert action is not None and action[1] == f"/api/jobs/{jobs.pending}/cancel"
+
+    wrong = _submit(client, action[1], "nope")
+    assert wrong.status_code == 303
+    assert BAD_TOKEN in _flash(wrong.headers["location"])["error"][0]
+    assert BAD_TOKEN in client.get(wrong.headers["location"]).text
+    assert _state(app, jobs.pending) is JobState.PENDING
+
+    right = _submit(client, action[1], "s3cret")
+    assert right.status_code == 303
+    assert _flash(right.headers["location"]) == {"message": [f"job {jobs.pending} cancelled"]}
+    assert _state(app, jobs.pending) is JobState.CANCELLED
+    back = client.post(action[1], data={"token": "s3cret"})  # following the redirect
+    assert back.status_code == 200 and f"job {jobs.pending} was already cancelled" in back.text
+
+
+_TOO_BIG = "9" * 30
+BAD_REQUESTS = [
+    # (method, path, query, what the error must mention)
+    ("GET", "/api/jobs", {"limit": "-1"}, "limit must be a whole number from 1 to 1000"),
+    ("GET", "/api/jobs", {"limit": "0"}, "limit must be a whole number from 1 to 1000"),
+    ("GET", "/api/jobs", {"limit": "1001"}, "limit must be a whole number from 1 to 1000"),
+    ("GET", "/api/jobs", {"limit": _TOO_BIG}, "limit must be a whole number from 1 to 1000"),
+    ("GET", "/api/jobs", {"limit": "9" * 5000}, "limit must be a whole number from 1 to 1000"),
+    ("GET", "/api/jobs", {"limit": "abc"}, "limit must be a whole number from 1 to 1000"),
+    ("GET", "/api/jobs", {"limit": "1.5"}, "limit must be a whole number from 1 to 1000"),
+    ("GET", "/api/jobs", {"limit": ""}, "limit must be a whole number from 1 to 1000"),
+    ("GET", "/api/jobs", {"limit": "\uff15"}, "limit must be a whole number from 1 to 1000"),
+    ("GET", "/api/jobs", {"state": "bogus"}, "state must be one of pending, running, done"),
+    ("GET", "/api/jobs", {"state": ""}, "state must be one of"),
+    ("GET", "/api/jobs", {"queue": ""}, "queue must be a queue name"),
+    ("GET", "/api/jobs", {"queue": "a\x00b"}, "queue must be a queue name"),
+    ("GET", "/api/jobs", {"stat": "dead"}, "unknown parameter 'stat': /api/jobs takes state"),
+    ("GET", "/api/jobs/abc", {}, "a job id is a whole number"),
+    ("GET", "/api/jobs/0", {}, "a job id is a whole number"),
+    ("GET", "/api/jobs/-1", {}, "a job id is a whole number"),
+    ("GET", f"/api/jobs/{_TOO_BIG}", {}, "a job id is a whole number"),
+    ("POST", "/api/jobs/abc/retry", {}, "a job id is a whole number"),
+    ("POST", f"/api/jobs/{_TOO_BIG}/retry", {}, "a job id is a whole number"),
+    ("POST", f"/api/jobs/{_TOO_BIG}/cancel", {}, "a job id is a whole number"),
+    ("POST", "/api/dead/retry", {"queue": ""}, "queue must be a queue name"),
+    ("POST", "/api/dead/retry", {"queue": "\x00"}, "queue must be a queue name"),
+    ("POST", "/api/dead/retry", {"queu": "x"}, "unknown parameter 'queu': /api/dead/retry"),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "query", "says"), BAD_REQUESTS)
+def test_a_bad_parameter_is_a_400_that_says_what_is_allowed(
+    app: App, method: str, path: str, query: dict[str, str], says: str
+) -> None:
+    app.task(name="t")(lambda: None)
+    job = app.enqueue("t")
+    client = TestClient(create_app(app), raise_server_exceptions=False)
+    answer = client.request(method, path, params=query)
+    assert answer.status_code == 400, answer.text
+    body = answer.json()
+    assert says in body["error"]
+    assert body.get("ok", False) is False and (method == "POST") == ("ok" in body)
+    assert _state(app, job.id) is JobState.PENDING, "nothing changed"
+
+
+def test_the_ends_of_each_range_are_taken(app: App) -> None:
+    client = TestClient(create_app(app))
+    for limit in ("1", "1000"):
+        assert client.get("/api/jobs", params={"limit": limit}).status_code == 200
+    biggest = 2**63 - 1
+    assert client.get(f"/api/jobs/{biggest}").json() == {"error": f"no job with id {biggest}"}
+    assert client.post(f"/api/jobs/{biggest}/cancel").status_code == 404
 
 
 def test_loopback_is_told_apart() -> None:

@@ -35,9 +35,9 @@ def duration(seconds: float | None) -> str:
     if seconds is None:
         return "-"
     sign, s = ("-" if seconds < 0 else ""), abs(seconds)
-    if s < 1:
+    if s < 0.9995:
         text = f"{s * 1000:.0f} ms"
-    elif s < 60:
+    elif s < 59.95:
         text = f"{s:.1f} s"
     elif s < 3600:
         text = f"{int(s // 60)} min {int(s % 60)} s"
@@ -57,7 +57,8 @@ def ago(ts: float | None, now: float) -> str:
 
 
 def preview(args: list[Any], kwargs: dict[str, Any], width: int = 40) -> str:
-    """A call's arguments on one line, cut to ``width`` characters: ``'acme', day='2026-12-01'``."""
+    """A call's arguments on one line, as JSON, cut to ``width`` characters:
+    ``"acme", day="2026-12-01"``."""
     parts = [json.dumps(a, ensure_ascii=False, default=str) for a in args]
     parts += [f"{k}={json.dumps(v, ensure_ascii=False, default=str)}" for k, v in kwargs.items()]
     text = ", ".join(parts)

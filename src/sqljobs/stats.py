@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,9 @@ class Stats:
     oldest_pending_age: float | None
     oldest_pending_age_by_queue: dict[str, float] = field(default_factory=dict)
     workers: int = 0
+    unserved: dict[str, int] = field(default_factory=dict)
+    """Pending jobs by task, for tasks no live worker has registered: they wait until a
+    worker that runs the task starts (a worker claims only the tasks it has)."""
 
     def total(self, state: JobState | str) -> int:
         """Jobs in ``state`` across all queues."""
@@ -33,4 +37,13 @@ class Stats:
             "oldest_pending_age": self.oldest_pending_age,
             "oldest_pending_age_by_queue": dict(self.oldest_pending_age_by_queue),
             "workers": self.workers,
+            "unserved": dict(self.unserved),
         }
+
+
+def unserved_tasks(
+    pending_by_task: Iterable[Sequence[Any]], live_worker_tasks: Iterable[Iterable[str]]
+) -> dict[str, int]:
+    """Pending counts of the tasks that no live worker runs."""
+    served = {name for tasks in live_worker_tasks for name in tasks}
+    return {task: int(n) for task, n in pending_by_task if task not in served}

@@ -44,6 +44,12 @@ class EffectRecord:
     mine: bool
 
 
+MISSING_SCHEMA = (
+    "the database lacks the sqljobs schema or its latest migration: run `sqljobs migrate` "
+    "(or open it with App(migrate=True), the default)"
+)
+"""Said with a database error whose cause is a schema that was never migrated."""
+
 Decide = Callable[[ExpiredJob, float], Outcome]
 """Maps an expired or orphaned job (and the current time) to what should happen to it."""
 
@@ -167,6 +173,9 @@ class Backend(Protocol):
         obeying ``overlap="skip"``; None if there is no such schedule."""
 
     def stats(self) -> Stats: ...
+
+    def served_tasks(self) -> set[str]:
+        """The task names that live workers run."""
 
     def get_job(self, job_id: int) -> Job | None: ...
 

@@ -35,8 +35,8 @@ from ..jobs import (
     JobState,
     Outcome,
 )
-from ..stats import Stats
-from .base import Decide, EffectRecord, WorkerInfo
+from ..stats import Stats, unserved_tasks
+from .base import MISSING_SCHEMA, Decide, EffectRecord, WorkerInfo
 from .postgres_enqueue import PostgresEnqueue
 from .postgres_schedules import PostgresSchedules
 from .sqlfile import load_migrations, load_queries
@@ -168,6 +168,8 @@ class PostgresBackend(PostgresEnqueue, PostgresSchedules):
             ) from exc
         except psycopg.OperationalError as exc:
             raise BackendError(f"PostgreSQL connection failed: {str(exc).strip()}") from exc
+        except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
+            raise BackendError(f"PostgreSQL error: {str(exc).strip()}; {MISSING_SCHEMA}") from exc
         except psycopg.Error as exc:
             raise BackendError(f"PostgreSQL error: {str(exc).strip()}") from exc
 
@@ -502,8 +504,12 @@ class PostgresBackend(PostgresEnqueue, PostgresSchedules):
         for queue, state, n in self._fetch("count_by_queue_state"):
             counts.setdefault(queue, {s.value: 0 for s in JobState})[state] = n
         ages = {q: max(0.0, age) for q, age in self._fetch("oldest_due_by_queue")}
-        (workers,) = self._fetch("live_workers")[0]
-        return Stats(counts, max(ages.values()) if ages else None, ages, workers)
+        live = [json.loads(r[0]) for r in self._fetch("live_workers")]
+        unserved = unserved_tasks(self._fetch("pending_by_task"), live)
+        return Stats(counts, max(ages.values()) if ages else None, ages, len(live), unserved)
+
+    def served_tasks(self) -> set[str]:
+        return {name for r in self._fetch("live_workers") for name in json.loads(r[0])}
 
     def get_job(self, job_id: int) -> Job | None:
         rows = self._fetch("", {"id": job_id}, self.queries["job_columns"] + " WHERE id = %(id)s")

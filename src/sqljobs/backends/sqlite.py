@@ -30,8 +30,8 @@ from ..jobs import (
     NewJob,
     Outcome,
 )
-from ..stats import Stats
-from .base import Decide, EffectRecord, WorkerInfo
+from ..stats import Stats, unserved_tasks
+from .base import MISSING_SCHEMA, Decide, EffectRecord, WorkerInfo
 from .sqlfile import load_migrations, load_queries
 from .sqlite_schedules import SqliteSchedules
 
@@ -162,14 +162,21 @@ class SqliteBackend(SqliteSchedules):
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             if isinstance(exc, sqlite3.Error):
-                raise BackendError(f"SQLite write failed on {self.path!r}: {exc}") from exc
+                raise BackendError(self._explain("write", exc)) from exc
             raise
 
     def _read(self, sql: str, params: Any = ()) -> list[Any]:
         try:
             return self._conn().execute(sql, params).fetchall()
         except sqlite3.Error as exc:
-            raise BackendError(f"SQLite read failed on {self.path!r}: {exc}") from exc
+            raise BackendError(self._explain("read", exc)) from exc
+
+    def _explain(self, what: str, exc: sqlite3.Error) -> str:
+        """The driver's error, with what to do when the cause is a missing schema."""
+        text = f"SQLite {what} failed on {self.path!r}: {exc}"
+        if "no such table: sqljobs_" in str(exc) or "no such column" in str(exc):
+            text += f"; {MISSING_SCHEMA}"
+        return text
 
     def now(self) -> float:
         return self.clock()
@@ -411,8 +418,13 @@ class SqliteBackend(SqliteSchedules):
         for queue, state, n in self._read(Q["count_by_queue_state"]):
             counts.setdefault(queue, {s.value: 0 for s in JobState})[state] = n
         ages = {q: max(0.0, now - t) for q, t in self._read(Q["oldest_due_by_queue"], {"now": now})}
-        (workers,) = self._read(Q["live_workers"], {"now": now})[0]
-        return Stats(counts, max(ages.values()) if ages else None, ages, workers)
+        live = [json.loads(r[0]) for r in self._read(Q["live_workers"], {"now": now})]
+        unserved = unserved_tasks(self._read(Q["pending_by_task"]), live)
+        return Stats(counts, max(ages.values()) if ages else None, ages, len(live), unserved)
+
+    def served_tasks(self) -> set[str]:
+        rows = self._read(Q["live_workers"], {"now": self.now()})
+        return {name for r in rows for name in json.loads(r[0])}
 
     def get_job(self, job_id: int) -> Job | None:
         rows = self._read(Q["get_job"], (job_id,))

@@ -1,9 +1,18 @@
-"""The dashboard's one HTML page: backlog health first, then what needs a hand."""
+"""The dashboard's one HTML page: backlog health first, then what needs a hand.
+
+Times are written on the server in its own zone (``iso_local``) inside
+``<time datetime="…UTC…">``, and a few lines of script rewrite them in the reader's zone:
+an operator elsewhere than the server does no arithmetic, and with scripts off the page
+still says which zone it shows. Everything that comes from the database or the query
+string is escaped.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from html import escape
 
+from ..humanize import duration, iso_local, iso_utc, preview
 from ..jobs import Job, JobState
 from ..stats import Stats
 
@@ -11,17 +20,51 @@ _STYLE = (
     "body{font:14px system-ui,sans-serif;margin:2em;color:#222}"
     "table{border-collapse:collapse;margin:0 0 1.5em}td,th{border:1px solid #ccc;padding:4px 8px}"
     "th{background:#f3f3f3;text-align:left}td.n{text-align:right}form{display:inline}"
-    ".warn{color:#b00}"
+    ".warn{color:#b00}.note{padding:6px 10px;border:1px solid #ccc;background:#fafafa}"
+    "p.warn{border-color:#b00}"
 )
 
+# Same shape as iso_local ("2026-12-03 09:14:05 CET"), in the browser's zone.
+_SCRIPT = """<script>
+const pad = (n) => String(n).padStart(2, "0");
+for (const t of document.querySelectorAll("time[datetime]")) {
+  const d = new Date(t.dateTime);
+  const zone = new Intl.DateTimeFormat(undefined, {timeZoneName: "short"})
+    .formatToParts(d).find((p) => p.type === "timeZoneName").value;
+  t.textContent = `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ` +
+    `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())} ${zone}`;
+}
+</script>"""
+_JOB_COLUMNS = ("id", "queue", "task", "arguments", "state", "attempts", "created", "run at")
+_JOB_HEAD = "".join(f"<th>{c}</th>" for c in (*_JOB_COLUMNS, "finished", "last error", ""))
 
-def _age(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds:,.1f} s"
+
+@dataclass(frozen=True)
+class View:
+    """What the page may offer and what it has to say: ``read_only`` is why there are no
+    buttons (None: there are); ``message`` and ``error`` come back from an action."""
+
+    now: float
+    read_only: str | None = None
+    needs_token: bool = False
+    message: str | None = None
+    error: str | None = None
 
 
-def _action(path: str, label: str, needs_token: bool) -> str:
+def _time(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return f'<time datetime="{iso_utc(ts)}">{escape(iso_local(ts))}</time>'
+
+
+def _action(path: str, label: str, view: View) -> str:
+    """A button, or nothing when the dashboard would refuse it (the notice says why)."""
+    if view.read_only is not None:
+        return ""
     token = (
-        '<input name="token" type="password" placeholder="token" size="8">' if needs_token else ""
+        '<input name="token" type="password" placeholder="token" size="8">'
+        if view.needs_token
+        else ""
     )
     return (
         f'<form method="post" action="{escape(path)}">{token}'
@@ -29,46 +72,62 @@ def _action(path: str, label: str, needs_token: bool) -> str:
     )
 
 
-def _jobs_table(jobs: list[Job], actions: str, needs_token: bool) -> str:
+def _buttons(job: Job, view: View) -> str:
+    if job.state in (JobState.DEAD, JobState.CANCELLED):
+        return _action(f"/api/jobs/{job.id}/retry", "retry", view)
+    if job.state in (JobState.PENDING, JobState.RUNNING):
+        return _action(f"/api/jobs/{job.id}/cancel", "cancel", view)
+    return ""
+
+
+def _jobs_table(jobs: list[Job], view: View) -> str:
     if not jobs:
         return "<p>none</p>"
-    rows = []
-    for job in jobs:
-        buttons = ""
-        if "retry" in actions and job.state in (JobState.DEAD, JobState.CANCELLED):
-            buttons += _action(f"/api/jobs/{job.id}/retry", "retry", needs_token)
-        if "cancel" in actions and job.state in (JobState.PENDING, JobState.RUNNING):
-            buttons += _action(f"/api/jobs/{job.id}/cancel", "cancel", needs_token)
-        rows.append(
-            f"<tr><td class=n><a href='/api/jobs/{job.id}'>{job.id}</a></td>"
-            f"<td>{escape(job.queue)}</td><td>{escape(job.task)}</td>"
-            f"<td>{escape(job.state.value)}</td><td class=n>{job.attempts}/{job.max_attempts}</td>"
-            f"<td>{escape(job.last_error or '')}</td><td>{buttons}</td></tr>"
-        )
-    head = "<tr><th>id</th><th>queue</th><th>task</th><th>state</th><th>attempts</th>"
-    return f"<table>{head}<th>last error</th><th></th></tr>{''.join(rows)}</table>"
+    rows = "".join(
+        f"<tr><td class=n><a href='/api/jobs/{job.id}'>{job.id}</a></td>"
+        f"<td>{escape(job.queue)}</td><td>{escape(job.task)}</td>"
+        f"<td><code>{escape(preview(job.args, job.kwargs))}</code></td>"
+        f"<td>{escape(job.state.value)}</td><td class=n>{job.attempts}/{job.max_attempts}</td>"
+        f"<td>{_time(job.created_at)}</td><td>{_time(job.run_at)}</td>"
+        f"<td>{_time(job.finished_at)}</td>"
+        f"<td>{escape(job.last_error or '')}</td><td>{_buttons(job, view)}</td></tr>"
+        for job in jobs
+    )
+    return f"<table><tr>{_JOB_HEAD}</tr>{rows}</table>"
 
 
-def render(stats: Stats, dead: list[Job], recent: list[Job], needs_token: bool) -> str:
+def _notices(view: View) -> str:
+    out = ""
+    if view.read_only is not None:
+        out += f"<p class=note>{escape(view.read_only)}</p>"
+    if view.error:
+        out += f"<p class='note warn' role=alert>{escape(view.error)}</p>"
+    if view.message:
+        out += f"<p class=note role=status>{escape(view.message)}</p>"
+    return out
+
+
+def render(stats: Stats, dead: list[Job], recent: list[Job], view: View) -> str:
     """The page: counts and oldest due age per queue, dead jobs, the latest jobs."""
     states = [s.value for s in JobState]
     head = "".join(f"<th>{s}</th>" for s in states)
     rows = "".join(
         f"<tr><td>{escape(q)}</td>"
         + "".join(f"<td class=n>{by_state.get(s, 0):,}</td>" for s in states)
-        + f"<td class=n>{_age(stats.oldest_pending_age_by_queue.get(q))}</td></tr>"
+        + f"<td class=n>{duration(stats.oldest_pending_age_by_queue.get(q))}</td></tr>"
         for q, by_state in sorted(stats.counts.items())
     )
     oldest = stats.oldest_pending_age
-    retry_all = _action("/api/dead/retry", "retry every dead job", needs_token) if dead else ""
+    retry_all = _action("/api/dead/retry", "retry every dead job", view) if dead else ""
     return (
         "<!doctype html><html><head><meta charset=utf-8><title>sqljobs</title>"
-        f"<style>{_STYLE}</style></head><body><h1>sqljobs</h1>"
+        f"<style>{_STYLE}</style></head><body><h1>sqljobs</h1>{_notices(view)}"
         f"<p>{stats.workers} live worker(s); oldest due job waiting: "
-        f"<b{' class=warn' if oldest and oldest > 60 else ''}>{_age(oldest)}</b> · "
+        f"<b{' class=warn' if oldest and oldest > 60 else ''}>{duration(oldest)}</b> · "
+        f"as of {_time(view.now)} · "
         "<a href='/metrics'>metrics</a> · <a href='/api/stats'>stats JSON</a></p>"
         f"<table><tr><th>queue</th>{head}<th>oldest due</th></tr>{rows}</table>"
-        f"<h2>Dead jobs</h2>{retry_all}{_jobs_table(dead, 'retry', needs_token)}"
-        f"<h2>Latest jobs</h2>{_jobs_table(recent, 'retry cancel', needs_token)}"
-        "</body></html>"
+        f"<h2>Dead jobs</h2>{retry_all}{_jobs_table(dead, view)}"
+        f"<h2>Latest jobs</h2>{_jobs_table(recent, view)}"
+        f"{_SCRIPT}</body></html>"
     )

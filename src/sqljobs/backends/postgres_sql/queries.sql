@@ -232,8 +232,12 @@ FROM {schema}.sqljobs_jobs
 WHERE state = 'pending' AND run_at <= now() GROUP BY queue
 
 -- name: live_workers
-SELECT count(*) FROM {schema}.sqljobs_workers
+-- The task names each live worker runs (a JSON list per worker).
+SELECT tasks FROM {schema}.sqljobs_workers
 WHERE last_seen >= now() - make_interval(secs => 2.5 * heartbeat_interval)
+
+-- name: pending_by_task
+SELECT task, count(*) FROM {schema}.sqljobs_jobs WHERE state = 'pending' GROUP BY task
 
 -- name: job_columns
 SELECT id, queue, task, payload, key, state, priority, extract(epoch FROM run_at)::float8,
@@ -244,9 +248,14 @@ SELECT id, queue, task, payload, key, state, priority, extract(epoch FROM run_at
 FROM {schema}.sqljobs_jobs
 
 -- name: retry_job
+-- By hand: fresh attempts; the history keeps the old ones and notes the retry.
 UPDATE {schema}.sqljobs_jobs
 SET state = 'pending', run_at = now(), finished_at = NULL, attempts = 0,
-    lease_expiries = 0, crashes = 0,
+    lease_expiries = 0, crashes = 0, last_error = NULL, last_traceback = NULL,
+    history = history || jsonb_build_array(jsonb_build_object(
+        'outcome', 'retried', 'from', state, 'started_at', extract(epoch FROM now()),
+        'ended_at', extract(epoch FROM now()),
+        'error', 'sent back to pending by hand: attempts start again')),
     deadline_at = CASE WHEN deadline_at IS NULL THEN NULL
                        ELSE now() + (deadline_at - created_at) END
 WHERE id = %(id)s AND state IN ('dead', 'cancelled')
@@ -254,7 +263,11 @@ WHERE id = %(id)s AND state IN ('dead', 'cancelled')
 -- name: retry_dead
 UPDATE {schema}.sqljobs_jobs
 SET state = 'pending', run_at = now(), finished_at = NULL, attempts = 0,
-    lease_expiries = 0, crashes = 0,
+    lease_expiries = 0, crashes = 0, last_error = NULL, last_traceback = NULL,
+    history = history || jsonb_build_array(jsonb_build_object(
+        'outcome', 'retried', 'from', state, 'started_at', extract(epoch FROM now()),
+        'ended_at', extract(epoch FROM now()),
+        'error', 'sent back to pending by hand: attempts start again')),
     deadline_at = CASE WHEN deadline_at IS NULL THEN NULL
                        ELSE now() + (deadline_at - created_at) END
 WHERE state = 'dead' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)

@@ -122,7 +122,11 @@ SELECT queue, min(run_at) FROM sqljobs_jobs
 WHERE state = 'pending' AND run_at <= :now GROUP BY queue
 
 -- name: live_workers
-SELECT count(*) FROM sqljobs_workers WHERE last_seen >= :now - 2.5 * heartbeat_interval
+-- The task names each live worker runs (a JSON list per worker).
+SELECT tasks FROM sqljobs_workers WHERE last_seen >= :now - 2.5 * heartbeat_interval
+
+-- name: pending_by_task
+SELECT task, count(*) FROM sqljobs_jobs WHERE state = 'pending' GROUP BY task
 
 -- name: get_job
 SELECT id, queue, task, payload, key, state, priority, run_at, created_at, attempts,
@@ -140,9 +144,13 @@ ORDER BY id DESC
 LIMIT :limit
 
 -- name: retry_job
+-- By hand: fresh attempts; the history keeps the old ones and notes the retry.
 UPDATE sqljobs_jobs
 SET state = 'pending', run_at = :now, finished_at = NULL, attempts = 0,
-    lease_expiries = 0, crashes = 0,
+    lease_expiries = 0, crashes = 0, last_error = NULL, last_traceback = NULL,
+    history = json_insert(history, '$[#]', json_object(
+        'outcome', 'retried', 'from', state, 'started_at', :now, 'ended_at', :now,
+        'error', 'sent back to pending by hand: attempts start again')),
     deadline_at = CASE WHEN deadline_at IS NULL THEN NULL
                        ELSE :now + (deadline_at - created_at) END
 WHERE id = :id AND state IN ('dead', 'cancelled')
@@ -150,7 +158,10 @@ WHERE id = :id AND state IN ('dead', 'cancelled')
 -- name: retry_dead
 UPDATE sqljobs_jobs
 SET state = 'pending', run_at = :now, finished_at = NULL, attempts = 0,
-    lease_expiries = 0, crashes = 0,
+    lease_expiries = 0, crashes = 0, last_error = NULL, last_traceback = NULL,
+    history = json_insert(history, '$[#]', json_object(
+        'outcome', 'retried', 'from', state, 'started_at', :now, 'ended_at', :now,
+        'error', 'sent back to pending by hand: attempts start again')),
     deadline_at = CASE WHEN deadline_at IS NULL THEN NULL
                        ELSE :now + (deadline_at - created_at) END
 WHERE state = 'dead' AND (:queue IS NULL OR queue = :queue)

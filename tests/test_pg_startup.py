@@ -1,0 +1,101 @@
+"""A worker started while PostgreSQL cannot be reached waits, logged, and starts working
+once it can: a deploy that starts workers before the database must not kill them."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import threading
+from collections.abc import Iterator
+from urllib.parse import urlsplit
+
+import pytest
+
+from sqljobs import App, JobState
+
+from .conftest import fresh_pg_database, wait_until, worker_thread
+
+
+@pytest.fixture
+def url(pg_template: str) -> Iterator[str]:
+    """PostgreSQL only here."""
+    with fresh_pg_database(pg_template) as url:
+        yield url
+
+
+class Forwarder:
+    """A TCP relay from a local port to PostgreSQL, switched on when the test says: before
+    that, the port refuses connections like a server that is not up yet."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        self.port = probe.getsockname()[1]
+        probe.close()  # nothing listens here until start()
+        self._server: socket.socket | None = None
+
+    def start(self) -> None:
+        server = self._server = socket.create_server(("127.0.0.1", self.port))
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+
+    def _accept(self, server: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                client, _ = server.accept()
+                upstream = socket.create_connection(self.target)
+                for a, b in ((client, upstream), (upstream, client)):
+                    threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := src.recv(65536):
+                dst.sendall(data)
+        with contextlib.suppress(OSError):
+            dst.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+
+def test_a_worker_waits_for_an_unreachable_database_then_runs(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    parts = urlsplit(url)
+    relay = Forwarder((parts.hostname or "127.0.0.1", parts.port or 5432))
+    relayed = url.replace(f"{parts.hostname}:{parts.port}", f"127.0.0.1:{relay.port}")
+    producer = App(url)
+    worker_app = App(relayed)
+
+    @worker_app.task
+    def hello() -> None: ...
+
+    job_id = producer.enqueue("hello", known=False).id
+    try:
+        with caplog.at_level(logging.INFO, logger="sqljobs"), worker_thread(worker_app):
+            wait_until(
+                lambda: sum("database unreachable" in r.getMessage() for r in caplog.records) >= 2,
+                what="two logged attempts to connect",
+            )
+            assert producer.stats().workers == 0
+            relay.start()
+            wait_until(lambda: (j := producer.get_job(job_id)) and j.state is JobState.DONE)
+        warnings = [r for r in caplog.records if "database unreachable" in r.getMessage()]
+        assert all(r.levelno == logging.WARNING for r in warnings)
+        assert "retrying in" in warnings[0].getMessage()
+        assert any("database reachable after" in r.getMessage() for r in caplog.records)
+    finally:
+        relay.close()
+
+
+def test_a_worker_stopped_while_it_waits_for_the_database_returns(url: str) -> None:
+    parts = urlsplit(url)
+    relay = Forwarder((parts.hostname or "127.0.0.1", parts.port or 5432))
+    app = App(url.replace(f"{parts.hostname}:{parts.port}", f"127.0.0.1:{relay.port}"))
+    app.task(name="t")(lambda: None)
+    with worker_thread(app) as worker:
+        pass  # worker_thread stops it and fails if it does not return
+    assert worker.stopped.is_set()
