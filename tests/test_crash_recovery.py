@@ -6,6 +6,7 @@ import signal
 import time
 
 from sqljobs import App, JobState
+from sqljobs.maintenance import Reaper
 
 from .conftest import Runs, Spawn, wait_until
 
@@ -60,3 +61,25 @@ def test_a_lease_shorter_than_the_job_ends_dead_with_a_lease_diagnosis(app: App)
 
 
 import sqljobs  # noqa: E402
+
+
+def test_a_crash_blames_only_the_job_that_ran_not_the_one_waiting_in_the_buffer(
+    app: App, spawn: Spawn, runs: Runs
+) -> None:
+    """SPEC's poison job is one whose *run* kills its worker: a job claimed into the dead
+    worker's buffer, never started there, is handed back uncharged and unblamed."""
+    ran = app.enqueue("record", args=["ran", 30], known=False).id
+    waited = app.enqueue("record", args=["waited", 30], known=False).id
+    victim = spawn("--concurrency", "1", lease=1.0)  # one thread, one job buffered
+    wait_until(lambda: runs.started_by(victim.pid) == ["ran"], what="the first job to start")
+    wait_until(lambda: (j := app.get_job(waited)) is not None and j.state is JobState.RUNNING)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=10)
+    reaper = Reaper(app.backend)
+    wait_until(lambda: reaper.run_once() or app.stats().total("running") == 0, timeout=20)
+    blamed, spared = app.get_job(ran), app.get_job(waited)
+    assert blamed is not None and spared is not None
+    assert blamed.crashes == 1 and [h["outcome"] for h in blamed.history] == ["crashed"]
+    assert spared.crashes == 0 and spared.attempts == 0 and spared.state is JobState.PENDING
+    assert [h["outcome"] for h in spared.history] == ["worker_died_before_start"]
+    assert runs.started_by(victim.pid) == ["ran"]

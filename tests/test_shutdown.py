@@ -142,11 +142,11 @@ def test_a_release_that_fails_is_written_again_not_dropped(app: App) -> None:
         assert backend is not None
         real, failed = backend.finish_jobs, []
 
-        def flaky(outcomes: Any) -> Any:
+        def flaky(outcomes: Any, *rest: Any) -> Any:
             if not failed and any(o.state is JobState.PENDING for o in outcomes):
                 failed.append(True)
                 raise BackendError("database went away (simulated)")
-            return real(outcomes)
+            return real(outcomes, *rest)
 
         backend.finish_jobs = flaky  # type: ignore[method-assign]
         worker.stop()

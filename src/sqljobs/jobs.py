@@ -128,6 +128,8 @@ class ExpiredJob:
     errors: int
     lease_expiries: int
     crashes: int
+    prefetched: bool = False
+    """Claimed into the worker's buffer and not known to have started there."""
 
 
 @dataclass

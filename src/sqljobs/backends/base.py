@@ -80,8 +80,15 @@ class Backend(Protocol):
         queues: Sequence[str] | None,
         limit: int,
         leases: Mapping[str, float] | None = None,
+        start_now: int | None = None,
+        started: Sequence[HeldJob] = (),
     ) -> list[ClaimedJob]:
         """Atomically take up to ``limit`` due jobs, highest priority, then oldest first.
+
+        The first ``start_now`` of them (in that order; None: all) start at once; the rest
+        wait in the worker's buffer and are marked ``prefetched``, as are none of
+        ``started``, buffered jobs that have started since the worker's last round trip:
+        a crash of the worker blames only jobs that were running in it.
 
         ``leases`` maps the claiming worker's task names to the lease it gives them (the
         task as registered where it runs decides). Given, only jobs of those tasks are
@@ -94,6 +101,8 @@ class Backend(Protocol):
         queues: Sequence[str] | None,
         limit: int,
         leases: Mapping[str, float] | None = None,
+        start_now: int | None = None,
+        started: Sequence[HeldJob] = (),
     ) -> tuple[list[int], list[ClaimedJob]]:
         """``finish_jobs`` then ``claim_jobs`` in one commit where the backend can: the
         worker's hot path, one round trip per batch instead of two."""
@@ -108,8 +117,11 @@ class Backend(Protocol):
         """The earliest ``run_at`` among pending jobs of these queues (and, given, of these
         tasks), and whether jobs from crashed workers wait (one cheap statement)."""
 
-    def finish_jobs(self, outcomes: Sequence[Outcome]) -> list[int]:
-        """Apply outcomes (fenced); return the ids that were written."""
+    def finish_jobs(
+        self, outcomes: Sequence[Outcome], started: Sequence[HeldJob] = ()
+    ) -> list[int]:
+        """Apply outcomes (fenced); return the ids that were written. ``started`` as for
+        :meth:`claim_jobs`."""
 
     def renew_leases(self, worker: str, held: Sequence[HeldJob]) -> set[int]:
         """Extend the lease of every held job (fenced) in one statement; mark the worker seen."""

@@ -275,10 +275,15 @@ class PostgresBackend(PostgresEnqueue, PostgresSchedules):
         queues: Sequence[str] | None,
         limit: int,
         leases: Mapping[str, float] | None = None,
+        start_now: int | None = None,
+        started: Sequence[HeldJob] = (),
     ) -> list[ClaimedJob]:
         if limit <= 0:
+            self.finish_jobs([], started)
             return []
         params = {
+            **_began(started),
+            "start_now": limit if start_now is None else start_now,
             "worker": worker,
             "limit": limit,
             "queues": list(queues or []),
@@ -296,13 +301,17 @@ class PostgresBackend(PostgresEnqueue, PostgresSchedules):
         queues: Sequence[str] | None,
         limit: int,
         leases: Mapping[str, float] | None = None,
+        start_now: int | None = None,
+        started: Sequence[HeldJob] = (),
     ) -> tuple[list[int], list[ClaimedJob]]:
         plain = all(o.state is JobState.DONE and o.history is None for o in outcomes)
         if not outcomes or not plain or limit <= 0:
             written = self.finish_jobs(outcomes)
-            return written, self.claim_jobs(worker, queues, limit, leases)
+            return written, self.claim_jobs(worker, queues, limit, leases, start_now, started)
         params = {
             **_fenced(outcomes),
+            **_began(started),
+            "start_now": limit if start_now is None else start_now,
             "worker": worker,
             "limit": limit,
             "queues": list(queues or []),
@@ -334,18 +343,29 @@ class PostgresBackend(PostgresEnqueue, PostgresSchedules):
         wait, suspects = self._fetch("next_due", params, sql)[0]
         return Due(None if wait is None else float(wait), bool(suspects))
 
-    def finish_jobs(self, outcomes: Sequence[Outcome]) -> list[int]:
-        if not outcomes:
+    def finish_jobs(
+        self, outcomes: Sequence[Outcome], started: Sequence[HeldJob] = ()
+    ) -> list[int]:
+        if not outcomes and not started:
             return []
-        return self._run(lambda conn: self._finish(conn, outcomes), transaction=False)
+        return self._run(lambda conn: self._finish(conn, outcomes, started), transaction=False)
 
-    def _finish(self, conn: psycopg.Connection[Any], outcomes: Sequence[Outcome]) -> list[int]:
+    def _finish(
+        self,
+        conn: psycopg.Connection[Any],
+        outcomes: Sequence[Outcome],
+        started: Sequence[HeldJob] = (),
+    ) -> list[int]:
         plain = [o for o in outcomes if o.state is JobState.DONE and o.history is None]
         other = [o for o in outcomes if not (o.state is JobState.DONE and o.history is None)]
         written: list[int] = []
-        if plain:
-            rows = conn.execute(self.queries["complete_jobs"], _fenced(plain)).fetchall()
+        if plain:  # buffered jobs that started ride along with the completions
+            rows = conn.execute(
+                self.queries["complete_jobs"], {**_fenced(plain), **_began(started)}
+            ).fetchall()
             written += [r[0] for r in rows]
+        elif started:
+            conn.execute(self.queries["mark_started"], _began(started))
         if other:
             params = {
                 **_fenced(other),
@@ -380,7 +400,7 @@ class PostgresBackend(PostgresEnqueue, PostgresSchedules):
                 rows = conn.execute(
                     self.queries["jobs_of_worker"], {"worker": worker, "limit": limit}
                 ).fetchall()
-            outcomes = [decide(ExpiredJob(*r[:14]), r[14]) for r in rows]
+            outcomes = [decide(ExpiredJob(*r[:15]), r[15]) for r in rows]
             written = set(self._finish(conn, outcomes))
             return [o for o in outcomes if o.job_id in written]
 
@@ -564,6 +584,14 @@ def _dead_connection(exc: BackendError) -> bool:
     a connection lost half-way through a statement may have committed it, and replaying
     an enqueue then would insert its jobs twice."""
     return isinstance(exc.__cause__, _SESSION_ENDED)
+
+
+def _began(started: Sequence[HeldJob]) -> dict[str, str]:
+    """Buffered jobs that started since the last round trip: no longer `prefetched`."""
+    return {
+        "began_ids": int_array(h.id for h in started),
+        "began_tokens": int_array(h.token for h in started),
+    }
 
 
 def _fenced(outcomes: Sequence[Outcome]) -> dict[str, str]:

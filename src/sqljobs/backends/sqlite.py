@@ -263,8 +263,10 @@ class SqliteBackend(SqliteSchedules):
         queues: Sequence[str] | None,
         limit: int,
         leases: Mapping[str, float] | None = None,
+        start_now: int | None = None,
+        started: Sequence[HeldJob] = (),
     ) -> list[ClaimedJob]:
-        return self.finish_and_claim([], worker, queues, limit, leases)[1]
+        return self.finish_and_claim([], worker, queues, limit, leases, start_now, started)[1]
 
     def finish_and_claim(
         self,
@@ -273,18 +275,30 @@ class SqliteBackend(SqliteSchedules):
         queues: Sequence[str] | None,
         limit: int,
         leases: Mapping[str, float] | None = None,
+        start_now: int | None = None,
+        started: Sequence[HeldJob] = (),
     ) -> tuple[list[int], list[ClaimedJob]]:
         if limit <= 0:
-            return self.finish_jobs(outcomes), []
+            return self.finish_jobs(outcomes, started), []
         sql, params = self._by_queues("claim", queues, None if leases is None else list(leases))
         params.update(
             worker=worker, now=self.now(), limit=limit, leases=json.dumps(dict(leases or {}))
         )
         with self._write() as conn:
             written = self._finish(conn, outcomes) if outcomes else []
+            self._mark_started(conn, started)
             rows = conn.execute(sql, params).fetchall()
-        rows.sort(key=lambda r: (-r[4], r[12], r[0]))
+            rows.sort(key=lambda r: (-r[4], r[12], r[0]))
+            if start_now is not None and len(rows) > start_now:
+                buffered = json.dumps([r[0] for r in rows[start_now:]])
+                conn.execute(Q["mark_prefetched"], {"ids": buffered})
         return written, [ClaimedJob(*r[:12]) for r in rows]
+
+    @staticmethod
+    def _mark_started(conn: sqlite3.Connection, started: Sequence[HeldJob]) -> None:
+        if started:
+            held = json.dumps([[h.id, h.token] for h in started])
+            conn.execute(Q["mark_started"], {"held": held})
 
     def claim_suspect(
         self, worker: str, queues: Sequence[str] | None, leases: Mapping[str, float] | None = None
@@ -324,10 +338,13 @@ class SqliteBackend(SqliteSchedules):
             params["tasks"] = json.dumps(list(tasks))
         return Q[name].replace("{queue_filter}", flt), params
 
-    def finish_jobs(self, outcomes: Sequence[Outcome]) -> list[int]:
-        if not outcomes:
+    def finish_jobs(
+        self, outcomes: Sequence[Outcome], started: Sequence[HeldJob] = ()
+    ) -> list[int]:
+        if not outcomes and not started:
             return []
         with self._write() as conn:
+            self._mark_started(conn, started)
             return self._finish(conn, outcomes)
 
     def _finish(self, conn: sqlite3.Connection, outcomes: Sequence[Outcome]) -> list[int]:
@@ -500,7 +517,21 @@ def _outcome_params(o: Outcome, now: float) -> dict[str, Any]:
 
 def _expired(r: Sequence[Any]) -> ExpiredJob:
     return ExpiredJob(
-        r[0], r[1], r[2], r[3], r[4], r[5], r[6], r[7], r[8], r[9], bool(r[10]), r[11], r[12], r[13]
+        r[0],
+        r[1],
+        r[2],
+        r[3],
+        r[4],
+        r[5],
+        r[6],
+        r[7],
+        r[8],
+        r[9],
+        bool(r[10]),
+        r[11],
+        r[12],
+        r[13],
+        bool(r[14]),
     )
 
 

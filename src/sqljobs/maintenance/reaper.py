@@ -34,6 +34,15 @@ def rescue_decision(
         }
         out_of_time = job.deadline_at is not None and now >= job.deadline_at
         exhausted = job.attempt >= job.max_attempts
+        if not job.worker_alive and job.prefetched:
+            # it waited in the dead worker's buffer and never ran there: not a suspect
+            entry.update(
+                outcome="worker_died_before_start",
+                error=f"worker {job.worker} died before starting it",
+            )
+            return Outcome(
+                job.id, job.token, JobState.PENDING, delay=0.0, history=entry, uncharge=True
+            )
         if not job.worker_alive:
             crashes = job.crashes + 1
             error = f"worker {job.worker} died during attempt {job.attempt}"

@@ -36,6 +36,7 @@ class Running:
     deadline: float | None = None
     closed: bool = False
     abandoned: bool = False
+    prefetched: bool = False  # claimed into the buffer; the database is told once it began
     future: concurrent.futures.Future[Any] | None = None
 
     def call_args(self) -> list[Any]:

@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from ..jobs import ClaimedJob, Due, Outcome
+from ..jobs import ClaimedJob, Due, HeldJob, Outcome
 
 
 @dataclass(eq=False)
@@ -28,6 +28,8 @@ class Trip:
     outcomes: list[Outcome]
     limit: int
     ask_due: bool = False  # also ask when to look again (after a short batch)
+    start_now: int | None = None  # of the jobs claimed, how many start at once
+    started: list[HeldJob] = field(default_factory=list)  # buffered jobs that began since
     written: list[int] | None = None
     jobs: list[ClaimedJob] = field(default_factory=list)
     due: Due | None = None

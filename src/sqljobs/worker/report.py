@@ -84,4 +84,19 @@ def unreachable(exc: BackendError) -> bool:
     if cause is None or not hasattr(cause, "sqlstate"):  # not a PostgreSQL driver error
         return False
     state = cause.sqlstate
-    return state is None or state.startswith(("08", "57P"))
+    if state is not None:
+        return bool(state.startswith(("08", "57P", "53300")))
+    # libpq reports a failed connection without a SQLSTATE: the server's own refusals
+    # come as "FATAL: ...", and only those that pass with time are worth the wait
+    text = str(cause)
+    return "FATAL:" not in text or any(passing in text for passing in _PASSING)
+
+
+_PASSING = (
+    "the database system is starting up",
+    "the database system is shutting down",
+    "the database system is in recovery mode",
+    "the database system is not yet accepting connections",
+    "too many clients",
+    "remaining connection slots are reserved",
+)

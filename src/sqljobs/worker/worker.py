@@ -372,7 +372,8 @@ class Worker:
             free = self._free_slots()
             if free <= 0 or (lanes.busy and free < share):
                 break  # a small claim now would only cut the next full one short
-            trip = Trip(self._to_write, min(free, share))
+            trip = Trip(self._to_write, min(free, share), start_now=self._idle_threads(),
+                        started=self._began_since())  # fmt: skip
             self._to_write = []
             t.want_claim = False  # until the batch comes back full, or something changes
             t.poll = time.monotonic() + cfg.poll_interval * random.uniform(0.9, 1.1)
@@ -387,10 +388,11 @@ class Worker:
         cfg = self.config
         if trip.limit:
             trip.written, trip.jobs = backend.finish_and_claim(
-                trip.outcomes, self.id, cfg.queues, trip.limit, self._leases
-            )
+                trip.outcomes, self.id, cfg.queues, trip.limit, self._leases,
+                trip.start_now, trip.started,
+            )  # fmt: skip
             return
-        trip.written = backend.finish_jobs(trip.outcomes) if trip.outcomes else []
+        trip.written = backend.finish_jobs(trip.outcomes, trip.started)
         if trip.ask_due:
             trip.due = backend.next_due(cfg.queues, self._leases)
 
@@ -410,8 +412,9 @@ class Worker:
                     for job in trip.jobs
                 ]
             else:
-                for job in trip.jobs:
-                    self._dispatch(backend, job)
+                for i, job in enumerate(trip.jobs):
+                    buffered = trip.start_now is not None and i >= trip.start_now
+                    self._dispatch(backend, job, prefetched=buffered)
             error = error or trip.error
             if t is None:
                 continue
@@ -514,7 +517,22 @@ class Worker:
             log.warning("job %s was in a worker that crashed; running it alone", job.id)
             self._dispatch(backend, job)
 
-    def _dispatch(self, backend: Backend, job: ClaimedJob) -> None:
+    def _idle_threads(self) -> int:
+        """Threads free for a claim's jobs (a lower bound): the claim marks the rest
+        ``prefetched``, so that a crash of this worker does not blame them."""
+        busy = sum(1 for r in self.inflight.values() if not r.task.is_async)
+        reserved = self._lanes.reserved if self._lanes is not None else 0
+        return max(0, self.config.concurrency - busy - len(self._abandoned) - reserved)
+
+    def _began_since(self) -> list[HeldJob]:
+        """Buffered jobs whose handlers began since the last round trip: the next trip
+        tells the database, so a crash from here on blames them."""
+        began = [r for r in self.inflight.values() if r.prefetched and r.begun is not None]
+        for run in began:
+            run.prefetched = False
+        return [HeldJob(r.job.id, r.job.token) for r in began]
+
+    def _dispatch(self, backend: Backend, job: ClaimedJob, prefetched: bool = False) -> None:
         wall = self.app.clock()
         task = self.app.tasks.get(job.task)
         ctx = JobContext(job, backend, self.request_heartbeat)
@@ -553,7 +571,7 @@ class Worker:
             self._to_write.append(failure(run, error, wall))
             log.error("job %s: %s", job.id, error)
             return
-        run = Running(job, task, ctx, args, kwargs, wall)
+        run = Running(job, task, ctx, args, kwargs, wall, prefetched=prefetched)
         if task.timeout is not None:
             run.deadline = run.started + task.timeout
         self.inflight[job.id] = run
@@ -608,12 +626,14 @@ class Worker:
         cost commits), with the question of when to look again if a short batch raised it."""
         assert self._lanes is not None
         ask_due = t is not None and t.want_due
-        if not (self._to_write or ask_due) or self._lanes.busy:
+        if not (self._to_write or ask_due) or self._lanes.busy:  # (flips of `prefetched`
+            # wait for the next trip: until then a crash blames no buffered job)
             return
         if t is not None:
             t.want_due = False
         batch, self._to_write = self._to_write, []
-        self._lanes.send(Trip(batch, 0, ask_due=ask_due), inline=not self.inflight)
+        trip = Trip(batch, 0, ask_due=ask_due, started=self._began_since())
+        self._lanes.send(trip, inline=not self.inflight)
         self._take_trips(backend, t)
 
     def _account(self, batch: list[Outcome], written: Collection[int], t: _Timers | None) -> None:

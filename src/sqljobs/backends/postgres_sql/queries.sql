@@ -69,20 +69,30 @@ WHERE key = ANY(%(keys)s::text[]) AND state IN ('done', 'dead', 'cancelled')
 SELECT key, id FROM {schema}.sqljobs_jobs WHERE key = ANY(%(keys)s::text[])
 
 -- name: claim
-WITH picked AS MATERIALIZED (
-    SELECT id FROM {schema}.sqljobs_jobs
+-- The first %(start_now)s jobs (in claim order) start at once; the rest wait in the
+-- worker's buffer, marked `prefetched` so that a crash of the worker does not blame them.
+-- `began` clears the mark of buffered jobs that have started since the last round trip.
+WITH began AS (
+    UPDATE {schema}.sqljobs_jobs AS j SET prefetched = false
+    FROM unnest(%(began_ids)s::bigint[], %(began_tokens)s::bigint[]) AS b(id, token)
+    WHERE j.id = b.id AND j.token = b.token AND j.state = 'running'
+    RETURNING 1
+), picked AS MATERIALIZED (
+    SELECT id, priority, run_at FROM {schema}.sqljobs_jobs
     WHERE state = 'pending' AND run_at <= now() AND crashes < 2 {queue_filter}
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), ranked AS (
+    SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS rank FROM picked
 )
 UPDATE {schema}.sqljobs_jobs AS j
 SET state = 'running', attempts = j.attempts + 1, token = j.token + 1,
-    worker = %(worker)s, started_at = now(),
+    worker = %(worker)s, started_at = now(), prefetched = ranked.rank > %(start_now)s,
     lease = coalesce((%(leases)s::jsonb ->> j.task)::float8, j.lease),
     lease_until = now() + make_interval(secs => coalesce((%(leases)s::jsonb ->> j.task)::float8,
                                                          j.lease))
-FROM picked WHERE j.id = picked.id
+FROM ranked WHERE j.id = ranked.id
 RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts, j.token, j.lease,
           j.max_attempts, extract(epoch FROM j.created_at)::float8,
           extract(epoch FROM j.deadline_at)::float8, j.key, extract(epoch FROM j.run_at)::float8
@@ -97,20 +107,27 @@ WITH done AS (
     FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS o(id, token)
     WHERE j.id = o.id AND j.token = o.token AND j.state = 'running'
     RETURNING j.id
+), began AS (
+    UPDATE {schema}.sqljobs_jobs AS j SET prefetched = false
+    FROM unnest(%(began_ids)s::bigint[], %(began_tokens)s::bigint[]) AS b(id, token)
+    WHERE j.id = b.id AND j.token = b.token AND j.state = 'running'
+    RETURNING 1
 ), picked AS MATERIALIZED (
-    SELECT id FROM {schema}.sqljobs_jobs
+    SELECT id, priority, run_at FROM {schema}.sqljobs_jobs
     WHERE state = 'pending' AND run_at <= now() AND crashes < 2 {queue_filter}
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
+), ranked AS (
+    SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS rank FROM picked
 ), claimed AS (
     UPDATE {schema}.sqljobs_jobs AS j
     SET state = 'running', attempts = j.attempts + 1, token = j.token + 1,
-        worker = %(worker)s, started_at = now(),
+        worker = %(worker)s, started_at = now(), prefetched = ranked.rank > %(start_now)s,
         lease = coalesce((%(leases)s::jsonb ->> j.task)::float8, j.lease),
         lease_until = now() + make_interval(secs => coalesce((%(leases)s::jsonb ->> j.task)::float8,
                                                              j.lease))
-    FROM picked WHERE j.id = picked.id
+    FROM ranked WHERE j.id = ranked.id
     RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts, j.token, j.lease,
               j.max_attempts, extract(epoch FROM j.created_at)::float8 AS created,
               extract(epoch FROM j.deadline_at)::float8 AS deadline, j.key,
@@ -130,7 +147,7 @@ WITH picked AS MATERIALIZED (
 )
 UPDATE {schema}.sqljobs_jobs AS j
 SET state = 'running', attempts = j.attempts + 1, token = j.token + 1,
-    worker = %(worker)s, started_at = now(),
+    worker = %(worker)s, started_at = now(), prefetched = false,
     lease = coalesce((%(leases)s::jsonb ->> j.task)::float8, j.lease),
     lease_until = now() + make_interval(secs => coalesce((%(leases)s::jsonb ->> j.task)::float8,
                                                          j.lease))
@@ -150,11 +167,23 @@ SELECT (SELECT extract(epoch FROM run_at - now())::float8 FROM {schema}.sqljobs_
                WHERE state = 'pending' AND crashes >= 2 {queue_filter})
 
 -- name: complete_jobs
+WITH began AS (
+    UPDATE {schema}.sqljobs_jobs AS j SET prefetched = false
+    FROM unnest(%(began_ids)s::bigint[], %(began_tokens)s::bigint[]) AS b(id, token)
+    WHERE j.id = b.id AND j.token = b.token AND j.state = 'running'
+    RETURNING 1
+)
 UPDATE {schema}.sqljobs_jobs AS j
 SET state = 'done', finished_at = now(), lease_until = NULL
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS o(id, token)
 WHERE j.id = o.id AND j.token = o.token AND j.state = 'running'
+ 
 RETURNING j.id
+
+-- name: mark_started
+UPDATE {schema}.sqljobs_jobs AS j SET prefetched = false
+FROM unnest(%(began_ids)s::bigint[], %(began_tokens)s::bigint[]) AS b(id, token)
+WHERE j.id = b.id AND j.token = b.token AND j.state = 'running'
 
 -- name: finish_jobs
 UPDATE {schema}.sqljobs_jobs AS j
@@ -206,7 +235,8 @@ SELECT j.id, j.token, j.task, j.attempts, j.max_attempts, j.lease,
        extract(epoch FROM j.deadline_at)::float8, j.worker,
        (w.id IS NOT NULL
         AND w.last_seen >= now() - make_interval(secs => 2.5 * w.heartbeat_interval)) AS alive,
-       j.errors, j.lease_expiries, j.crashes, extract(epoch FROM now())::float8
+       j.errors, j.lease_expiries, j.crashes, j.prefetched,
+       extract(epoch FROM now())::float8
 FROM {schema}.sqljobs_jobs AS j LEFT JOIN {schema}.sqljobs_workers AS w ON w.id = j.worker
 WHERE j.state = 'running' AND j.lease_until < now()
 ORDER BY j.lease_until
@@ -217,7 +247,8 @@ FOR UPDATE OF j SKIP LOCKED
 SELECT j.id, j.token, j.task, j.attempts, j.max_attempts, j.lease,
        extract(epoch FROM j.started_at)::float8, extract(epoch FROM j.lease_until)::float8,
        extract(epoch FROM j.deadline_at)::float8, j.worker, false AS alive,
-       j.errors, j.lease_expiries, j.crashes, extract(epoch FROM now())::float8
+       j.errors, j.lease_expiries, j.crashes, j.prefetched,
+       extract(epoch FROM now())::float8
 FROM {schema}.sqljobs_jobs AS j
 WHERE j.state = 'running' AND j.worker = %(worker)s
 LIMIT %(limit)s

@@ -27,7 +27,8 @@ CREATE TABLE {schema}.sqljobs_jobs (
     last_traceback  text,
     history         jsonb            NOT NULL DEFAULT '[]',
     key_hold        double precision,
-    released_key    text
+    released_key    text,
+    prefetched      boolean          NOT NULL DEFAULT false  -- in a worker's buffer (0005)
 ) WITH (
     -- a queue table churns: vacuum it early and often so claims never wade through
     -- dead row versions

@@ -19,7 +19,7 @@ SELECT id FROM sqljobs_jobs WHERE key = ?
 -- task: it claims only the tasks it has registered (see sqlite.py).
 UPDATE sqljobs_jobs
 SET state = 'running', attempts = attempts + 1, token = token + 1,
-    worker = :worker, started_at = :now,
+    worker = :worker, started_at = :now, prefetched = 0,
     lease = coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease),
     lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
 WHERE id IN (
@@ -35,7 +35,7 @@ RETURNING id, task, payload, queue, priority, attempts, token, lease, max_attemp
 -- further crash is blamed on it and not on innocent jobs that ran beside it.
 UPDATE sqljobs_jobs
 SET state = 'running', attempts = attempts + 1, token = token + 1,
-    worker = :worker, started_at = :now,
+    worker = :worker, started_at = :now, prefetched = 0,
     lease = coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease),
     lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
 WHERE id IN (
@@ -76,6 +76,19 @@ SET state = :state,
                    ELSE json_insert(history, '$[#]', json(:history)) END
 WHERE id = :id AND token = :token AND state = 'running'
 
+-- name: mark_prefetched
+-- Claimed jobs beyond those that start at once wait in the worker's buffer: a crash of
+-- the worker does not blame them.
+UPDATE sqljobs_jobs SET prefetched = 1 WHERE id IN (SELECT value FROM json_each(:ids))
+
+-- name: mark_started
+-- Buffered jobs that have started since the worker's last round trip.
+UPDATE sqljobs_jobs SET prefetched = 0
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token
+      FROM json_each(:held)) AS held
+WHERE sqljobs_jobs.id = held.id AND sqljobs_jobs.token = held.token
+  AND sqljobs_jobs.state = 'running'
+
 -- name: renew_leases
 UPDATE sqljobs_jobs
 SET lease_until = :now + lease
@@ -100,7 +113,7 @@ DELETE FROM sqljobs_workers WHERE id = :worker
 SELECT j.id, j.token, j.task, j.attempts, j.max_attempts, j.lease, j.started_at,
        j.lease_until, j.deadline_at, j.worker,
        (w.id IS NOT NULL AND w.last_seen >= :now - 2.5 * w.heartbeat_interval) AS alive,
-       j.errors, j.lease_expiries, j.crashes
+       j.errors, j.lease_expiries, j.crashes, j.prefetched
 FROM sqljobs_jobs AS j LEFT JOIN sqljobs_workers AS w ON w.id = j.worker
 WHERE j.state = 'running' AND j.lease_until < :now
 ORDER BY j.lease_until
@@ -109,7 +122,7 @@ LIMIT :limit
 -- name: jobs_of_worker
 SELECT j.id, j.token, j.task, j.attempts, j.max_attempts, j.lease, j.started_at,
        j.lease_until, j.deadline_at, j.worker, 0 AS alive,
-       j.errors, j.lease_expiries, j.crashes
+       j.errors, j.lease_expiries, j.crashes, j.prefetched
 FROM sqljobs_jobs AS j
 WHERE j.state = 'running' AND j.worker = :worker
 LIMIT :limit

@@ -27,7 +27,8 @@ CREATE TABLE sqljobs_jobs (
     last_traceback  TEXT,
     history         TEXT    NOT NULL DEFAULT '[]',
     key_hold        REAL,
-    released_key    TEXT
+    released_key    TEXT,
+    prefetched      INTEGER NOT NULL DEFAULT 0  -- in a worker's buffer, not started (0004)
 );
 
 -- A business key names one job (sqljobs enqueue keys); unkeyed jobs cost no index entry.

@@ -1,3 +1,7 @@
+-- A job claimed into a worker's buffer, not yet started there: if the worker dies, the
+-- job is handed back without blame (only a job whose run killed its worker is a suspect).
+ALTER TABLE sqljobs_jobs ADD COLUMN prefetched INTEGER NOT NULL DEFAULT 0;
+
 -- Which tasks each live worker runs: a job whose task no live worker has waits, and says so.
 ALTER TABLE sqljobs_workers ADD COLUMN tasks TEXT NOT NULL DEFAULT '[]';
 
