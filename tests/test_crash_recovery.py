@@ -14,7 +14,7 @@ from .conftest import Runs, Spawn, wait_until
 def test_a_worker_killed_mid_job_loses_nothing(app: App, spawn: Spawn, runs: Runs) -> None:
     n = 40
     for i in range(n):
-        app.enqueue("record", args=[f"job{i}", 0.15])
+        app.enqueue("record", args=[f"job{i}", 0.15], known=False)
     victim = spawn("--concurrency", "4", lease=1.0)
     survivor = spawn("--concurrency", "4", lease=1.0)
     wait_until(lambda: runs.started_by(victim.pid), what="the victim to start a job")

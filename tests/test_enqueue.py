@@ -36,7 +36,7 @@ def test_a_second_enqueue_with_the_same_key_returns_the_existing_job(app: App) -
 
     first = pay.with_options(key="order-1001:pay").enqueue("1001")
     second = pay.with_options(key="order-1001:pay").enqueue("1001")
-    by_name = app.enqueue("pay", args=["1001"], key="order-1001:pay")
+    by_name = app.enqueue("pay", args=["1001"], key="order-1001:pay", known=False)
     assert first.created and not second.created and not by_name.created
     assert first.id == second.id == by_name.id
     assert app.stats().total("pending") == 1
@@ -45,7 +45,7 @@ def test_a_second_enqueue_with_the_same_key_returns_the_existing_job(app: App) -
 def _enqueue_same_key(url: str, start: multiprocessing.synchronize.Event) -> int:  # type: ignore[name-defined]
     app = App(url)
     start.wait()
-    return app.enqueue("pay", args=["1001"], key="order-1001:pay").id
+    return app.enqueue("pay", args=["1001"], key="order-1001:pay", known=False).id
 
 
 def test_concurrent_enqueues_of_one_key_from_processes_create_one_job(url: str) -> None:

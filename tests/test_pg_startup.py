@@ -34,10 +34,11 @@ class Forwarder:
         probe.bind(("127.0.0.1", 0))
         self.port = probe.getsockname()[1]
         probe.close()  # nothing listens here until start()
-        self._server: socket.socket | None = None
+        self._sockets: list[socket.socket] = []
 
     def start(self) -> None:
-        server = self._server = socket.create_server(("127.0.0.1", self.port))
+        server = socket.create_server(("127.0.0.1", self.port))
+        self._sockets.append(server)
         threading.Thread(target=self._accept, args=(server,), daemon=True).start()
 
     def _accept(self, server: socket.socket) -> None:
@@ -45,6 +46,7 @@ class Forwarder:
             while True:
                 client, _ = server.accept()
                 upstream = socket.create_connection(self.target)
+                self._sockets += [client, upstream]
                 for a, b in ((client, upstream), (upstream, client)):
                     threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
@@ -57,8 +59,8 @@ class Forwarder:
             dst.shutdown(socket.SHUT_WR)
 
     def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        for sock in self._sockets:
+            sock.close()
 
 
 def test_a_worker_waits_for_an_unreachable_database_then_runs(

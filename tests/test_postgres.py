@@ -152,7 +152,7 @@ def test_a_burst_of_enqueues_is_debounced_and_none_waits_for_the_poll(url: str) 
     with worker_thread(app, poll_interval=60) as worker:
         wait_until(lambda: worker.counters["claims"] >= 1)
         for i in range(100):
-            producer.enqueue("t", args=[i])
+            producer.enqueue("t", args=[i], known=False)
         wait_until(lambda: len(got) == 100, timeout=10, what="all jobs, without the 60 s poll")
 
 
@@ -180,7 +180,7 @@ def test_poll_only_mode_works_without_listen(url: str) -> None:
         got.append(n)
 
     with worker_thread(app, poll_interval=0.1):
-        App(url, backend_options={"listen": False}).enqueue("t", args=[1])
+        App(url, backend_options={"listen": False}).enqueue("t", args=[1], known=False)
         wait_until(lambda: got == [1])
 
 
@@ -201,7 +201,7 @@ def test_workers_survive_lost_connections_and_lose_nothing(
     app = App(url)
     n = 60
     for i in range(n):
-        app.enqueue("record", args=[f"job{i}", 0.05])
+        app.enqueue("record", args=[f"job{i}", 0.05], known=False)
     proc = spawn("--concurrency", "4", lease=2.0)
     for cut in range(3):  # cut every connection of the database, three times, mid-run
         wait_until(lambda cut=cut: len(runs.count("end")) >= 5 + 15 * cut, timeout=30)
@@ -229,7 +229,7 @@ def test_workers_survive_a_postgresql_restart(url: str, spawn: Spawn, runs: Runs
     app = App(url)
     n = 40
     for i in range(n):
-        app.enqueue("record", args=[f"job{i}", 0.05])
+        app.enqueue("record", args=[f"job{i}", 0.05], known=False)
     app.close()
     proc = spawn("--concurrency", "4", lease=2.0)
     wait_until(lambda: len(runs.count("end")) >= 5, timeout=30)
@@ -295,7 +295,7 @@ def test_a_host_with_a_wrong_clock_enqueues_on_the_servers_time(url: str) -> Non
     fast = App(url, clock=lambda: time.time() + 3600, backend_options={"server_clock": True})
     runs: list[str] = []
     fast.task(name="note")(runs.append)
-    now_handle = fast.enqueue("note", args=["now"])
+    now_handle = fast.enqueue("note", args=["now"], known=False)
     later = fast.tasks["note"].with_options(delay=60).enqueue("later").job()
     with psycopg.connect(url, autocommit=True) as conn:
         (server_now,) = conn.execute("SELECT extract(epoch FROM now())::float8").fetchone()  # type: ignore[misc]
@@ -312,9 +312,9 @@ def test_app_calls_after_the_server_dropped_its_connections_just_work(url: str) 
     server restart: its next calls reconnect instead of failing once per dead connection."""
     app = App(url, backend_options={"pool_size": 4})
     app.task(name="noop")(lambda: None)
-    held = [app.enqueue("noop") for _ in range(3)]
+    held = [app.enqueue("noop", known=False) for _ in range(3)]
     assert _terminate_connections(url) >= 1
-    handle = app.enqueue("noop")
+    handle = app.enqueue("noop", known=False)
     assert handle.created and app.stats().total("pending") == 4
     assert [h.job() is not None for h in held] == [True] * 3
 

@@ -12,7 +12,7 @@ from .conftest import Runs, Spawn, wait_until
 
 def test_processes_share_the_work(app: App, spawn: Spawn, runs: Runs) -> None:
     for i in range(60):
-        app.enqueue("record", args=[f"job{i}", 0.02])
+        app.enqueue("record", args=[f"job{i}", 0.02], known=False)
     proc = spawn("--processes", "3", "--concurrency", "2")
     wait_until(lambda: app.stats().total("done") == 60, timeout=30)
     pids = {pid for _, pid, _ in runs.lines()}
@@ -25,8 +25,8 @@ def test_processes_share_the_work(app: App, spawn: Spawn, runs: Runs) -> None:
 def test_a_poison_job_ends_dead_after_crashing_its_worker_three_times(
     app: App, spawn, runs: Runs
 ) -> None:  # type: ignore[no-untyped-def]
-    poison = app.enqueue("kill_my_worker", args=["poison"]).id
-    healthy = [app.enqueue("record", args=[f"ok{i}"]).id for i in range(10)]
+    poison = app.enqueue("kill_my_worker", args=["poison"], known=False).id
+    healthy = [app.enqueue("record", args=[f"ok{i}"], known=False).id for i in range(10)]
     proc = spawn("--processes", "2", "--concurrency", "2", lease=30.0)
     wait_until(lambda: app.get_job(poison).state is JobState.DEAD, timeout=30)  # type: ignore[union-attr]
     wait_until(lambda: all(app.get_job(i).state is JobState.DONE for i in healthy), timeout=30)  # type: ignore[union-attr]

@@ -141,21 +141,29 @@ def test_a_bad_dynamic_schedule_fails_before_anything_is_stored(app: App) -> Non
     def send_report(tenant: str) -> None: ...
 
     with pytest.raises(ConfigurationError, match="'0 3 \\* \\* \\* \\*  x'"):
-        app.schedule("r:acme", cron="0 3 * * * *  x", task="send_report", kwargs={"tenant": "a"})
+        app.schedule(
+            "r:acme", cron="0 3 * * * *  x", task="send_report", kwargs={"tenant": "a"}, known=False
+        )
     with pytest.raises(ConfigurationError, match="do not fit"):
-        app.schedule("r:acme", cron="0 3 * * *", task="send_report", kwargs={"tenantt": "a"})
+        app.schedule(
+            "r:acme", cron="0 3 * * *", task="send_report", kwargs={"tenantt": "a"}, known=False
+        )
     with pytest.raises(ConfigurationError, match="unknown time zone 'Nowhere/Land'"):
-        app.schedule("r:acme", every=60, task="send_report", kwargs={}, tz="Nowhere/Land")
+        app.schedule(
+            "r:acme", every=60, task="send_report", kwargs={}, tz="Nowhere/Land", known=False
+        )
     with pytest.raises(PayloadError, match="argument 'tenant'"):
-        app.schedule("r:acme", every=60, task="send_report", kwargs={"tenant": object()})
+        app.schedule(
+            "r:acme", every=60, task="send_report", kwargs={"tenant": object()}, known=False
+        )
     with pytest.raises(ConfigurationError, match="task must be a task name"):
-        app.schedule("r:acme", every=60, task="")
+        app.schedule("r:acme", every=60, task="", known=False)
 
     @app.periodic(every=60)
     def in_code() -> None: ...
 
     with pytest.raises(ConfigurationError, match="defined in code"):
-        app.schedule("in_code", every=5, task="in_code")
+        app.schedule("in_code", every=5, task="in_code", known=False)
     assert [s.name for s in app.list_schedules()] == ["in_code"]
 
 
@@ -165,7 +173,7 @@ def test_a_bad_dynamic_schedule_fails_before_anything_is_stored(app: App) -> Non
 def test_replicas_racing_for_one_tick_enqueue_one_job(url: str) -> None:
     """Eight schedulers with their own connections fire the same due tick at once."""
     app, clock = frozen_app(url, utc(2026, 5, 1, 12))
-    app.schedule("race", every=10, task="t")
+    app.schedule("race", every=10, task="t", known=False)
     clock.set(state(app, "race").next_run_at)
     backends = [app.open_backend() for _ in range(8)]
     schedulers = [Scheduler(app, b) for b in backends]
@@ -192,7 +200,7 @@ def test_replicas_racing_for_one_tick_enqueue_one_job(url: str) -> None:
 
 def test_the_next_tick_is_computed_from_the_tick_not_from_now(url: str) -> None:
     app, clock = frozen_app(url, 1_800_000_000.0)
-    app.schedule("steady", every=10, task="t")
+    app.schedule("steady", every=10, task="t", known=False)
     first = state(app, "steady").next_run_at
     scheduler = Scheduler(app)
     clock.set(first + 0.7)  # a late pass, within the misfire grace
@@ -211,7 +219,7 @@ def test_the_next_tick_is_computed_from_the_tick_not_from_now(url: str) -> None:
 def test_a_short_backlog_fires_each_missed_tick_as_itself(url: str) -> None:
     """A pass late by less than the grace fires every tick it finds due, one job each."""
     app, clock = frozen_app(url, 1_800_000_000.0)
-    app.schedule("quick", every=0.2, task="t")
+    app.schedule("quick", every=0.2, task="t", known=False)
     first = state(app, "quick").next_run_at
     clock.set(first + 0.9)
     fired = Scheduler(app).run_once()
@@ -226,8 +234,8 @@ def test_a_short_backlog_fires_each_missed_tick_as_itself(url: str) -> None:
 
 def test_overlap_skip_enqueues_nothing_while_a_run_is_pending_or_running(url: str) -> None:
     app, clock = frozen_app(url, 1_800_000_000.0)
-    app.schedule("exclusive", every=1, task="t", overlap="skip")
-    app.schedule("relaxed", every=1, task="t")
+    app.schedule("exclusive", every=1, task="t", overlap="skip", known=False)
+    app.schedule("relaxed", every=1, task="t", known=False)
     scheduler = Scheduler(app)
     clock.set(clock.now + 1)
     scheduler.run_once()
@@ -254,7 +262,7 @@ def test_overlap_skip_enqueues_nothing_while_a_run_is_pending_or_running(url: st
 @pytest.mark.parametrize("misfire", ["catch_up_once", "skip"])
 def test_misfire_policy_after_ten_seconds_of_downtime(url: str, misfire: str) -> None:
     app, clock = frozen_app(url, 1_800_000_000.0)
-    app.schedule("beat", every=1, task="t", misfire=misfire)
+    app.schedule("beat", every=1, task="t", misfire=misfire, known=False)
     first = state(app, "beat").next_run_at
     scheduler = Scheduler(app)
     clock.set(first)
@@ -295,19 +303,21 @@ def test_a_fixed_local_time_across_both_dst_changes(url: str) -> None:
     """02:30 in Berlin does not exist on 2026-03-29 (runs at 03:00 CEST) and happens twice
     on 2026-10-25 (runs once)."""
     app, clock = frozen_app(url, utc(2026, 3, 27, 12))
-    app.schedule("berlin", cron="30 2 * * *", tz="Europe/Berlin", task="t")
+    app.schedule("berlin", cron="30 2 * * *", tz="Europe/Berlin", task="t", known=False)
     assert fire_through(app, clock, "berlin", utc(2026, 3, 30, 12)) == [
         "2026-03-28T01:30:00+00:00",  # 02:30 CET
         "2026-03-29T01:00:00+00:00",  # the gap: 03:00 CEST
         "2026-03-30T00:30:00+00:00",  # 02:30 CEST
     ]
     clock.set(utc(2026, 10, 23, 12))
-    app.schedule("berlin", cron="30 2 * * *", tz="Europe/Berlin", task="t", kwargs={"x": 1})
+    app.schedule(
+        "berlin", cron="30 2 * * *", tz="Europe/Berlin", task="t", kwargs={"x": 1}, known=False
+    )
     assert state(app, "berlin").next_run_at == utc(2026, 3, 31, 0, 30).timestamp(), (
         "an update that keeps the timing keeps the schedule's place"
     )
     app.unschedule("berlin")
-    app.schedule("berlin", cron="30 2 * * *", tz="Europe/Berlin", task="t")
+    app.schedule("berlin", cron="30 2 * * *", tz="Europe/Berlin", task="t", known=False)
     autumn = fire_through(app, clock, "berlin", utc(2026, 10, 26, 12))
     assert autumn[-3:] == [
         "2026-10-24T00:30:00+00:00",  # 02:30 CEST
@@ -318,13 +328,13 @@ def test_a_fixed_local_time_across_both_dst_changes(url: str) -> None:
 
 def test_an_hourly_schedule_runs_once_per_real_hour_across_dst(url: str) -> None:
     app, clock = frozen_app(url, utc(2026, 10, 24, 22, 30))
-    app.schedule("autumn", cron="0 * * * *", tz="Europe/Berlin", task="t")
+    app.schedule("autumn", cron="0 * * * *", tz="Europe/Berlin", task="t", known=False)
     ticks = fire_through(app, clock, "autumn", utc(2026, 10, 25, 4, 30))
     times = [datetime.fromisoformat(t).timestamp() for t in ticks]
     assert len(times) == 6  # local 01:00, 02:00 CEST, 02:00 CET, 03:00, 04:00, 05:00
     assert {b - a for a, b in pairwise(times)} == {3600.0}
     clock.set(utc(2026, 3, 28, 23, 30))
-    app.schedule("spring", cron="0 * * * *", tz="Europe/Berlin", task="t")
+    app.schedule("spring", cron="0 * * * *", tz="Europe/Berlin", task="t", known=False)
     ticks = fire_through(app, clock, "spring", utc(2026, 3, 29, 3, 30))
     times = [datetime.fromisoformat(t).timestamp() for t in ticks]
     assert len(times) == 4  # local 01:00 CET, then 03:00, 04:00, 05:00 CEST
@@ -353,6 +363,7 @@ def test_a_hundred_tenant_schedules_advance_independently(url: str) -> None:
             task="send_report",
             kwargs={"tenant": tenant},
             overlap="skip" if tenant == "tenant-013" else "allow",
+            known=False,
         )
     assert app.pause_schedule("daily-report:tenant-007")
     broken = ("daily-report:tenant-042",)
@@ -398,13 +409,17 @@ def test_schedule_upsert_pause_resume_run_now_and_unschedule(url: str) -> None:
     assert made.next_run_at == clock.now + 60 and not made.paused
     assert made.schedule.queue == "default" and made.schedule.source == "dynamic"
     clock.set(clock.now + 5)
-    again = app.schedule("r:acme", every=60, task="send_report", kwargs={"tenant": "ACME"})
+    again = app.schedule(
+        "r:acme", every=60, task="send_report", kwargs={"tenant": "ACME"}, known=False
+    )
     assert again.next_run_at == made.next_run_at and again.schedule.kwargs == {"tenant": "ACME"}
-    retimed = app.schedule("r:acme", every=30, task="send_report", kwargs={"tenant": "ACME"})
+    retimed = app.schedule(
+        "r:acme", every=30, task="send_report", kwargs={"tenant": "ACME"}, known=False
+    )
     assert retimed.next_run_at == clock.now + 30
 
     assert app.pause_schedule("r:acme") and state(app, "r:acme").paused
-    app.schedule("r:acme", every=30, task="send_report", kwargs={"tenant": "acme"})
+    app.schedule("r:acme", every=30, task="send_report", kwargs={"tenant": "acme"}, known=False)
     assert state(app, "r:acme").paused, "an update does not unpause"
     clock.set(clock.now + 3600)
     assert Scheduler(app).run_once().fired == [], "a paused schedule does not fire"
@@ -500,7 +515,9 @@ def test_overlap_skip_across_replicas_never_overlaps_runs(
     app: App, spawn: Spawn, runs: Runs
 ) -> None:
     """3 replicas, every=0.2 s, a 0.3 s job, overlap="skip": runs follow one another."""
-    app.schedule("exclusive", every=0.2, task="tick", kwargs={"seconds": 0.3}, overlap="skip")
+    app.schedule(
+        "exclusive", every=0.2, task="tick", kwargs={"seconds": 0.3}, overlap="skip", known=False
+    )
     for _ in range(3):
         spawn("--concurrency", "4", app=SCHEDULES_APP)
     wait_until(lambda: len(read_runs(runs.path)) >= 8, timeout=30, what="eight runs")
@@ -517,7 +534,7 @@ def test_overlap_skip_across_replicas_never_overlaps_runs(
 def test_a_replica_killed_inside_its_tick_loses_no_tick(
     app: App, spawn: Spawn, runs: Runs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    app.schedule("kill", every=0.3, task="tick")
+    app.schedule("kill", every=0.3, task="tick", known=False)
     monkeypatch.setenv("SQLJOBS_TEST_TICK_LAG", "0.05")  # the survivor comes second to a tick
     survivor = spawn("--concurrency", "2", app=SCHEDULES_APP)
     wait_until(lambda: len(read_runs(runs.path)) >= 2, timeout=20, what="the survivor ticking")
@@ -567,7 +584,7 @@ def test_a_schedule_added_while_a_worker_idles_is_noticed_without_polling(app: A
     with worker_thread(app, poll_interval=60.0) as worker:
         wait_until(lambda: getattr(worker, "_scheduler", None) is not None)
         wait_until(lambda: worker._scheduler.passes >= 2, what="the start-up passes")  # type: ignore[union-attr]
-        app.schedule("late-comer", every=0.1, task="note", kwargs={"label": "x"})
+        app.schedule("late-comer", every=0.1, task="note", kwargs={"label": "x"}, known=False)
         wait_until(lambda: len(ran) >= 2, timeout=5, what="runs of the new schedule")
 
 
@@ -589,10 +606,10 @@ def cli(url: str, *args: str, check: bool = True) -> subprocess.CompletedProcess
 def test_schedules_command_lists_pauses_resumes_and_runs_now(url: str) -> None:
     app = App(url)
     app.schedule("daily-report:acme", cron="0 3 * * *", tz="Europe/Berlin", task="send_report",
-                 kwargs={"tenant": "acme"})  # fmt: skip
-    app.schedule("refresh", every=0.2, task="refresh_cache", overlap="skip")
+                 kwargs={"tenant": "acme"}, known=False)  # fmt: skip
+    app.schedule("refresh", every=0.2, task="refresh_cache", overlap="skip", known=False)
     table = cli(url).stdout
-    for text in ("daily-report:acme", "0 3 * * * (Europe/Berlin)", "every 0.2 s", "next run"):
+    for text in ("daily-report:acme", "0 3 * * *", "Europe/Berlin", "every 0.2 s", "next run"):
         assert text in table
     listed = {s["name"]: s for s in json.loads(cli(url, "--json").stdout)}
     assert listed["refresh"]["overlap"] == "skip" and listed["refresh"]["paused"] is False

@@ -23,7 +23,7 @@ def test_sigterm_finishes_in_flight_jobs_and_claims_no_more(
     app: App, spawn: Spawn, runs: Runs
 ) -> None:
     for i in range(20):
-        app.enqueue("record", args=[f"job{i}", 0.3])
+        app.enqueue("record", args=[f"job{i}", 0.3], known=False)
     proc = spawn("--concurrency", "4", "--drain-timeout", "1.5", lease=3.0)
     wait_until(lambda: len(_started(runs)) >= 4, what="four jobs in flight")
     proc.send_signal(signal.SIGTERM)
@@ -41,7 +41,7 @@ def test_jobs_still_running_after_the_drain_are_released_uncharged(
     app: App, spawn, runs: Runs
 ) -> None:  # type: ignore[no-untyped-def]
     for i in range(4):
-        app.enqueue("record", args=[f"long{i}", 5.0])
+        app.enqueue("record", args=[f"long{i}", 5.0], known=False)
     proc = spawn("--concurrency", "4", "--drain-timeout", "0.3", lease=2.0)
     wait_until(lambda: len(_started(runs)) == 4, what="four long jobs in flight")
     sent = time.monotonic()
@@ -56,7 +56,7 @@ def test_jobs_still_running_after_the_drain_are_released_uncharged(
 
 def test_a_second_signal_stops_at_once(app: App, spawn: Spawn, runs: Runs) -> None:
     for i in range(2):
-        app.enqueue("record", args=[f"long{i}", 5.0])
+        app.enqueue("record", args=[f"long{i}", 5.0], known=False)
     proc = spawn("--concurrency", "2", "--drain-timeout", "9", lease=20.0)
     wait_until(lambda: len(_started(runs)) == 2, what="two jobs in flight")
     sent = time.monotonic()

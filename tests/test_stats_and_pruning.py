@@ -35,7 +35,7 @@ def test_empty_queue_has_no_oldest_age(app: App) -> None:
 def test_pruner_deletes_old_done_jobs_in_batches_and_keeps_dead_ones(url: str) -> None:
     now = [1_000_000.0]
     app = App(url, clock=lambda: now[0], retention=3600)
-    ids = [app.enqueue("t").id for _ in range(25)]
+    ids = [app.enqueue("t", known=False).id for _ in range(25)]
     backend = app.backend
     for state, cmp in (("done", "<="), ("dead", ">")):
         db_execute(

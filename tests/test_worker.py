@@ -161,7 +161,7 @@ def test_another_process_commit_wakes_the_worker_without_polling(app: App) -> No
     with worker_thread(app, poll_interval=30) as worker:
         for _ in range(20):
             seen = len(latencies)  # counted before the enqueue: the job may run at once
-            other.enqueue("t", args=[time.time()])
+            other.enqueue("t", args=[time.time()], known=False)
             wait_until(lambda seen=seen: len(latencies) > seen)
         claims = worker.counters["claims"]
     assert max(latencies) < 1.0, "woken by the change check, not by the 30 s poll"

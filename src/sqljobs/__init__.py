@@ -11,8 +11,10 @@ from .errors import (
     JobSignal,
     LeaseLost,
     PayloadError,
+    PayloadTooLarge,
     RetryLater,
     SqljobsError,
+    UnknownTask,
 )
 from .idempotency import idempotent
 from .jobs import Job, JobState
@@ -39,6 +41,7 @@ __all__ = [
     "JobState",
     "LeaseLost",
     "PayloadError",
+    "PayloadTooLarge",
     "Retry",
     "RetryLater",
     "Schedule",
@@ -47,6 +50,7 @@ __all__ = [
     "SqljobsError",
     "Stats",
     "Task",
+    "UnknownTask",
     "Worker",
     "WorkerConfig",
     "idempotent",

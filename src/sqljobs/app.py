@@ -5,13 +5,13 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, overload
 
 from . import payload
 from .backends import Backend, open_backend
 from .errors import ConfigurationError, PayloadError, SqljobsError
-from .jobs import Job, NewJob
+from .jobs import Job, JobState, NewJob
 from .retry import Retry, seconds
 from .schedules import (
     Schedule,
@@ -25,12 +25,24 @@ from .schedules import (
     tick_key,
 )
 from .stats import Stats
-from .tasks import EnqueueOptions, JobHandle, KeyScope, Task, key_hold
-from .url import parse_url, resolve_url
+from .tasks import (
+    EnqueueOptions,
+    JobHandle,
+    KeyScope,
+    Task,
+    TaskInfo,
+    check_queue_name,
+    check_queues,
+    key_hold,
+    to_epoch,
+    unknown_task,
+)
+from .url import check_sqlite_directory, parse_url, resolve_url
 
 DEFAULT_QUEUE = "default"
 DEFAULT_LEASE = 30.0
 DEFAULT_RETENTION = 7 * 24 * 3600.0
+DEFAULT_MAX_PAYLOAD = 1024 * 1024
 
 
 class App:
@@ -39,7 +51,9 @@ class App:
     With no URL, ``SQLJOBS_URL`` is used, else ``sqlite:///sqljobs.db``. The schema is
     migrated on first use unless ``migrate=False`` (then run ``sqljobs migrate``).
     ``retention`` is how long done and cancelled jobs are kept before the pruner deletes
-    them; dead jobs are kept until retried or deleted by hand.
+    them; dead jobs are kept until retried or deleted by hand. ``max_payload`` is the
+    largest payload an enqueue accepts, in bytes of JSON: every claim reads the row, so
+    bulk data belongs elsewhere, with a reference to it in the job.
     """
 
     def __init__(
@@ -53,13 +67,22 @@ class App:
         default_retry: Retry | None = None,
         clock: Callable[[], float] = time.time,
         backend_options: Mapping[str, Any] | None = None,
+        max_payload: int = DEFAULT_MAX_PAYLOAD,
     ) -> None:
         self.url = resolve_url(url)
         parse_url(self.url)  # a malformed URL fails here, at definition time
         self.auto_migrate = migrate
         self.retention = seconds(retention, "retention") or 0.0
-        self.default_queue = default_queue
-        self.default_lease = float(default_lease)
+        self.default_queue = check_queue_name(default_queue, "App(default_queue=...)")
+        self.default_lease = seconds(default_lease, "default_lease")
+        if self.default_lease <= 0:
+            raise ConfigurationError(f"default_lease must be > 0 seconds, got {default_lease!r}")
+        if isinstance(max_payload, bool) or not isinstance(max_payload, int) or max_payload < 1:
+            raise ConfigurationError(
+                f"max_payload must be a positive number of bytes, got {max_payload!r} "
+                "(there is no unlimited setting: a queue row is no place for bulk data)"
+            )
+        self.max_payload = max_payload
         self.default_retry = default_retry or Retry()
         self.clock = clock
         self.backend_options = dict(backend_options or {})
@@ -71,7 +94,12 @@ class App:
         self._wakeups: list[threading.Event] = []
 
     def __repr__(self) -> str:
-        return f"<sqljobs.App {self.url} tasks={len(self.tasks)}>"
+        try:  # show which SQLite file a relative path means from here
+            file = parse_url(self.url).file
+        except ConfigurationError:
+            file = None
+        where = self.url if file is None else f"{self.url} (file {file})"
+        return f"<sqljobs.App {where} tasks={len(self.tasks)}>"
 
     # -- database ----------------------------------------------------------------------
 
@@ -86,6 +114,7 @@ class App:
 
     def open_backend(self, **options: Any) -> Backend:
         """A new backend instance on this app's database (workers take their own)."""
+        check_sqlite_directory(self.url)
         backend = open_backend(self.url, **{"clock": self.clock, **self.backend_options, **options})
         if self.auto_migrate:
             backend.migrate()
@@ -142,8 +171,12 @@ class App:
                 self,
                 func,
                 name=task_name,
-                queue=queue or self.default_queue,
-                lease=seconds(lease, "lease") or self.default_lease,
+                queue=(
+                    self.default_queue
+                    if queue is None
+                    else check_queue_name(queue, "@app.task(queue=...)")
+                ),
+                lease=self.default_lease if lease is None else seconds(lease, "lease"),
                 retry=retry or self.default_retry,
                 priority=priority,
                 timeout=seconds(timeout, "timeout"),
@@ -163,31 +196,59 @@ class App:
         *,
         key: str | None = None,
         delay: float | timedelta | None = None,
-        run_at: float | None = None,
+        run_at: float | datetime | None = None,
         priority: int | None = None,
         queue: str | None = None,
         connection: Any = None,
         key_scope: KeyScope = "retained",
+        known: bool = True,
     ) -> JobHandle:
         """Enqueue by task name, e.g. from a service that does not import the task.
 
-        A task registered here lends its queue, lease and retry policy; otherwise the
-        app's defaults apply and the worker that has the task runs it.
+        A task registered here lends its queue, lease and retry policy, as does one a
+        worker of this database has registered; a name neither knows is refused with
+        :class:`UnknownTask` (a typo would otherwise fail in a worker hours later).
+        ``known=False`` takes any name, for a task only another service registers; with
+        no worker's record of it, the app's defaults apply.
         """
         if not isinstance(task, str) or not task:
             raise ConfigurationError(f"task name must be a non-empty string, got {task!r}")
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise PayloadError(f"args for task {task!r} must be a list, got {type(args).__name__}")
+        if delay is not None and run_at is not None:
+            raise ConfigurationError("give either delay or run_at, not both")
+        if queue is not None:
+            check_queue_name(queue, "app.enqueue(queue=...)")
         opts = EnqueueOptions(
-            key, seconds(delay, "delay"), run_at, priority, queue, connection, key_hold(key_scope)
+            key,
+            seconds(delay, "delay"),
+            to_epoch(run_at, "run_at"),
+            priority,
+            queue,
+            connection,
+            key_hold(key_scope),
         )
         registered = self.tasks.get(task)
         now = self.clock()
         if registered is not None:
             job = registered.new_job(args, kwargs or {}, opts, now)
         else:
-            job = self.build_job(task, args, kwargs or {}, opts, now)
+            info = self._task_info(task, known)
+            job = self.build_job(task, args, kwargs or {}, opts, now, task=info)
         return self.insert([job], connection)[0]
+
+    def _task_info(self, name: str, known: bool) -> TaskInfo | None:
+        """The defaults of a task this App does not register, as a worker recorded them;
+        with ``known``, a name no worker has registered either is refused."""
+        info = self._remote_task(name)
+        if info is None and known:
+            raise unknown_task(name, self.tasks)
+        return info
+
+    def _remote_task(self, name: str) -> TaskInfo | None:
+        """The task ``name`` as a worker of this database registered it (the catalogue
+        every worker writes when it starts), or None."""
+        return self.backend.task_info(name)
 
     def build_job(
         self,
@@ -196,26 +257,34 @@ class App:
         kwargs: Mapping[str, Any],
         opts: EnqueueOptions,
         now: float,
-        task: Task | None = None,
+        task: Task | TaskInfo | None = None,
         names: Sequence[str] = (),
     ) -> NewJob:
-        """The row for one enqueue, with the task's (or the app's) defaults filled in."""
-        retry = task.retry if task else self.default_retry
+        """The row for one enqueue, with the defaults of ``task`` filled in: a Task
+        registered here, a TaskInfo (a task a worker registered), or none (the app's)."""
+        info = task.info if isinstance(task, Task) else (task or self._default_info(name))
         run_at = opts.run_at if opts.run_at is not None else now + (opts.delay or 0.0)
         if opts.key is not None and (not isinstance(opts.key, str) or not opts.key):
             raise ConfigurationError(f"key must be a non-empty string, got {opts.key!r}")
         return NewJob(
             task=name,
-            payload=payload.encode(name, args, kwargs, names),
-            queue=opts.queue or (task.queue if task else self.default_queue),
-            priority=opts.priority if opts.priority is not None else (task.priority if task else 0),
+            payload=payload.encode(name, args, kwargs, names, self.max_payload),
+            queue=opts.queue or info.queue,
+            priority=opts.priority if opts.priority is not None else info.priority,
             run_at=run_at,
-            lease=task.lease if task else self.default_lease,
-            max_attempts=retry.max_attempts,
-            deadline_at=None if retry.deadline is None else now + retry.deadline,
+            lease=info.lease,
+            max_attempts=info.max_attempts,
+            deadline_at=None if info.deadline is None else now + info.deadline,
             key=opts.key,
             key_hold=opts.key_hold,
             delay=(opts.delay or 0.0) if opts.run_at is None else None,
+        )
+
+    def _default_info(self, name: str) -> TaskInfo:
+        """The app's defaults, for a task nothing here or in the catalogue describes."""
+        retry = self.default_retry
+        return TaskInfo(
+            name, self.default_queue, 0, self.default_lease, retry.max_attempts, retry.deadline
         )
 
     def insert(self, jobs: Iterable[NewJob], connection: Any = None) -> list[JobHandle]:
@@ -259,6 +328,24 @@ class App:
         """Send a dead or cancelled job back to pending with fresh attempts."""
         return self.backend.retry_job(job_id)
 
+    def retry_dead(self, queue: str | None = None) -> int:
+        """Send every dead job (of ``queue``, or all) back to pending; return how many."""
+        return self.backend.retry_dead(queue)
+
+    def waiting_reason(self, job: Job) -> str | None:
+        """Why a pending job is not running yet, if it is not simply next in line: no
+        live worker has its task, or its time has not come."""
+        if job.state is not JobState.PENDING:
+            return None
+        if job.task not in self.backend.served_tasks():
+            return (
+                f"no live worker has registered task {job.task!r}: start a worker whose "
+                "app registers it (a worker claims only the tasks it has)"
+            )
+        if job.run_at > self.clock():
+            return "its run_at lies in the future"
+        return None
+
     def cancel_job(self, job_id: int) -> bool:
         """Cancel a pending job, or a running one (its handler sees ``lease_lost``)."""
         return self.backend.cancel_job(job_id)
@@ -301,6 +388,8 @@ class App:
         where = "@app.periodic" if name is None else f"@app.periodic(name={name!r})"
         check_timing(cron, every, tz, where)
         check_policies(overlap, misfire, where)
+        if queue is not None:
+            check_queue_name(queue, "@app.periodic(queue=...)")
 
         def register(fn: Callable[..., Any]) -> Task:
             task_name = name or fn.__name__
@@ -329,6 +418,7 @@ class App:
                     source="code",
                 )
                 check_arguments(task, schedule)
+                payload.encode(task.name, (), schedule.kwargs, limit=self.max_payload)
             except SqljobsError:
                 del self.tasks[task.name]
                 raise
@@ -351,16 +441,24 @@ class App:
         misfire: str = "catch_up_once",
         queue: str | None = None,
         priority: int | None = None,
+        known: bool = True,
     ) -> ScheduleState:
         """Create or update a schedule stored in the database, e.g. one per tenant:
         ``app.schedule("daily-report:acme", cron="0 3 * * *", task="send_report",
         kwargs={"tenant": "acme"})``. Options as for :meth:`periodic`. Updating keeps the
-        schedule's next run (and its paused flag) unless the timing changed."""
+        schedule's next run (and its paused flag) unless the timing changed. A task name
+        that neither this App nor a worker has registered is refused unless ``known=False``
+        (see :meth:`enqueue`)."""
         if name in self.periodic_schedules:
             raise ConfigurationError(
                 f"schedule {name!r} is defined in code with @app.periodic; change it there"
             )
+        if queue is not None:
+            check_queue_name(queue, "app.schedule(queue=...)")
         registered = self.tasks.get(task if isinstance(task, str) else task.name)
+        info: Task | TaskInfo | None = registered
+        if registered is None and isinstance(task, str) and task:
+            info = self._task_info(task, known)
         schedule = define_schedule(
             name,
             task=task,
@@ -370,11 +468,12 @@ class App:
             tz=tz,
             overlap=overlap,
             misfire=misfire,
-            queue=queue or (registered.queue if registered else self.default_queue),
-            priority=(registered.priority if registered else 0) if priority is None else priority,
+            queue=queue or (info.queue if info else self.default_queue),
+            priority=(info.priority if info else 0) if priority is None else priority,
         )
         if registered is not None:
             check_arguments(registered, schedule)
+        payload.encode(schedule.task, (), schedule.kwargs, limit=self.max_payload)
         return self.backend.save_schedule(schedule, schedule.first_after(self.clock()))
 
     def unschedule(self, name: str) -> bool:
@@ -434,7 +533,7 @@ class App:
     def run_worker(
         self,
         concurrency: int = 8,
-        queues: Sequence[str] | None = None,
+        queues: str | Sequence[str] | None = None,
         *,
         processes: int = 1,
         drain_timeout: float | None = None,
@@ -442,15 +541,18 @@ class App:
     ) -> None:
         """Run a worker until SIGTERM/SIGINT (graceful) or a second signal (at once).
 
+        ``queues`` is one queue name or a list of them (default: every queue).
         ``processes`` > 1 forks that many worker processes under a supervisor that
         restarts a crashed one and hands its jobs back at once.
         """
         from .worker import Worker, WorkerConfig
         from .worker.supervisor import run_supervised
 
+        if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
+            raise ConfigurationError(f"processes must be an int >= 1, got {processes!r}")
         config = WorkerConfig(
             concurrency=concurrency,
-            queues=tuple(queues) if queues else None,
+            queues=check_queues(queues, "run_worker(queues=...)"),
             drain_timeout=drain_timeout,
             **options,
         )

@@ -1,4 +1,10 @@
-"""The ``sqljobs`` command line."""
+"""The ``sqljobs`` command line.
+
+What a person reads is laid out by :mod:`sqljobs.cli_format` (times in their zone, tables
+that fit the terminal); ``--json`` gives scripts the raw values. Nothing here picks a
+database on its own: with no app and no URL the command refuses instead of creating a
+``sqljobs.db`` in whatever folder it was run from.
+"""
 
 from __future__ import annotations
 
@@ -6,28 +12,46 @@ import faulthandler
 import importlib
 import json
 import logging
+import math
 import os
 import signal
 import sys
-import time
-from datetime import datetime
+from importlib import metadata
 from typing import Any
 
 import click
-from rich.console import Console
-from rich.table import Table
+from rich.text import Text
 
 from .app import App
-from .cron import zone
+from .cli_format import (
+    job_parts,
+    jobs_columns,
+    schedules_columns,
+    show,
+    stats_columns,
+    table_parts,
+    width,
+)
 from .errors import ConfigurationError, SqljobsError
+from .humanize import duration, iso_local, redact_url
 from .jobs import Job, JobState
+from .logs import LogFormat, configure_logging
 from .schedules import ScheduleNotFound
+from .url import DEFAULT_URL
+
+NO_DATABASE = (
+    "no database given: pass --url URL or --app MODULE:ATTR, or set SQLJOBS_URL or "
+    f"SQLJOBS_APP (a new SQLite file would be --url {DEFAULT_URL})"
+)
 
 
 def load_app(spec: str | None, url: str | None) -> App:
-    """``module:attr`` (or ``SQLJOBS_APP``) names the App; else a bare App on the URL."""
+    """``module:attr`` (or ``SQLJOBS_APP``) names the App; else a bare App on the URL
+    (``--url`` or ``SQLJOBS_URL``). Neither is an error, not a new ``./sqljobs.db``."""
     spec = spec or os.environ.get("SQLJOBS_APP")
     if not spec:
+        if not (url or os.environ.get("SQLJOBS_URL")):
+            raise ConfigurationError(NO_DATABASE)
         return App(url)
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
@@ -49,8 +73,15 @@ def load_app(spec: str | None, url: str | None) -> App:
 
 
 class Ctx:
-    def __init__(self, app_spec: str | None, url: str | None) -> None:
-        self.app_spec, self.url = app_spec, url
+    """The global options, and the App they name, loaded only by commands that use it
+    (``lab`` brings its own database)."""
+
+    def __init__(self, owns_logging: bool = False) -> None:
+        self.owns_logging = owns_logging
+        self.app_spec: str | None = None
+        self.url: str | None = None
+        self.verbose = 0
+        self.log_format: LogFormat = "text"
         self._app: App | None = None
 
     @property
@@ -59,41 +90,138 @@ class Ctx:
             self._app = load_app(self.app_spec, self.url)
         return self._app
 
+    def setup_logging(self, worker: bool) -> None:
+        """-v INFO, -vv DEBUG; a worker logs INFO without -v (its banner, failed attempts
+        and stop summary are what an operator reads). Only when run as ``sqljobs``: a
+        program that calls :data:`cli` in-process keeps its own logging."""
+        if not self.owns_logging:
+            return
+        if self.verbose >= 2:
+            level = logging.DEBUG
+        elif self.verbose == 1 or worker:
+            level = logging.INFO
+        else:
+            level = logging.WARNING
+        configure_logging(level, self.log_format)
+
 
 pass_ctx = click.make_pass_decorator(Ctx)
 
 
-@click.group()
-@click.option("--app", "app_spec", metavar="MODULE:ATTR", help="The App (or SQLJOBS_APP).")
-@click.option("--url", help="Database URL (or SQLJOBS_URL); overrides the app's.")
-@click.option("-v", "--verbose", count=True, help="More logging (-v info, -vv debug).")
+class Seconds(click.FloatRange):
+    """A duration in seconds: finite and not negative (``nan`` and ``inf`` are refused)."""
+
+    name = "seconds"
+
+    def __init__(self) -> None:
+        super().__init__(min=0)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if not math.isfinite(seconds):
+            self.fail(f"{value!r} is not a finite number of seconds", param, ctx)
+        return seconds
+
+
+def _version() -> str:
+    try:
+        return metadata.version("sqljobs")
+    except metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "unknown (not installed)"
+
+
+@click.group(context_settings={"show_default": True, "help_option_names": ["-h", "--help"]})
+@click.version_option(_version(), "--version", prog_name="sqljobs", message="%(prog)s %(version)s")
+@click.option(
+    "--app",
+    "app_spec",
+    metavar="MODULE:ATTR",
+    help="The App to use (or set SQLJOBS_APP); its database unless --url is given.",
+)
+@click.option(
+    "--url",
+    help="Database URL, sqlite:///jobs.db or postgresql://user@host/db (or set "
+    "SQLJOBS_URL); overrides the app's.",
+)
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="More logging: -v info, -vv debug (worker: info without -v).",
+)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    help="Log lines on stderr as text, or as one JSON object per line.",
+)
 @click.pass_context
-def cli(click_ctx: click.Context, app_spec: str | None, url: str | None, verbose: int) -> None:
+def cli(
+    click_ctx: click.Context,
+    app_spec: str | None,
+    url: str | None,
+    verbose: int,
+    log_format: LogFormat,
+) -> None:
     """Durable background jobs in your SQL database."""
-    level = [logging.WARNING, logging.INFO, logging.DEBUG][min(verbose, 2)]
-    logging.basicConfig(level=level, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    click_ctx.obj = Ctx(app_spec, url)
+    ctx = click_ctx.ensure_object(Ctx)
+    ctx.app_spec, ctx.url, ctx.verbose, ctx.log_format = app_spec, url, verbose, log_format
+    ctx.setup_logging(worker=click_ctx.invoked_subcommand == "worker")
 
 
 @cli.command()
-@click.option("--concurrency", default=8, show_default=True, help="Jobs run at once per process.")
-@click.option("--processes", default=1, show_default=True, help="Worker processes.")
-@click.option("--queues", default=None, help="Comma-separated queues (default: all).")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(min=1),
+    default=8,
+    help="Jobs run at once in each worker process.",
+)
+@click.option(
+    "--processes",
+    type=click.IntRange(min=1),
+    default=1,
+    help="Worker processes; more than 1 run under a supervisor that restarts a crashed one.",
+)
+@click.option(
+    "--queues",
+    default=None,
+    show_default="all queues",
+    help="Comma-separated queues to take jobs from.",
+)
 @click.option(
     "--drain-timeout",
-    type=float,
+    type=Seconds(),
     default=None,
-    help="Seconds to wait for in-flight jobs at shutdown (< shortest lease).",
+    show_default="half the shortest task lease, at most 10 s",
+    help="Seconds running jobs get to finish after SIGTERM before they are handed back; "
+    "must be shorter than the shortest task lease.",
+)
+@click.option(
+    "--log-format",
+    "worker_log_format",
+    type=click.Choice(["text", "json"]),
+    default=None,
+    show_default="the global --log-format",
+    help="Log lines as text or JSON; wins over the global option.",
 )
 @pass_ctx
 def worker(
-    ctx: Ctx, concurrency: int, processes: int, queues: str | None, drain_timeout: float | None
+    ctx: Ctx,
+    concurrency: int,
+    processes: int,
+    queues: str | None,
+    drain_timeout: float | None,
+    worker_log_format: LogFormat | None,
 ) -> None:
-    """Run jobs until SIGTERM (graceful drain) or a second signal (at once).
+    """Run jobs until SIGTERM or Ctrl-C (graceful drain) or a second signal (at once).
 
     SIGUSR1 prints every thread's stack to stderr, for diagnosing a stuck worker."""
+    if worker_log_format is not None:
+        ctx.log_format = worker_log_format
+        ctx.setup_logging(worker=True)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
+    # after a signal the worker logs its own stop summary; nothing more to print here
     ctx.app.run_worker(
         concurrency=concurrency, queues=names, processes=processes, drain_timeout=drain_timeout
     )
@@ -103,10 +231,38 @@ def worker(
 @click.argument("task")
 @click.option("--args", "args_json", default="[]", help="JSON list of positional arguments.")
 @click.option("--kwargs", "kwargs_json", default="{}", help="JSON object of keyword arguments.")
-@click.option("--key", default=None, help="Business key: a second enqueue returns the same job.")
-@click.option("--delay", type=float, default=None, help="Seconds before the job may run.")
-@click.option("--queue", default=None)
-@click.option("--priority", type=int, default=None)
+@click.option(
+    "--key",
+    default=None,
+    show_default="none",
+    help="Business key: enqueueing it again returns the job that has it (while kept).",
+)
+@click.option(
+    "--delay",
+    type=Seconds(),
+    default=None,
+    show_default="0, due now",
+    help="Seconds from now before the job may run.",
+)
+@click.option(
+    "--queue",
+    default=None,
+    show_default="the task's queue, else the app's default queue",
+    help="Queue to put the job in.",
+)
+@click.option(
+    "--priority",
+    type=int,
+    default=None,
+    show_default="the task's priority, else 0",
+    help="Among due jobs, higher runs first.",
+)
+@click.option(
+    "--remote",
+    is_flag=True,
+    help="The task is registered only by another service's workers; skip the check that "
+    "this app knows it.",
+)
 @pass_ctx
 def enqueue(
     ctx: Ctx,
@@ -117,12 +273,20 @@ def enqueue(
     delay: float | None,
     queue: str | None,
     priority: int | None,
+    remote: bool,
 ) -> None:
-    """Enqueue TASK by name."""
+    """Enqueue TASK by name; prints {"id": ..., "created": ...}."""
     args = _json_arg(args_json, list, "--args")
     kwargs = _json_arg(kwargs_json, dict, "--kwargs")
     handle = ctx.app.enqueue(
-        task, args=args, kwargs=kwargs, key=key, delay=delay, queue=queue, priority=priority
+        task,
+        args=args,
+        kwargs=kwargs,
+        key=key,
+        delay=delay,
+        queue=queue,
+        priority=priority,
+        known=not remote,
     )
     click.echo(json.dumps({"id": handle.id, "created": handle.created}))
 
@@ -146,21 +310,15 @@ def stats(ctx: Ctx, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(st.to_dict(), indent=2))
         return
-    table = Table(title=f"sqljobs on {ctx.app.url}")
-    table.add_column("queue")
-    for state in JobState:
-        table.add_column(state.value, justify="right")
-    table.add_column("oldest pending", justify="right")
-    for queue, counts in sorted(st.counts.items()):
-        age = st.oldest_pending_age_by_queue.get(queue)
-        table.add_row(queue, *(str(counts.get(s.value, 0)) for s in JobState), _age(age))
-    console = Console()
-    console.print(table)
-    console.print(f"oldest pending job: {_age(st.oldest_pending_age)}; live workers: {st.workers}")
-
-
-def _age(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds:.1f} s"
+    lines = [
+        Text(f"sqljobs on {redact_url(ctx.app.url)}"),
+        *table_parts(stats_columns(st), width(), "no jobs"),
+        Text(f"oldest pending job: {duration(st.oldest_pending_age)}; live workers: {st.workers}"),
+    ]
+    if st.unserved:
+        waiting = ", ".join(f"{task} ({n})" for task, n in sorted(st.unserved.items()))
+        lines.append(Text(f"pending for a task no live worker runs: {waiting}"))
+    show(*lines)
 
 
 @cli.group()
@@ -169,10 +327,18 @@ def jobs() -> None:
 
 
 @jobs.command("list")
-@click.option("--state", type=click.Choice([s.value for s in JobState]), default=None)
-@click.option("--queue", default=None)
-@click.option("--limit", default=50, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option(
+    "--state",
+    type=click.Choice([s.value for s in JobState]),
+    default=None,
+    show_default="all",
+    help="Only jobs in this state.",
+)
+@click.option("--queue", default=None, show_default="all", help="Only jobs of this queue.")
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=50, help="At most this many, newest first."
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
 def jobs_list(ctx: Ctx, state: str | None, queue: str | None, limit: int, as_json: bool) -> None:
     """The newest jobs, optionally of one state or queue."""
@@ -180,24 +346,7 @@ def jobs_list(ctx: Ctx, state: str | None, queue: str | None, limit: int, as_jso
     if as_json:
         click.echo(json.dumps([j.to_dict() for j in rows], indent=2))
         return
-    table = Table()
-    for col in ("id", "task", "queue", "state", "attempts", "run at", "last error"):
-        table.add_column(col)
-    for j in rows:
-        table.add_row(
-            str(j.id),
-            j.task,
-            j.queue,
-            j.state.value,
-            f"{j.attempts}/{j.max_attempts}",
-            _when(j.run_at),
-            (j.last_error or "")[:60],
-        )
-    Console().print(table)
-
-
-def _when(ts: float | None) -> str:
-    return "-" if ts is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ts))
+    show(*table_parts(jobs_columns(rows), width(), f"no {state} jobs" if state else "no jobs"))
 
 
 def _get(ctx: Ctx, job_id: int) -> Job:
@@ -209,16 +358,21 @@ def _get(ctx: Ctx, job_id: int) -> Job:
 
 @jobs.command("show")
 @click.argument("job_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="The job as JSON, times in Unix seconds.")
 @pass_ctx
-def jobs_show(ctx: Ctx, job_id: int) -> None:
+def jobs_show(ctx: Ctx, job_id: int, as_json: bool) -> None:
     """Everything about one job, with its attempt history."""
-    click.echo(json.dumps(_get(ctx, job_id).to_dict(), indent=2, default=str))
+    job = _get(ctx, job_id)
+    if as_json:
+        click.echo(json.dumps(job.to_dict(), indent=2, default=str))
+        return
+    show(*job_parts(job, width(), ctx.app.waiting_reason(job)))
 
 
 @jobs.command("retry")
 @click.argument("job_id", type=int, required=False)
 @click.option("--dead", "all_dead", is_flag=True, help="Retry every dead job.")
-@click.option("--queue", default=None, help="With --dead: only this queue.")
+@click.option("--queue", default=None, show_default="all", help="With --dead: only this queue.")
 @pass_ctx
 def jobs_retry(ctx: Ctx, job_id: int | None, all_dead: bool, queue: str | None) -> None:
     """Send a dead or cancelled job (or all dead jobs) back to pending."""
@@ -227,67 +381,53 @@ def jobs_retry(ctx: Ctx, job_id: int | None, all_dead: bool, queue: str | None) 
     if all_dead:
         click.echo(f"{ctx.app.backend.retry_dead(queue)} dead jobs back to pending")
         return
-    job = _get(ctx, job_id)  # type: ignore[arg-type]
-    if not ctx.app.retry_job(job.id):
-        raise click.ClickException(
-            f"job {job.id} is {job.state.value}; only dead or cancelled jobs can be retried"
-        )
-    click.echo(f"job {job.id} is pending again")
+    assert job_id is not None
+    job = _get(ctx, job_id)
+    if job.state in (JobState.DEAD, JobState.CANCELLED) and ctx.app.retry_job(job.id):
+        click.echo(f"job {job.id} is pending again, with fresh attempts")
+        return
+    state = _get(ctx, job_id).state.value  # it may have changed since
+    raise click.ClickException(
+        f"job {job.id} is {state}; only dead or cancelled jobs can be retried"
+    )
 
 
 @jobs.command("cancel")
 @click.argument("job_id", type=int)
 @pass_ctx
 def jobs_cancel(ctx: Ctx, job_id: int) -> None:
-    """Cancel a pending job, or a running one (its handler is told to stop)."""
+    """Cancel a pending job, or a running one (its handler sees ctx.lease_lost).
+    Cancelling a cancelled job is not an error."""
     job = _get(ctx, job_id)
-    if not ctx.app.cancel_job(job.id):
-        raise click.ClickException(f"job {job.id} is {job.state.value}; it cannot be cancelled")
-    click.echo(f"job {job.id} cancelled")
+    if job.state in (JobState.PENDING, JobState.RUNNING) and ctx.app.cancel_job(job.id):
+        running = job.state is JobState.RUNNING
+        click.echo(
+            f"job {job.id} cancelled"
+            + ("; it was running: its handler sees ctx.lease_lost" if running else "")
+        )
+        return
+    state = _get(ctx, job_id).state  # it may have changed since
+    if state is JobState.CANCELLED:
+        click.echo(f"job {job.id} was already cancelled")
+        return
+    raise click.ClickException(
+        f"job {job.id} is {state.value}; only pending or running jobs can be cancelled"
+    )
 
 
 @cli.group(invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def schedules(click_ctx: click.Context, as_json: bool) -> None:
-    """List periodic schedules (name, expression, next run, last run, last outcome,
-    paused), or act on one: pause, resume, run-now."""
+    """List periodic schedules (times in this machine's zone, each schedule's own zone
+    beside them), or act on one: pause, resume, run-now."""
     if click_ctx.invoked_subcommand is not None:
         return
     rows = click_ctx.find_object(Ctx).app.list_schedules()  # type: ignore[union-attr]
     if as_json:
         click.echo(json.dumps([r.to_dict() for r in rows], indent=2))
         return
-    table = Table()
-    for col in ("name", "expression", "next run", "last run", "last outcome", "paused"):
-        table.add_column(col)
-    for r in rows:
-        table.add_row(
-            r.name,
-            r.schedule.expression,
-            _when_in(r.next_run_at, r.schedule.tz),
-            _when_in(r.last_run_at, r.schedule.tz),
-            _outcome(r.last_outcome, r.last_job_id),
-            "yes" if r.paused else "",
-        )
-    Console().print(table)
-
-
-def _when_in(ts: float | None, tz: str) -> str:
-    """A schedule's times in its own time zone, so they read like its cron expression."""
-    if ts is None:
-        return "-"
-    try:
-        where = zone(tz)
-    except ConfigurationError:
-        where = zone("UTC")
-    return datetime.fromtimestamp(ts, where).strftime("%Y-%m-%d %H:%M:%S %Z")
-
-
-def _outcome(outcome: str | None, job_id: int | None) -> str:
-    if outcome is None:
-        return "-"
-    return outcome if job_id is None else f"{outcome} #{job_id}"
+    show(*table_parts(schedules_columns(rows), width(), "no schedules"))
 
 
 @schedules.command("pause")
@@ -308,7 +448,8 @@ def schedules_resume(ctx: Ctx, name: str) -> None:
     if not ctx.app.resume_schedule(name):
         raise click.ClickException(f"no schedule named {name!r}")
     state = ctx.app.get_schedule(name)
-    click.echo(f"schedule {name} resumed; next run {_when(state.next_run_at if state else None)}")
+    when = iso_local(state.next_run_at if state else None)
+    click.echo(f"schedule {name} resumed; next run {when}")
 
 
 @schedules.command("run-now")
@@ -339,12 +480,13 @@ cli.add_command(lab)
 
 
 @cli.command()
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
-@click.option("--port", default=8080, show_default=True)
+@click.option("--host", default="127.0.0.1", help="Address to bind.")
+@click.option("--port", type=click.IntRange(1, 65535), default=8080, help="Port to listen on.")
 @click.option(
     "--token",
     envvar="SQLJOBS_DASHBOARD_TOKEN",
     default=None,
+    show_default="none: read-only beyond loopback",
     help="Needed by actions (retry, cancel); required for them beyond loopback "
     "(or SQLJOBS_DASHBOARD_TOKEN).",
 )
@@ -368,8 +510,10 @@ def dashboard(ctx: Ctx, host: str, port: int, token: str | None) -> None:
 
 
 def main() -> None:
+    """``sqljobs``: the command line, which configures logging (an in-process call of
+    :data:`cli` does not); library errors are one line, not a traceback."""
     try:
-        cli(standalone_mode=True)
+        cli.main(standalone_mode=True, obj=Ctx(owns_logging=True))
     except (SqljobsError, ConfigurationError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -2,7 +2,9 @@
 
 SqljobsError
  ├── ConfigurationError      bad URL, option or worker setting, found at definition time
+ │    └── UnknownTask         enqueue by a task name that nothing has registered
  ├── PayloadError            arguments that are not JSON, or a stored payload that won't decode
+ │    └── PayloadTooLarge     an encoded payload bigger than the app's ``max_payload``
  ├── JobNotFound             no job with that id
  ├── ScheduleNotFound        no schedule with that name (defined in sqljobs.schedules)
  ├── LeaseLost               this worker no longer holds the job; its writes were rolled back
@@ -26,8 +28,24 @@ class ConfigurationError(SqljobsError, ValueError):
     """A URL, option or setting is invalid; raised where it was given."""
 
 
+class UnknownTask(ConfigurationError):
+    """An enqueue or schedule names a task that neither this App nor any worker of its
+    database has registered: most often a typo, which would otherwise be stored and fail
+    in a worker hours later. ``task`` is the name; ``suggestions`` the close matches."""
+
+    def __init__(self, message: str, task: str = "", suggestions: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.task = task
+        self.suggestions = suggestions
+
+
 class PayloadError(SqljobsError, ValueError):
     """Arguments cannot be stored as JSON, or a stored payload cannot be decoded."""
+
+
+class PayloadTooLarge(PayloadError):
+    """An encoded payload exceeds the app's ``max_payload``: a queue row is no place for
+    bulk data (every claim reads it); pass a reference and load the data in the task."""
 
 
 class JobNotFound(SqljobsError, LookupError):

@@ -14,6 +14,13 @@ def idempotent(tx: Any, key: str, ttl: float | None = None) -> bool:
     count), never from a check-then-insert, so concurrent deliveries cannot both pass.
     Commit the marker together with the effect it guards (``ctx.transaction()``): if the
     effect rolls back, so does the marker. ``ttl`` seconds lets the pruner forget the key.
+
+    Without ``ttl`` a marker is never pruned: the table grows by one row per key for as
+    long as the database lives, because forgetting a key is what would let a late
+    duplicate through. Bound it with ``ttl=`` set longer than any duplicate can arrive
+    (the longest retry deadline plus the time a delivery may be late), e.g.
+    ``idempotent(tx, key, ttl=30 * 24 * 3600)``; keep ``ttl=None`` only for keys whose
+    number is itself bounded.
     """
     if not key:
         raise ValueError("an idempotency key must be a non-empty string")

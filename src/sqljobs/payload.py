@@ -6,7 +6,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .errors import PayloadError
+from .errors import PayloadError, PayloadTooLarge
 
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
@@ -16,15 +16,27 @@ def encode(
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     names: Sequence[str] = (),
+    limit: int | None = None,
 ) -> str:
     """Serialise a call; on failure say which argument of which task is to blame.
 
-    ``names`` are the parameter names of the positional arguments, when known.
+    ``names`` are the parameter names of the positional arguments, when known. ``limit``
+    is the largest payload accepted, in bytes of UTF-8 JSON (the app's ``max_payload``).
     """
     try:
-        return _encoder.encode({"args": list(args), "kwargs": dict(kwargs)})
+        text = _encoder.encode({"args": list(args), "kwargs": dict(kwargs)})
     except (TypeError, ValueError) as exc:
         raise _name_culprit(task, args, kwargs, names, exc) from exc
+    # A character is at most 4 bytes: short payloads skip the byte count.
+    if limit is not None and len(text) * 4 > limit:
+        size = len(text.encode())
+        if size > limit:
+            raise PayloadTooLarge(
+                f"payload of task {task!r} is {size:,} bytes of JSON, over the limit of "
+                f"{limit:,} bytes: pass a reference (an id, a path, a URL) and load the data "
+                "in the task, or raise the limit with App(max_payload=...)"
+            )
+    return text
 
 
 def _name_culprit(

@@ -2,18 +2,39 @@
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import overload
 
 from .errors import ConfigurationError
 
 
+@overload
+def seconds(value: None, name: str) -> None: ...
+@overload
+def seconds(value: float | timedelta, name: str) -> float: ...
+@overload
+def seconds(value: float | timedelta | None, name: str) -> float | None: ...
+
+
 def seconds(value: float | timedelta | None, name: str) -> float | None:
-    """Normalise a duration given as seconds or a timedelta; reject negatives."""
+    """Normalise a duration given as seconds or a timedelta, naming ``name`` in the error.
+
+    Negative, NaN and infinite values are refused: NaN compares false with everything,
+    so it would slip past every later bound check and reach the database as a time.
+    """
     if value is None:
         return None
-    out = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    try:
+        out = value.total_seconds() if isinstance(value, timedelta) else float(value)
+    except (TypeError, ValueError):
+        raise ConfigurationError(
+            f"{name} must be seconds (a number) or a timedelta, got {value!r}"
+        ) from None
+    if not math.isfinite(out):
+        raise ConfigurationError(f"{name} must be a finite number of seconds, got {value!r}")
     if out < 0:
         raise ConfigurationError(f"{name} must be >= 0 seconds, got {value!r}")
     return out
@@ -36,8 +57,9 @@ class Retry:
     jitter: bool = True
 
     def __post_init__(self) -> None:
-        if self.max_attempts < 1:
-            raise ConfigurationError(f"Retry max_attempts must be >= 1, got {self.max_attempts}")
+        attempts = self.max_attempts
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+            raise ConfigurationError(f"Retry max_attempts must be an int >= 1, got {attempts!r}")
         object.__setattr__(self, "base", seconds(self.base, "Retry base"))
         object.__setattr__(self, "cap", seconds(self.cap, "Retry cap"))
         object.__setattr__(self, "deadline", seconds(self.deadline, "Retry deadline"))

@@ -311,4 +311,5 @@ def schedule_job(app: App, schedule: Schedule, key: str, now: float) -> NewJob:
     task = app.tasks.get(schedule.task)
     if task is not None:
         return task.new_job((), schedule.kwargs, opts, now)
-    return app.build_job(schedule.task, (), schedule.kwargs, opts, now)
+    remote = app.backend.task_info(schedule.task)  # lease and retry as its worker says
+    return app.build_job(schedule.task, (), schedule.kwargs, opts, now, task=remote)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import difflib
 import inspect
+import math
+import re
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -10,7 +13,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from . import payload
-from .errors import ConfigurationError, PayloadError
+from .errors import ConfigurationError, PayloadError, UnknownTask
 from .jobs import Job, NewJob
 from .retry import Retry, seconds
 
@@ -29,7 +32,10 @@ class JobHandle:
     def job(self) -> Job | None:
         """The job as stored now."""
         if self.app is None:
-            raise RuntimeError("this handle is not bound to an app")
+            raise ConfigurationError(
+                f"handle {self.id} is not bound to an app: use the handle an enqueue "
+                "returned, or look the job up with app.get_job(id)"
+            )
         return self.app.get_job(self.id)
 
 
@@ -44,6 +50,70 @@ class EnqueueOptions:
     queue: str | None = None
     connection: Any = None
     key_hold: float | None = None
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """What an enqueue needs to know of a task besides its function: where and how its
+    jobs run. A :class:`Task` gives its own (``task.info``); a task only another service
+    registers is described by the catalogue its workers write, so an enqueue by name gets
+    that service's queue, lease and retry policy rather than this app's defaults."""
+
+    name: str
+    queue: str
+    priority: int
+    lease: float
+    max_attempts: int
+    deadline: float | None
+
+
+QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+
+
+def check_queue_name(name: object, where: str) -> str:
+    """Return ``name`` if it is a valid queue name, else raise naming ``where`` it was given.
+
+    A queue name is 1-64 ASCII letters, digits, ``_``, ``-``, ``.`` and ``:``. The set
+    keeps names selectable: ``--queues a,b`` splits on commas, and a name with a space,
+    a newline or nothing at all could never be asked for.
+    """
+    if isinstance(name, str) and QUEUE_NAME.fullmatch(name):
+        return name
+    raise ConfigurationError(
+        f"queue name {name!r} (in {where}) is not valid: use 1-64 letters, digits, "
+        "'_', '-', '.', ':'"
+    )
+
+
+def check_queues(queues: str | Sequence[str] | None, where: str) -> tuple[str, ...] | None:
+    """The queues a worker takes, as a tuple of checked names; None (or empty) for all.
+
+    A string is one queue name: ``tuple("default")`` would be the queues 'd', 'e', 'f'...
+    and a worker that never runs anything.
+    """
+    if queues is None:
+        return None
+    if isinstance(queues, str):
+        return (check_queue_name(queues, where),)
+    if isinstance(queues, bytes) or not isinstance(queues, Sequence):
+        raise ConfigurationError(
+            f"{where} must be a queue name or a list of queue names, got "
+            f"{type(queues).__name__} {queues!r}"
+        )
+    return tuple(check_queue_name(q, where) for q in queues) or None
+
+
+def unknown_task(name: str, registered: Iterable[str]) -> UnknownTask:
+    """The error for a task name nobody registered, with the close matches (typos)."""
+    matches = tuple(difflib.get_close_matches(name, list(registered), n=3))
+    hint = f" (did you mean {' or '.join(map(repr, matches))}?)" if matches else ""
+    return UnknownTask(
+        f"unknown task {name!r}{hint}: neither this App nor a worker of its database has "
+        "registered it; to enqueue a task that only another service registers, pass "
+        "known=False (CLI: sqljobs enqueue --remote)",
+        name,
+        matches,
+    )
 
 
 KeyScope = Literal["active", "retained"] | float | timedelta
@@ -69,9 +139,13 @@ def key_hold(scope: KeyScope) -> float | None:
 
 
 def to_epoch(value: float | datetime | None, name: str) -> float | None:
-    """Accept a Unix time or an aware datetime."""
-    if value is None or isinstance(value, int | float):
-        return value
+    """Accept a Unix time or an aware datetime (a naive one could be any zone's)."""
+    if value is None:
+        return None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        if not math.isfinite(value):
+            raise ConfigurationError(f"{name} must be a finite Unix time, got {value!r}")
+        return float(value)
     if isinstance(value, datetime):
         if value.tzinfo is None:
             raise ConfigurationError(f"{name} must be a timezone-aware datetime, got {value!r}")
@@ -122,6 +196,18 @@ class Task:
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.queue}>"
 
+    @property
+    def info(self) -> TaskInfo:
+        """This task's defaults for an enqueue (what a worker records in the catalogue)."""
+        return TaskInfo(
+            self.name,
+            self.queue,
+            self.priority,
+            self.lease,
+            self.retry.max_attempts,
+            self.retry.deadline,
+        )
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function directly, in this process (no job is stored)."""
         return self.fn(*args, **kwargs)
@@ -148,7 +234,7 @@ class Task:
             delay=seconds(delay, "delay"),
             run_at=to_epoch(run_at, "run_at"),
             priority=priority,
-            queue=queue,
+            queue=None if queue is None else check_queue_name(queue, "with_options(queue=...)"),
             connection=connection,
             key_hold=key_hold(key_scope),
         )
@@ -209,16 +295,23 @@ class BoundTask:
         """The rows, checked and encoded as the backend reads them (PostgreSQL sends one
         chunk while the next is built); a bad call raises there and nothing is stored."""
         now = self.task.app.clock()
+        args: Sequence[Any]
+        kwargs: Mapping[str, Any]
         for i, call in enumerate(calls):
             if isinstance(call, Mapping):
-                yield self.task.new_job((), call, self.options, now)
+                args, kwargs = (), call
             elif isinstance(call, Sequence) and not isinstance(call, str | bytes):
-                yield self.task.new_job(call, {}, self.options, now)
+                args, kwargs = call, {}
             else:
                 raise PayloadError(
                     f"enqueue_many call {i} for task {self.task.name!r} must be a tuple of "
                     f"arguments or a dict of keyword arguments, got {type(call).__name__}"
                 )
+            try:
+                job = self.task.new_job(args, kwargs, self.options, now)
+            except PayloadError as exc:  # say which of possibly thousands of calls it was
+                raise type(exc)(f"enqueue_many call {i}: {exc}") from exc
+            yield job
 
 
 def _first_param_is_context(fn: Callable[..., Any]) -> bool:
@@ -239,4 +332,13 @@ def _first_param_is_context(fn: Callable[..., Any]) -> bool:
     return False
 
 
-__all__ = ["BoundTask", "EnqueueOptions", "JobHandle", "Task", "payload"]
+__all__ = [
+    "BoundTask",
+    "EnqueueOptions",
+    "JobHandle",
+    "Task",
+    "TaskInfo",
+    "check_queue_name",
+    "check_queues",
+    "payload",
+]

@@ -19,6 +19,12 @@ class DatabaseURL:
     scheme: str
     path: str
 
+    @property
+    def file(self) -> str | None:
+        """The SQLite file as an absolute path, a relative one resolved against the
+        current directory (as opening it would); None for PostgreSQL."""
+        return os.path.abspath(self.path) if self.scheme == "sqlite" else None
+
 
 def resolve_url(url: str | None) -> str:
     """The URL given, else ``SQLJOBS_URL``, else ``sqlite:///sqljobs.db``."""
@@ -61,3 +67,24 @@ def parse_url(url: str) -> DatabaseURL:
         f"unsupported database URL scheme {scheme!r} in {url!r}: sqljobs supports "
         "sqlite:///path.db and postgresql://user@host/db"
     )
+
+
+def check_sqlite_directory(url: str) -> None:
+    """Refuse a SQLite URL whose directory does not exist.
+
+    SQLite creates a missing file, so a wrong path would give an empty queue that the
+    other side of the service never sees; a missing directory is the mistake we can tell
+    apart from a first start. Checked when the database is opened rather than when the
+    App is defined, so a module can define its App before the directory is made.
+    """
+    parsed = parse_url(url)
+    if parsed.file is None:
+        return
+    directory = os.path.dirname(parsed.file)
+    if not os.path.isdir(directory):
+        raise ConfigurationError(
+            f"SQLite URL {url!r}: directory {directory} does not exist (the database file "
+            f"would be {parsed.file}); create the directory or fix the path "
+            f"(sqlite:///relative.db is relative to the working directory {os.getcwd()}, "
+            "sqlite:////abs/path.db is absolute)"
+        )

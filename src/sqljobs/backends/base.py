@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from ..jobs import ClaimedJob, Due, EnqueueResult, ExpiredJob, HeldJob, Job, NewJob, Outcome
 from ..schedules import Schedule, ScheduleState, Tick, TickResult
 from ..stats import Stats
+from ..tasks import TaskInfo
 
 
 @dataclass(frozen=True)
@@ -28,8 +29,9 @@ class WorkerInfo:
     queues: Sequence[str] | None
     concurrency: int
     heartbeat_interval: float
-    tasks: Sequence[str] = ()
-    """The task names it runs: jobs of other tasks are left to workers that have them."""
+    tasks: Sequence[TaskInfo] = ()
+    """The tasks it runs (jobs of other tasks are left to workers that have them), with
+    their defaults, which go to the task catalogue for enqueues by name elsewhere."""
 
 
 @dataclass(frozen=True)
@@ -185,6 +187,9 @@ class Backend(Protocol):
         obeying ``overlap="skip"``; None if there is no such schedule."""
 
     def stats(self) -> Stats: ...
+
+    def task_info(self, name: str) -> TaskInfo | None:
+        """The task as a worker of this database last registered it, or None."""
 
     def served_tasks(self) -> set[str]:
         """The task names that live workers run."""

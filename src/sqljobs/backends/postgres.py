@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict
 from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -36,6 +37,7 @@ from ..jobs import (
     Outcome,
 )
 from ..stats import Stats, unserved_tasks
+from ..tasks import TaskInfo
 from .base import MISSING_SCHEMA, Decide, EffectRecord, WorkerInfo
 from .postgres_enqueue import PostgresEnqueue
 from .postgres_schedules import PostgresSchedules
@@ -407,18 +409,26 @@ class PostgresBackend(PostgresEnqueue, PostgresSchedules):
         return self._run(work)
 
     def register_worker(self, info: WorkerInfo) -> None:
-        self._fetch_none(
-            "register_worker",
-            {
-                "id": info.id,
-                "host": info.host,
-                "pid": info.pid,
-                "queues": json.dumps(list(info.queues) if info.queues else None),
-                "tasks": json.dumps(list(info.tasks)),
-                "concurrency": info.concurrency,
-                "heartbeat_interval": info.heartbeat_interval,
-            },
-        )
+        params = {
+            "id": info.id,
+            "host": info.host,
+            "pid": info.pid,
+            "queues": json.dumps(list(info.queues) if info.queues else None),
+            "tasks": json.dumps([t.name for t in info.tasks]),
+            "concurrency": info.concurrency,
+            "heartbeat_interval": info.heartbeat_interval,
+        }
+
+        def work(conn: psycopg.Connection[Any]) -> None:
+            conn.execute(self.queries["register_worker"], params)
+            with conn.cursor() as cur:
+                cur.executemany(self.queries["save_task"], [asdict(t) for t in info.tasks])
+
+        self._run(work)
+
+    def task_info(self, name: str) -> TaskInfo | None:
+        rows = self._fetch("task_info", {"name": name})
+        return TaskInfo(*rows[0]) if rows else None
 
     def unregister_worker(self, worker: str) -> None:
         self._fetch_none("unregister_worker", {"worker": worker})

@@ -31,6 +31,7 @@ from ..jobs import (
     Outcome,
 )
 from ..stats import Stats, unserved_tasks
+from ..tasks import TaskInfo
 from .base import MISSING_SCHEMA, Decide, EffectRecord, WorkerInfo
 from .sqlfile import load_migrations, load_queries
 from .sqlite_schedules import SqliteSchedules
@@ -386,12 +387,24 @@ class SqliteBackend(SqliteSchedules):
         return [o for o in outcomes if o.job_id in written]
 
     def register_worker(self, info: WorkerInfo) -> None:
-        params = asdict(info)
-        params["queues"] = json.dumps(list(info.queues) if info.queues else None)
-        params["tasks"] = json.dumps(list(info.tasks))
-        params["now"] = self.now()
+        now = self.now()
+        params = {
+            "id": info.id,
+            "host": info.host,
+            "pid": info.pid,
+            "queues": json.dumps(list(info.queues) if info.queues else None),
+            "concurrency": info.concurrency,
+            "heartbeat_interval": info.heartbeat_interval,
+            "tasks": json.dumps([t.name for t in info.tasks]),
+            "now": now,
+        }
         with self._write() as conn:
             conn.execute(Q["register_worker"], params)
+            conn.executemany(Q["save_task"], [{**asdict(t), "now": now} for t in info.tasks])
+
+    def task_info(self, name: str) -> TaskInfo | None:
+        rows = self._read(Q["task_info"], (name,))
+        return TaskInfo(*rows[0]) if rows else None
 
     def unregister_worker(self, worker: str) -> None:
         with self._write() as conn:

@@ -59,7 +59,7 @@ def lab(
             ) from None
     if backend == "postgres":
         _check_server(url or DEFAULT_PG)
-    if logging.getLogger().level >= logging.WARNING:
+    if logging.getLogger("sqljobs").getEffectiveLevel() >= logging.WARNING:  # no -v
         logging.getLogger("sqljobs").setLevel(logging.ERROR)  # the broken variants warn a lot
     console = Console(stderr=as_json)
     if not as_json:

@@ -70,7 +70,7 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
             app = App(url)
             stack.callback(app.close)
             starts = Starts()
-            queue = f"lab-e3-{v.key.lower()}"
+            queue = _queue(v.key)
             _register(app, starts, queue, v.lease * job, v.max_attempts, job)
             enqueue(app, "lab_e3", queue, [[] for _ in range(jobs)])
             logs.append(starts)
@@ -86,7 +86,7 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
         finish: dict[str, float] = {}
         for _ in _ticks(began, cap, progress):
             for v in VARIANTS:
-                queue = f"lab-e3-{v.key.lower()}"
+                queue = _queue(v.key)
                 if v.key not in finish and _open(db, queue) == 0:
                     finish[v.key] = time.monotonic() - began
             if len(finish) == len(VARIANTS):
@@ -94,7 +94,7 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
         for w in workers_:
             w.stop(immediate=True)
     for v, starts in zip(VARIANTS, logs, strict=True):
-        queue = f"lab-e3-{v.key.lower()}"
+        queue = _queue(v.key)
         claimed = [job_id for job_id, _, _ in starts.entries]
         counts = dict(db.rows("SELECT state, count(*) FROM sqljobs_jobs WHERE queue = ? "
                               "GROUP BY state", (queue,)))  # fmt: skip
@@ -112,7 +112,7 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
         }
         article = ARTICLE.get(v.key, {})
         result.rows.append(Row(v.label(job), figures, article, broken=v.key in ("B1", "B2", "B1+")))
-    last_error = db.value("SELECT last_error FROM sqljobs_jobs WHERE queue = 'lab-e3-b1+' "
+    last_error = db.value("SELECT last_error FROM sqljobs_jobs WHERE queue = 'lab-e3-b1-plus' "
                           "AND state = 'dead' LIMIT 1")  # fmt: skip
     db.close()
     _claims(result, jobs)
@@ -174,3 +174,8 @@ def _ticks(began: float, cap: float, progress: Progress) -> Iterator[None]:
         yield
         time.sleep(0.02)
     progress(1.0)
+
+
+def _queue(key: str) -> str:
+    """A variant's own queue ("B1+" -> "lab-e3-b1-plus": queue names take no "+")."""
+    return "lab-e3-" + key.lower().replace("+", "-plus")

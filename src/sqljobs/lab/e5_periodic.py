@@ -104,7 +104,7 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
             for key, _, seconds, overlap in VARIANTS:
                 app.schedule(f"lab-e5-{key.lower()}", every=INTERVAL, task="lab_tick",
                              kwargs={"seconds": seconds}, overlap=overlap,
-                             queue=f"lab-e5-{key.lower()}")  # fmt: skip
+                             queue=f"lab-e5-{key.lower()}", known=False)  # fmt: skip
             end = began + WARM_UP + window
             while time.time() < end + 0.8:  # the last ticks' runs finish
                 progress(0.2 + 0.8 * min(1.0, (time.time() - began) / (window + WARM_UP + 0.8)))
@@ -153,15 +153,7 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
 def _tickers(path: Path, window: float) -> list[Run]:
     """Three ticker processes, each running every tick itself, for ``window`` seconds."""
     env = dict(os.environ, SQLJOBS_LAB_TICKS=str(path))
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "sqljobs.lab.ticker", str(INTERVAL), "0", str(window)],
-            env=env,
-        )
-        for _ in range(REPLICAS)
-    ]
-    for p in procs:
-        p.wait(window + 30)
+    _run_replicas(["sqljobs.lab.ticker", str(INTERVAL), "0", str(window)], env, window + 30)
     return read_runs(path)
 
 
@@ -172,24 +164,24 @@ def _claim_tickers(url: str, path: Path, window: float) -> list[Run]:
 
     prepare(url, time.time())
     env = dict(os.environ, SQLJOBS_LAB_TICKS=str(path))
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "sqljobs.lab.claimticker",
-                url,
-                str(INTERVAL),
-                "0.3",
-                str(window),
-            ],
-            env=env,
-        )
-        for _ in range(REPLICAS)
-    ]
-    for p in procs:
-        p.wait(window + 30)
+    args = ["sqljobs.lab.claimticker", url, str(INTERVAL), "0.3", str(window)]
+    _run_replicas(args, env, window + 30)
     return read_runs(path)
+
+
+def _run_replicas(args: list[str], env: dict[str, str], timeout: float) -> None:
+    """Run ``python -m *args`` as REPLICAS processes to their end. If this one stops
+    early (Ctrl-C, a timeout), kill them first: none may outlive the scratch database
+    it writes to, which is dropped next."""
+    procs = [subprocess.Popen([sys.executable, "-m", *args], env=env) for _ in range(REPLICAS)]
+    try:
+        for p in procs:
+            p.wait(timeout)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
 
 
 def _drift_ms(runs: list[Run]) -> int:

@@ -5,6 +5,7 @@ every tick, so N replicas run each job N times. Run as
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -24,4 +25,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C on the lab reaches its helpers
+        main(sys.argv[1:])

@@ -163,7 +163,7 @@ class Worker:
             self.config.queues,
             self.config.concurrency,
             heartbeat_interval,
-            tuple(sorted(self.app.tasks)),
+            tuple(task.info for task in self.app.tasks.values()),
         )
         restore = self._install_signals()  # a wait for the database must stop on SIGTERM
         began = time.monotonic()

@@ -226,6 +226,20 @@ VALUES (%(id)s, %(host)s, %(pid)s, %(queues)s, %(concurrency)s, %(heartbeat_inte
         now(), now(), %(tasks)s)
 ON CONFLICT (id) DO UPDATE SET last_seen = now()
 
+-- name: save_task
+-- A worker's task as its code defines it: what an enqueue by name elsewhere should use.
+INSERT INTO {schema}.sqljobs_tasks
+    (name, queue, priority, lease, max_attempts, deadline, updated_at)
+VALUES (%(name)s, %(queue)s, %(priority)s, %(lease)s, %(max_attempts)s, %(deadline)s, now())
+ON CONFLICT (name) DO UPDATE SET
+    queue = excluded.queue, priority = excluded.priority, lease = excluded.lease,
+    max_attempts = excluded.max_attempts, deadline = excluded.deadline,
+    updated_at = excluded.updated_at
+
+-- name: task_info
+SELECT name, queue, priority, lease, max_attempts, deadline FROM {schema}.sqljobs_tasks
+WHERE name = %(name)s
+
 -- name: unregister_worker
 DELETE FROM {schema}.sqljobs_workers WHERE id = %(worker)s
 

@@ -106,6 +106,18 @@ INSERT OR REPLACE INTO sqljobs_workers
     (id, host, pid, queues, concurrency, heartbeat_interval, started_at, last_seen, tasks)
 VALUES (:id, :host, :pid, :queues, :concurrency, :heartbeat_interval, :now, :now, :tasks)
 
+-- name: save_task
+-- A worker's task as its code defines it: what an enqueue by name elsewhere should use.
+INSERT INTO sqljobs_tasks (name, queue, priority, lease, max_attempts, deadline, updated_at)
+VALUES (:name, :queue, :priority, :lease, :max_attempts, :deadline, :now)
+ON CONFLICT (name) DO UPDATE SET
+    queue = excluded.queue, priority = excluded.priority, lease = excluded.lease,
+    max_attempts = excluded.max_attempts, deadline = excluded.deadline,
+    updated_at = excluded.updated_at
+
+-- name: task_info
+SELECT name, queue, priority, lease, max_attempts, deadline FROM sqljobs_tasks WHERE name = ?
+
 -- name: unregister_worker
 DELETE FROM sqljobs_workers WHERE id = :worker
 
