@@ -327,3 +327,26 @@ def test_a_relative_sqlite_path_is_resolved_and_shown(
 def test_a_handle_without_an_app_says_so() -> None:
     with pytest.raises(ConfigurationError, match="handle 7 is not bound to an app"):
         JobHandle(7, True).job()
+
+
+def test_an_enqueue_by_name_elsewhere_takes_the_catalogue_defaults_and_its_names(
+    url: str,
+) -> None:
+    """A worker records its tasks; a process that lacks them (another service, the CLI)
+    enqueues with their queue, lease and retry policy, and a typo gets a close match."""
+    from sqljobs import Retry, UnknownTask
+    from sqljobs.backends import WorkerInfo
+
+    service = App(url)
+    greet = service.task(
+        name="greet", queue="mail", lease=7, retry=Retry(max_attempts=9, deadline=600)
+    )(lambda who: None)
+    service.backend.register_worker(WorkerInfo("w1", "host", 1, None, 1, 1.0, (greet.info,)))
+    elsewhere = App(url)
+    job = elsewhere.enqueue("greet", args=["ada"]).job()
+    assert job is not None
+    assert (job.queue, job.lease, job.max_attempts) == ("mail", 7.0, 9)
+    assert job.deadline_at is not None
+    assert job.deadline_at - job.created_at == pytest.approx(600, abs=1)
+    with pytest.raises(UnknownTask, match="did you mean 'greet'"):
+        elsewhere.enqueue("gret", args=["ada"])

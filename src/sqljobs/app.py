@@ -242,7 +242,7 @@ class App:
         with ``known``, a name no worker has registered either is refused."""
         info = self._remote_task(name)
         if info is None and known:
-            raise unknown_task(name, self.tasks)
+            raise unknown_task(name, [*self.tasks, *self.backend.task_names()])
         return info
 
     def _remote_task(self, name: str) -> TaskInfo | None:

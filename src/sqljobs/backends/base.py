@@ -188,6 +188,9 @@ class Backend(Protocol):
 
     def stats(self) -> Stats: ...
 
+    def task_names(self) -> list[str]:
+        """Every task name in the catalogue (for "did you mean" on a typo)."""
+
     def task_info(self, name: str) -> TaskInfo | None:
         """The task as a worker of this database last registered it, or None."""
 

@@ -426,6 +426,9 @@ class PostgresBackend(PostgresEnqueue, PostgresSchedules):
 
         self._run(work)
 
+    def task_names(self) -> list[str]:
+        return [r[0] for r in self._fetch("task_names")]
+
     def task_info(self, name: str) -> TaskInfo | None:
         rows = self._fetch("task_info", {"name": name})
         return TaskInfo(*rows[0]) if rows else None

@@ -402,6 +402,9 @@ class SqliteBackend(SqliteSchedules):
             conn.execute(Q["register_worker"], params)
             conn.executemany(Q["save_task"], [{**asdict(t), "now": now} for t in info.tasks])
 
+    def task_names(self) -> list[str]:
+        return [r[0] for r in self._read(Q["task_names"])]
+
     def task_info(self, name: str) -> TaskInfo | None:
         rows = self._read(Q["task_info"], (name,))
         return TaskInfo(*rows[0]) if rows else None

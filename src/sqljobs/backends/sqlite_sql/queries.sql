@@ -115,6 +115,9 @@ ON CONFLICT (name) DO UPDATE SET
     max_attempts = excluded.max_attempts, deadline = excluded.deadline,
     updated_at = excluded.updated_at
 
+-- name: task_names
+SELECT name FROM sqljobs_tasks
+
 -- name: task_info
 SELECT name, queue, priority, lease, max_attempts, deadline FROM sqljobs_tasks WHERE name = ?
 
