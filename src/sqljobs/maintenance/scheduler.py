@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 from ..backends.base import Backend
 from ..errors import SqljobsError
+from ..humanize import iso_local
 from ..schedules import ScheduleState, Tick, TickOutcome, TickResult, schedule_job, tick_key
 
 if TYPE_CHECKING:
@@ -154,6 +155,9 @@ def _log(result: TickResult, tick: Tick) -> None:
     if outcome.startswith(TickOutcome.FAILED.value):
         log.warning("schedule %s: %s", result.name, outcome)
     elif outcome in (TickOutcome.CAUGHT_UP, TickOutcome.SKIPPED_MISFIRE):
-        log.info("schedule %s: missed ticks since %s: %s", result.name, tick.tick_at, outcome)
+        log.warning(
+            "schedule %s: missed ticks since %s (no worker ran it then): %s",
+            result.name, iso_local(tick.tick_at), outcome,
+        )  # fmt: skip
     else:
         log.debug("schedule %s: %s (job %s)", result.name, outcome, result.job_id)

@@ -1,0 +1,194 @@
+"""Claiming: decide when to look, size each claim to the free slots, send it on a lane
+(several round trips in flight on PostgreSQL), start what comes back; and the jobs from
+crashed workers, run alone."""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+
+from ..backends.base import Backend
+from ..jobs import HeldJob
+from .drain import handed_back
+from .lanes import Trip
+from .state import WorkerState
+from .timers import Timers
+
+log = logging.getLogger("sqljobs.worker")
+
+PREFETCH_WINDOW = 0.05
+"""Seconds of work a worker keeps claimed beyond its running jobs (see Worker.prefetch)."""
+
+PREFETCH_CAP = 4
+"""At most this many times ``concurrency`` jobs per claim lane are claimed beyond the
+running ones (so each lane's claims stay about as big as with one lane)."""
+
+SUSPECT_LOOK_POLLS = 6
+"""A busy worker (whose claims come back full, so it never asks next_due) still looks
+for jobs from crashed workers every this many poll intervals."""
+
+
+class Claiming(WorkerState):
+    def _claim_step(self, backend: Backend, t: Timers, now: float) -> None:
+        """Decide whether anything may be claimable, then claim up to the free slots,
+        again at once while batches come back full."""
+        cfg = self.config
+        if len(self._abandoned) >= cfg.concurrency and self._threads is not None:
+            # no thread will be free soon: jobs waiting for one go back for others to run
+            self._release(backend, self._threads.take_queued(), "released_unstarted")
+        if self._solo is not None and self._solo not in self.inflight:
+            self._solo = None  # the suspect ran alone: look for the next one at once
+            t.suspect_check, t.want_claim = now, True
+        current = backend.change_marker()
+        if current != t.marker:
+            t.marker, t.want_claim = current, True
+        wall = self.app.clock()
+        if t.due is not None and wall >= t.due:
+            t.want_claim, t.due = True, None
+        if t.retry_due is not None and wall >= t.retry_due:
+            t.want_claim, t.retry_due = True, None
+        if now >= t.poll:
+            t.want_claim = True
+        look = t.want_claim and now >= t.suspect_check
+        if look:  # next_due tells when to look sooner; this is the busy worker's fallback
+            t.suspect_check = now + SUSPECT_LOOK_POLLS * cfg.poll_interval
+        if look or self._suspect is not None:
+            self._take_suspect(backend, look)
+        lanes = self._lanes
+        assert lanes is not None
+        share = -(-self.capacity // lanes.size)  # a lane's part of the capacity, rounded up
+        while t.want_claim and lanes.idle:
+            free = self._free_slots()
+            if free <= 0 or (lanes.busy and free < share):
+                break  # a small claim now would only cut the next full one short
+            trip = Trip(self._to_write, min(free, share), start_now=self._idle_threads(),
+                        started=self._began_since())  # fmt: skip
+            self._to_write = []
+            t.want_claim = False  # until the batch comes back full, or something changes
+            t.poll = time.monotonic() + cfg.poll_interval * random.uniform(0.9, 1.1)
+            self.counters["claims"] += 1
+            lanes.send(trip, inline=not self.inflight and not lanes.busy)
+            self._take_trips(backend, t)  # an inline trip is back already
+
+    def _round_trip(self, backend: Backend, trip: Trip) -> None:
+        """On a lane: write the trip's outcomes and claim its jobs in one statement, or
+        write them and ask when to look again (sent after a short batch, once its jobs
+        have started: asking first would delay them by a round trip)."""
+        cfg = self.config
+        if trip.limit:
+            trip.written, trip.jobs = backend.finish_and_claim(
+                trip.outcomes, self.id, cfg.queues, trip.limit, self._leases,
+                trip.start_now, trip.started,
+            )  # fmt: skip
+            return
+        trip.written = backend.finish_jobs(trip.outcomes, trip.started)
+        if trip.ask_due:
+            trip.due = backend.next_due(cfg.queues, self._leases)
+
+    def _take_trips(self, backend: Backend, t: Timers | None) -> None:
+        """Account for the round trips that came back and start the jobs they claimed."""
+        assert self._lanes is not None
+        error: Exception | None = None
+        for trip in self._lanes.finished():
+            if trip.written is None:  # nothing was written: send the outcomes again
+                self._to_write = trip.outcomes + self._to_write
+            else:
+                self._account(trip.outcomes, trip.written, t)
+            if self._stopping:  # claimed as the stop came: hand back, never start
+                wall = self.app.clock()
+                self._to_write += [
+                    handed_back(job, "released_unstarted", self.id, wall, wall) for job in trip.jobs
+                ]
+            else:
+                for i, job in enumerate(trip.jobs):
+                    buffered = trip.start_now is not None and i >= trip.start_now
+                    self._dispatch(backend, job, prefetched=buffered)
+            error = error or trip.error
+            if t is None:
+                continue
+            if trip.limit and (trip.error is not None or len(trip.jobs) >= trip.limit):
+                t.want_claim = True  # a full batch: more may wait; a failure: try again
+            elif trip.limit:
+                t.want_due = True  # a short batch: nothing more is due; ask when it will be
+            elif trip.ask_due and trip.error is not None:
+                t.want_due = True
+            if trip.due is not None:
+                if trip.due.suspects and self._suspect is None:
+                    t.suspect_check = time.monotonic()
+                # next_due ignores suspects, so a job it calls due is ours to claim: one that
+                # fell due since our claim (a delayed job) is claimed shortly, never left to
+                # the poll; the short pause bounds any spin
+                wait = trip.due.wait
+                t.due = None if wait is None else self.app.clock() + max(wait, 0.005)
+        if error is not None:
+            raise error
+
+    @property
+    def lanes(self) -> int:
+        """Claim round trips that may be in flight (the backend's choice once running)."""
+        return self._lanes.size if self._lanes is not None else self.config.claim_lanes or 1
+
+    @property
+    def lanes_busy(self) -> bool:
+        return self._lanes is not None and self._lanes.busy
+
+    @property
+    def prefetch(self) -> int:
+        """Jobs claimed beyond ``concurrency`` so threads never wait on the database.
+
+        By default it adapts to how long jobs run: enough to cover ``PREFETCH_WINDOW`` of
+        work, at most ``4 * concurrency`` per claim lane (short jobs, big batches: the
+        throughput lever),
+        down to none for jobs long enough that a buffered one would only wait while other
+        workers idle. A ``prefetch`` setting fixes it."""
+        cfg = self.config
+        if cfg.prefetch is not None:
+            return cfg.prefetch
+        if self.runtime is None:
+            return cfg.concurrency
+        wanted = cfg.concurrency * PREFETCH_WINDOW / max(self.runtime, 1e-6)
+        return min(PREFETCH_CAP * cfg.concurrency * self.lanes, int(wanted))
+
+    @property
+    def capacity(self) -> int:
+        return self.config.concurrency + self.prefetch
+
+    def _free_slots(self) -> int:
+        """Capacity not running nor promised to a claim in flight. No claims once stopping
+        (a claim in flight when the stop came must not be followed by another, which
+        could take back the very jobs just handed back), nor while a suspect waits for the
+        worker to empty or runs alone."""
+        if self._stopping or self._suspect is not None or self._solo in self.inflight:
+            return 0
+        if len(self._abandoned) >= self.config.concurrency:
+            return 0  # every thread still runs a given-up handler: a claim would only wait
+        reserved = self._lanes.reserved if self._lanes is not None else 0
+        return self.capacity - len(self.inflight) - len(self._abandoned) - reserved
+
+    def _take_suspect(self, backend: Backend, look: bool) -> None:
+        """Claim a job that was in a crashed worker (if ``look``), then run it once nothing
+        else runs."""
+        if look and self._suspect is None and self._solo not in self.inflight:
+            self._suspect = backend.claim_suspect(self.id, self.config.queues, self._leases)
+        if self._suspect is not None and not self.inflight and not self.lanes_busy:
+            job, self._suspect = self._suspect, None
+            self._solo = job.id
+            self.counters["suspects"] += 1
+            log.warning("job %s was in a worker that crashed; running it alone", job.id)
+            self._dispatch(backend, job)
+
+    def _idle_threads(self) -> int:
+        """Threads free for a claim's jobs (a lower bound): the claim marks the rest
+        ``prefetched``, so that a crash of this worker does not blame them."""
+        busy = sum(1 for r in self.inflight.values() if not r.task.is_async)
+        reserved = self._lanes.reserved if self._lanes is not None else 0
+        return max(0, self.config.concurrency - busy - len(self._abandoned) - reserved)
+
+    def _began_since(self) -> list[HeldJob]:
+        """Buffered jobs whose handlers began since the last round trip: the next trip
+        tells the database, so a crash from here on blames them."""
+        began = [r for r in self.inflight.values() if r.prefetched and r.begun is not None]
+        for run in began:
+            run.prefetched = False
+        return [HeldJob(r.job.id, r.job.token) for r in began]

@@ -1,0 +1,152 @@
+"""Dispatch and outcomes: hand a claimed job to a thread or the event loop, collect what
+handlers return, and write the outcomes (carried by the next claim when one is going)."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Collection
+from typing import Any
+
+from ..backends.base import Backend
+from ..context import JobContext
+from ..errors import PayloadError
+from ..jobs import ClaimedJob, JobState, Outcome
+from ..payload import decode
+from .execute import Running, failure
+from .lanes import Trip
+from .report import failed_attempt
+from .state import WorkerState
+from .timers import Timers
+
+log = logging.getLogger("sqljobs.worker")
+
+
+class Dispatching(WorkerState):
+    def _dispatch(self, backend: Backend, job: ClaimedJob, prefetched: bool = False) -> None:
+        wall = self.app.clock()
+        task = self.app.tasks.get(job.task)
+        ctx = JobContext(job, backend, self.request_heartbeat)
+        if self._stopping:
+            ctx.shutting_down = True
+        try:
+            args, kwargs = decode(job.payload)
+        except PayloadError as exc:
+            entry = {
+                "attempt": job.attempt,
+                "outcome": "undecodable",
+                "error": str(exc),
+                "started_at": wall,
+                "ended_at": wall,
+            }
+            self._to_write.append(
+                Outcome(job.id, job.token, JobState.DEAD, error=str(exc), history=entry)
+            )
+            log.error("job %s: %s", job.id, exc)
+            return
+        if task is None:
+            from ..tasks import Task
+
+            stand_in = Task(
+                self.app,
+                _unregistered,
+                name=job.task,
+                queue=job.queue,
+                lease=job.lease,
+                retry=self.app.default_retry,
+                priority=0,
+                timeout=None,
+            )
+            run = Running(job, stand_in, ctx, args, kwargs, wall)
+            error = LookupError(f"task {job.task!r} is not registered here (worker {self.id})")
+            self._to_write.append(failure(run, error, wall))
+            log.error("job %s: %s", job.id, error)
+            return
+        run = Running(job, task, ctx, args, kwargs, wall, prefetched=prefetched)
+        if task.timeout is not None:
+            run.deadline = run.started + task.timeout
+        self.inflight[job.id] = run
+        if task.is_async:
+            assert self._async is not None
+            self._async.submit(run)
+        else:
+            assert self._threads is not None
+            self._threads.submit(run)
+
+    def _report(self, run: Running, outcome: Outcome) -> None:
+        """Called by executor threads when a handler returns."""
+        self._results.append((run, outcome))
+        self._wake.set()
+
+    def _collect(self) -> bool:
+        freed = False
+        while self._results:
+            run, outcome = self._results.popleft()
+            if run in self._abandoned:
+                self._abandoned.discard(run)
+                freed = True  # its thread is free again
+            if run.closed and run.begun is None:
+                continue  # given up before a thread started it: nothing ran
+            if run.closed:
+                self.counters["stale_results"] += 1
+                log.warning(
+                    "job %s: late result of attempt %s discarded (%s): the job is no "
+                    "longer held by this worker",
+                    run.job.id,
+                    run.job.attempt,
+                    outcome.state,
+                )
+                continue
+            run.closed = True
+            self.inflight.pop(run.job.id, None)
+            freed = True
+            if run.begun is not None:
+                took = time.monotonic() - run.begun
+                self.runtime = took if self.runtime is None else 0.8 * self.runtime + 0.2 * took
+            if run.ctx.completed_in_transaction:
+                self.counters[JobState.DONE.value] += 1
+                continue
+            if outcome.state is not JobState.DONE:
+                failed_attempt(run, outcome)
+            self._to_write.append(outcome)
+        return freed
+
+    def _write_outcomes(self, backend: Backend, t: Timers | None = None) -> None:
+        """Outcomes no claim carried go out once no round trip is in flight (one in flight
+        takes them on its return, in the next claim: write-only trips beside claims only
+        cost commits), with the question of when to look again if a short batch raised it."""
+        assert self._lanes is not None
+        ask_due = t is not None and t.want_due
+        if not (self._to_write or ask_due) or self._lanes.busy:  # (flips of `prefetched`
+            # wait for the next trip: until then a crash blames no buffered job)
+            return
+        if t is not None:
+            t.want_due = False
+        batch, self._to_write = self._to_write, []
+        trip = Trip(batch, 0, ask_due=ask_due, started=self._began_since())
+        self._lanes.send(trip, inline=not self.inflight)
+        self._take_trips(backend, t)
+
+    def _account(self, batch: list[Outcome], written: Collection[int], t: Timers | None) -> None:
+        """Count what was written, log what was discarded, wake for our own retries."""
+        wall = self.app.clock()
+        for outcome in batch:
+            if outcome.job_id not in written:
+                self.counters["stale_results"] += 1
+                log.warning(
+                    "job %s: outcome %s discarded: the job is no longer held by this "
+                    "worker (lease lost or cancelled)",
+                    outcome.job_id,
+                    outcome.state,
+                )
+                continue
+            self.counters[outcome.state.value] += 1
+            if outcome.state is JobState.PENDING and not outcome.uncharge:
+                self.counters["retried"] += 1
+            if t is not None and outcome.state is JobState.PENDING and outcome.delay is not None:
+                retry_at = wall + outcome.delay  # our own retries: wake for them on time
+                t.retry_due = retry_at if t.retry_due is None else min(t.retry_due, retry_at)
+
+
+def _unregistered(*_args: Any, **_kwargs: Any) -> None:
+    """Stand-in for a task this worker does not have."""

@@ -1,0 +1,80 @@
+"""What every room of the worker shares: the coordinator's state, declared once.
+
+The worker is one class assembled from rooms (signals, claiming, dispatch, upkeep,
+drain), each a mixin in its own module. Only the coordinator thread touches this state,
+except where a field says otherwise.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Collection
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..app import App
+    from ..backends.base import Backend
+    from ..jobs import ClaimedJob, HeldJob, Outcome
+    from ..maintenance import Pruner, Reaper, Scheduler
+    from .config import WorkerConfig
+    from .events import WorkerEvent
+    from .execute import AsyncRunner, Running, ThreadPool
+    from .lanes import Lanes
+    from .timers import Timers
+
+
+class WorkerState:
+    """The fields the rooms read and write, and the methods they call across rooms."""
+
+    app: App
+    config: WorkerConfig
+    id: str
+    shortest_lease: float
+    drain_timeout: float
+    runtime: float | None  # moving average of handler run time, seconds
+    inflight: dict[int, Running]  # claimed jobs this worker holds, started or buffered
+    counters: collections.Counter[str]
+    stopped: threading.Event
+    _leases: dict[str, float]  # the lease each task gets; its keys: what we can run
+    _abandoned: set[Running]  # given up, but their threads still run them
+    _results: collections.deque[tuple[Running, Outcome]]  # appended by executor threads
+    _to_write: list[Outcome]
+    _wake: threading.Event  # set by any thread that has news for the coordinator
+    _stopping: bool
+    _immediate: bool
+    _drain_deadline: float
+    _heartbeat_requested: bool
+    _suspect: ClaimedJob | None  # claimed, waiting to run alone
+    _solo: int | None  # id of the suspect running alone
+    _backend: Backend | None
+    _backend_pushes: bool
+    _threads: ThreadPool | None
+    _async: AsyncRunner | None
+    _lanes: Lanes | None
+    _reaper: Reaper
+    _pruner: Pruner
+    _scheduler: Scheduler | None
+    _signals: int  # counted by the signal handler, acted on by the coordinator
+    _signals_taken: int
+    _relay_write: int | None
+
+    if TYPE_CHECKING:  # implemented by the rooms; declared here for the others
+
+        def stop(self, immediate: bool = False) -> None: ...
+        def request_heartbeat(self) -> None: ...
+        def _emit(self, event: WorkerEvent) -> None: ...
+        def _dispatch(self, backend: Backend, job: ClaimedJob, prefetched: bool = ...) -> None: ...
+        def _report(self, run: Running, outcome: Outcome) -> None: ...
+        def _collect(self) -> bool: ...
+        def _write_outcomes(self, backend: Backend, t: Timers | None = None) -> None: ...
+        def _account(
+            self, batch: list[Outcome], written: Collection[int], t: Timers | None
+        ) -> None: ...
+        def _take_trips(self, backend: Backend, t: Timers | None) -> None: ...
+        def _release(self, backend: Backend, runs: list[Running], label: str) -> None: ...
+        def _release_all(self, backend: Backend) -> None: ...
+        def _close(self, run: Running, *, abandon: bool) -> None: ...
+        def _began_since(self) -> list[HeldJob]: ...
+        @property
+        def lanes_busy(self) -> bool: ...

@@ -1,0 +1,47 @@
+"""When the coordinator next does each of its periodic duties."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .config import WorkerConfig
+
+
+@dataclass
+class Timers:
+    """When the coordinator next does each of its periodic duties (monotonic seconds,
+    except ``due``, the wall-clock time the next delayed job falls due as the database last
+    said, and ``retry_due``, when the earliest retry this worker wrote since falls due).
+    The scheduler passes at its next tick, when another connection committed (at most every
+    ``schedule_interval``, since a schedule may have been added) and every poll interval."""
+
+    heartbeat: float
+    reap: float
+    prune: float
+    schedule: float
+    schedule_last: float
+    schedule_marker: int | None
+    poll: float
+    suspect_check: float
+    heartbeat_interval: float
+    due: float | None = None
+    retry_due: float | None = None
+    marker: int | None = None
+    want_claim: bool = True
+    want_due: bool = False
+
+    def __init__(self, now: float, heartbeat_interval: float, config: WorkerConfig) -> None:
+        self.heartbeat = now + heartbeat_interval
+        self.reap = now
+        self.prune = now + config.prune_interval
+        self.schedule = now
+        self.schedule_last = now
+        self.schedule_marker = None
+        self.poll = now
+        self.suspect_check = now
+        self.heartbeat_interval = heartbeat_interval
+        self.due = None
+        self.retry_due = None
+        self.marker = None
+        self.want_claim = True
+        self.want_due = False

@@ -1,0 +1,100 @@
+"""Upkeep on timers: heartbeat (one statement renews every held lease), timeouts, the
+reaper, the pruner and the scheduler; and what becomes of a handler that is given up."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from ..backends.base import Backend
+from ..jobs import HeldJob
+from .execute import Running, failure
+from .report import failed_attempt, job_fields
+from .state import WorkerState
+from .timers import Timers
+
+log = logging.getLogger("sqljobs.worker")
+
+
+class Upkeep(WorkerState):
+    def _maintain(self, backend: Backend, t: Timers, now: float) -> None:
+        """Heartbeat, reaper, pruner and scheduler, each on its own timer."""
+        cfg = self.config
+        if cfg.supervisor_pid is not None and os.getppid() != cfg.supervisor_pid:
+            log.error("worker %s: its supervisor died; stopping", self.id)
+            self.stop()
+        if now >= t.heartbeat or self._heartbeat_requested:
+            self._heartbeat_requested = False
+            self._heartbeat(backend)
+            t.heartbeat = now + t.heartbeat_interval
+        if now >= t.reap:
+            if self._reaper.run_once():
+                t.want_claim, t.suspect_check = True, now
+            t.reap = now + (cfg.reap_interval or t.heartbeat_interval)
+        if now >= t.prune:
+            self._pruner.run_once()
+            t.prune = now + cfg.prune_interval
+        if self._scheduler is not None and not self._stopping:
+            if t.marker != t.schedule_marker:  # others committed: a schedule may be new
+                t.schedule = min(t.schedule, t.schedule_last + cfg.schedule_interval)
+            if now >= t.schedule:
+                t.schedule_marker, t.schedule_last = t.marker, now
+                ticks = self._scheduler.run_once()
+                if ticks.enqueued:
+                    t.want_claim = True
+                # next: when the next tick falls due, or the fallback poll
+                t.schedule = now + ticks.wait(self.app.clock(), cfg.poll_interval)
+
+    def _heartbeat(self, backend: Backend) -> None:
+        held = [HeldJob(r.job.id, r.job.token) for r in self.inflight.values()]
+        if self._suspect is not None:
+            held.append(HeldJob(self._suspect.id, self._suspect.token))
+        if not self.config.heartbeat:
+            held = []
+        renewed = backend.renew_leases(self.id, held)
+        self.counters["heartbeats"] += 1
+        for h in held:
+            if h.id not in renewed and self._suspect is not None and h.id == self._suspect.id:
+                self._suspect = None
+                self.counters["leases_lost"] += 1
+            if h.id not in renewed and h.id in self.inflight:
+                run = self.inflight[h.id]
+                if run.ctx.completing:
+                    continue  # its own ctx.transaction() finished it: the result is coming
+                self._close(run, abandon=True)
+                self.counters["leases_lost"] += 1
+                log.warning(
+                    "job %s (%s): lease lost on attempt %s; the handler is told to stop and "
+                    "its result will be discarded",
+                    h.id, run.job.task, run.job.attempt, extra=job_fields(run),
+                )  # fmt: skip
+
+    def _expire_timeouts(self, now: float) -> None:
+        for run in [r for r in self.inflight.values() if r.deadline and now >= r.deadline]:
+            run.ctx.timed_out = True
+            self._close(run, abandon=True)
+            error = TimeoutError(f"timed out after {run.task.timeout:g} s")
+            outcome = failure(run, error, self.app.clock(), outcome="timed_out")
+            self._to_write.append(outcome)
+            self.counters["timed_out"] += 1
+            failed_attempt(run, outcome)
+
+    def _close(self, run: Running, *, abandon: bool) -> None:
+        run.closed = True
+        run.ctx.lease_lost = True
+        self.inflight.pop(run.job.id, None)
+        if run.future is not None:
+            run.future.cancel()
+        elif abandon and not run.abandoned:
+            # the thread goes on until the handler returns (a thread cannot be killed): it
+            # keeps its slot until then, so no more than `concurrency` handlers ever run
+            run.abandoned = True
+            self._abandoned.add(run)
+            if len(self._abandoned) >= self.config.concurrency:
+                log.error(
+                    "worker %s: all %d slots are held by handlers that were given up (timed "
+                    "out or lease lost) and have not returned; no job can start until one "
+                    "does: fix the task or restart the worker",
+                    self.id,
+                    self.config.concurrency,
+                )
