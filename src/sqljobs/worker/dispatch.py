@@ -13,6 +13,7 @@ from ..context import JobContext
 from ..errors import PayloadError
 from ..jobs import ClaimedJob, JobState, Outcome
 from ..payload import decode
+from .events import job_event
 from .execute import Running, failure
 from .lanes import Trip
 from .report import failed_attempt
@@ -24,6 +25,8 @@ log = logging.getLogger("sqljobs.worker")
 
 class Dispatching(WorkerState):
     def _dispatch(self, backend: Backend, job: ClaimedJob, prefetched: bool = False) -> None:
+        self.counters["claimed"] += 1
+        self._emit(job_event("claimed", job, self.id, detail="buffered" if prefetched else None))
         wall = self.app.clock()
         task = self.app.tasks.get(job.task)
         ctx = JobContext(job, backend, self.request_heartbeat)
@@ -42,6 +45,7 @@ class Dispatching(WorkerState):
             self._to_write.append(
                 Outcome(job.id, job.token, JobState.DEAD, error=str(exc), history=entry)
             )
+            self._finishing[job.id] = job
             log.error("job %s: %s", job.id, exc)
             return
         if task is None:
@@ -60,6 +64,7 @@ class Dispatching(WorkerState):
             run = Running(job, stand_in, ctx, args, kwargs, wall)
             error = LookupError(f"task {job.task!r} is not registered here (worker {self.id})")
             self._to_write.append(failure(run, error, wall))
+            self._finishing[job.id] = job
             log.error("job %s: %s", job.id, error)
             return
         run = Running(job, task, ctx, args, kwargs, wall, prefetched=prefetched)
@@ -72,6 +77,10 @@ class Dispatching(WorkerState):
         else:
             assert self._threads is not None
             self._threads.submit(run)
+
+    def _started(self, run: Running) -> None:
+        """Called by an executor thread (or the event loop) as a handler begins."""
+        self._emit(job_event("started", run.job, self.id))
 
     def _report(self, run: Running, outcome: Outcome) -> None:
         """Called by executor threads when a handler returns."""
@@ -89,6 +98,8 @@ class Dispatching(WorkerState):
                 continue  # given up before a thread started it: nothing ran
             if run.closed:
                 self.counters["stale_results"] += 1
+                self._emit(job_event("discarded", run.job, self.id, outcome.state.value,
+                                     "late result: the job is no longer held here"))  # fmt: skip
                 log.warning(
                     "job %s: late result of attempt %s discarded (%s): the job is no "
                     "longer held by this worker",
@@ -103,9 +114,12 @@ class Dispatching(WorkerState):
             if run.begun is not None:
                 took = time.monotonic() - run.begun
                 self.runtime = took if self.runtime is None else 0.8 * self.runtime + 0.2 * took
+            self.counters["finished"] += 1
             if run.ctx.completed_in_transaction:
                 self.counters[JobState.DONE.value] += 1
+                self._emit(job_event("finished", run.job, self.id, JobState.DONE.value))
                 continue
+            self._finishing[outcome.job_id] = run.job  # "finished" once it is written
             if outcome.state is not JobState.DONE:
                 failed_attempt(run, outcome)
             self._to_write.append(outcome)
@@ -131,8 +145,12 @@ class Dispatching(WorkerState):
         """Count what was written, log what was discarded, wake for our own retries."""
         wall = self.app.clock()
         for outcome in batch:
+            job = self._finishing.pop(outcome.job_id, None)
             if outcome.job_id not in written:
                 self.counters["stale_results"] += 1
+                if job is not None:
+                    self._emit(job_event("discarded", job, self.id, outcome.state.value,
+                                         "no longer held when written"))  # fmt: skip
                 log.warning(
                     "job %s: outcome %s discarded: the job is no longer held by this "
                     "worker (lease lost or cancelled)",
@@ -141,6 +159,8 @@ class Dispatching(WorkerState):
                 )
                 continue
             self.counters[outcome.state.value] += 1
+            if job is not None:
+                self._emit(job_event("finished", job, self.id, outcome.state.value, outcome.error))
             if outcome.state is JobState.PENDING and not outcome.uncharge:
                 self.counters["retried"] += 1
             if t is not None and outcome.state is JobState.PENDING and outcome.delay is not None:

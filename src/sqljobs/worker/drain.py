@@ -8,6 +8,7 @@ import logging
 from ..backends.base import Backend
 from ..errors import BackendError
 from ..jobs import ClaimedJob, JobState, Outcome
+from .events import job_event
 from .execute import Running
 from .state import WorkerState
 
@@ -54,6 +55,9 @@ class Draining(WorkerState):
             self._to_write = outcomes + self._to_write
             raise
         self.counters["released"] += len(written)
+        for run in runs:
+            if run.job.id in written:
+                self._emit(job_event("released", run.job, self.id, JobState.PENDING.value, label))
         log.info("worker %s: released %d jobs it held (%s)", self.id, len(written), label)
 
 

@@ -12,7 +12,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    from ..jobs import ClaimedJob
 
 EventKind = Literal[
     "claimed", "started", "finished", "released", "lease_lost", "timed_out", "discarded"
@@ -34,6 +37,19 @@ class WorkerEvent:
 
 
 OnEvent = Callable[[WorkerEvent], None]
+
+
+@dataclass(frozen=True)
+class Pass:
+    """What one pass of the coordinator (:meth:`Worker.run_once`) did: jobs claimed,
+    handler results collected, jobs released; ``stopped`` once a stop has finished (all
+    held jobs finished or released); ``wait``, the seconds it may sleep unless woken."""
+
+    claimed: int
+    finished: int
+    released: int
+    stopped: bool
+    wait: float
 
 
 class EventLog:
@@ -73,3 +89,14 @@ class EventLog:
 
     def _of(self, kind: EventKind, job_id: int | None) -> list[WorkerEvent]:
         return [e for e in self.events if e.kind == kind and job_id in (None, e.job_id)]
+
+
+def job_event(
+    kind: EventKind,
+    job: ClaimedJob,
+    worker: str,
+    state: str | None = None,
+    detail: str | None = None,
+) -> WorkerEvent:
+    """The event ``kind`` about one claimed job."""
+    return WorkerEvent(kind, job.id, job.task, job.attempt, worker, state, detail)

@@ -44,6 +44,13 @@ class Running:
 
 
 Report = Callable[[Running, Outcome], None]
+Started = Callable[[Running], None]
+
+
+def _no_hook(_run: Running) -> None:
+    """No one listens for handlers starting."""
+
+
 Clock = Callable[[], float]
 
 
@@ -104,10 +111,11 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def run_sync(run: Running, clock: Clock) -> Outcome:
+def run_sync(run: Running, clock: Clock, started: Started = _no_hook) -> Outcome:
     """Run the handler in this thread. Anything it raises, ``SystemExit`` and
     ``KeyboardInterrupt`` included, is the attempt's failure: the thread lives on."""
     run.begun = time.monotonic()
+    started(run)
     try:
         run.task.fn(*run.call_args(), **run.kwargs)
     except BaseException as exc:
@@ -115,8 +123,9 @@ def run_sync(run: Running, clock: Clock) -> Outcome:
     return success(run)
 
 
-async def run_async(run: Running, clock: Clock) -> Outcome:
+async def run_async(run: Running, clock: Clock, started: Started = _no_hook) -> Outcome:
     run.begun = time.monotonic()
+    started(run)
     try:
         await run.task.fn(*run.call_args(), **run.kwargs)
     except asyncio.CancelledError:
@@ -127,11 +136,15 @@ async def run_async(run: Running, clock: Clock) -> Outcome:
 
 
 class ThreadPool:
-    """A fixed set of threads fed from one queue; a hung thread is replaced, not waited on."""
+    """A fixed set of threads fed from one queue. A handler that is given up keeps its
+    thread until it returns (a thread cannot be killed), so no more than ``size`` run."""
 
-    def __init__(self, size: int, report: Report, clock: Clock, name: str) -> None:
+    def __init__(
+        self, size: int, report: Report, clock: Clock, name: str, started: Started = _no_hook
+    ) -> None:
         self._queue: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
         self._report = report
+        self._on_start = started
         self._clock = clock
         self._name = name
         self._started = 0
@@ -166,7 +179,7 @@ class ThreadPool:
             if run.closed:  # given up before it started (lease lost, timed out): skip it
                 self._report(run, success(run))  # discarded by the coordinator; frees the slot
                 continue
-            self._report(run, run_sync(run, self._clock))
+            self._report(run, run_sync(run, self._clock, self._on_start))
 
     def stop(self) -> None:
         for _ in range(self._started):
@@ -176,9 +189,10 @@ class ThreadPool:
 class AsyncRunner:
     """One event loop on its own thread for ``async def`` tasks."""
 
-    def __init__(self, report: Report, clock: Clock) -> None:
+    def __init__(self, report: Report, clock: Clock, started: Started = _no_hook) -> None:
         self._report = report
         self._clock = clock
+        self._on_start = started
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="sqljobs-async", daemon=True
@@ -190,7 +204,7 @@ class AsyncRunner:
 
     async def _run(self, run: Running) -> None:
         try:
-            outcome = await run_async(run, self._clock)
+            outcome = await run_async(run, self._clock, self._on_start)
         except asyncio.CancelledError:
             return  # the coordinator already decided this job's fate
         self._report(run, outcome)

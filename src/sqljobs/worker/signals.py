@@ -17,6 +17,12 @@ log = logging.getLogger("sqljobs.worker")
 
 
 class Signals(WorkerState):
+    def handle_signal(self, signum: int) -> None:
+        """Act as if the process received ``signum`` (SIGTERM or SIGINT): the first drains,
+        a second stops at once. Safe from a signal handler (it takes no lock), so a
+        supervisor or an embedding program can forward its own signals here."""
+        self._on_signal(signum, None)
+
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         """Runs between two bytecodes of the main thread, maybe while it holds the lock
         inside ``_wake``: taking that lock here would deadlock it (seen: a second signal

@@ -40,6 +40,7 @@ class WorkerState:
     _abandoned: set[Running]  # given up, but their threads still run them
     _results: collections.deque[tuple[Running, Outcome]]  # appended by executor threads
     _to_write: list[Outcome]
+    _finishing: dict[int, ClaimedJob]  # jobs whose outcome awaits writing, for the event
     _wake: threading.Event  # set by any thread that has news for the coordinator
     _stopping: bool
     _immediate: bool

@@ -60,7 +60,7 @@ class Supervisor:
             try:
                 worker = Worker(self.app, config)
                 for signum in stop_signals:
-                    signal.signal(signum, worker._on_signal)
+                    signal.signal(signum, lambda sig, _frame: worker.handle_signal(sig))
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
                 worker.run()
             except BaseException:

@@ -8,6 +8,7 @@ import os
 
 from ..backends.base import Backend
 from ..jobs import HeldJob
+from .events import job_event
 from .execute import Running, failure
 from .report import failed_attempt, job_fields
 from .state import WorkerState
@@ -63,6 +64,7 @@ class Upkeep(WorkerState):
                     continue  # its own ctx.transaction() finished it: the result is coming
                 self._close(run, abandon=True)
                 self.counters["leases_lost"] += 1
+                self._emit(job_event("lease_lost", run.job, self.id))
                 log.warning(
                     "job %s (%s): lease lost on attempt %s; the handler is told to stop and "
                     "its result will be discarded",
@@ -76,7 +78,9 @@ class Upkeep(WorkerState):
             error = TimeoutError(f"timed out after {run.task.timeout:g} s")
             outcome = failure(run, error, self.app.clock(), outcome="timed_out")
             self._to_write.append(outcome)
+            self._finishing[outcome.job_id] = run.job
             self.counters["timed_out"] += 1
+            self._emit(job_event("timed_out", run.job, self.id, outcome.state.value))
             failed_attempt(run, outcome)
 
     def _close(self, run: Running, *, abandon: bool) -> None:

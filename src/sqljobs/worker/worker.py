@@ -20,6 +20,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import Backend, WorkerInfo
@@ -31,6 +32,7 @@ from .claiming import Claiming
 from .config import WorkerConfig
 from .dispatch import Dispatching
 from .drain import Draining
+from .events import OnEvent, Pass, WorkerEvent
 from .execute import AsyncRunner, Running, ThreadPool
 from .lanes import Lanes
 from .report import banner, summary, unreachable
@@ -52,7 +54,14 @@ doubling from the first to the cap, until it connects or is stopped."""
 class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
     """Runs jobs of an App's tasks until stopped. ``run()`` blocks; ``stop()`` is thread-safe."""
 
-    def __init__(self, app: App, config: WorkerConfig | None = None, **options: Any) -> None:
+    def __init__(
+        self,
+        app: App,
+        config: WorkerConfig | None = None,
+        *,
+        on_event: OnEvent | None = None,
+        **options: Any,
+    ) -> None:
         if not app.tasks:
             raise ConfigurationError(
                 f"{app!r} has no tasks: a worker would have nothing to run. Give the worker "
@@ -74,6 +83,7 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         self.counters: collections.Counter[str] = collections.Counter()
         self._results: collections.deque[tuple[Running, Outcome]] = collections.deque()
         self._to_write: list[Outcome] = []
+        self._finishing: dict[int, ClaimedJob] = {}
         self._wake = threading.Event()
         self._stopping = False
         self._immediate = False
@@ -89,6 +99,9 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         self._signals = 0  # counted by the signal handler, acted on by the coordinator
         self._signals_taken = 0
         self._relay_write: int | None = None
+        self._timers: Timers | None = None
+        self._began = time.monotonic()
+        self._on_event = on_event
 
     # -- control -----------------------------------------------------------------------
 
@@ -110,6 +123,35 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
 
     def run(self) -> None:
         """Work until stopped; on return every job this worker held is finished or released."""
+        restore = self._install_signals()  # a wait for the database must stop on SIGTERM
+        try:
+            if not self.start():
+                return  # stopped while it waited for the database
+            try:
+                failures = 0
+                while True:
+                    try:
+                        done = self.run_once()
+                        failures = 0
+                    except BackendError as exc:
+                        failures += 1
+                        pause = min(5.0, 0.05 * 2 ** min(failures, 7))
+                        log.warning("worker %s: database error (%s); retrying in %.2f s",
+                                    self.id, exc, pause)  # fmt: skip
+                        self._wake.wait(pause)
+                        continue
+                    if done.stopped:
+                        return
+                    self._wake.wait(done.wait)
+            finally:
+                self.close()
+        finally:
+            self._restore_signals(restore)
+
+    def start(self) -> bool:
+        """Connect (waiting for an unreachable database), register, and start the threads:
+        after this, :meth:`run_once` steps the worker. False if it was stopped while it
+        waited for the database. :meth:`run` calls it; tests may call it themselves."""
         heartbeat_interval = self.shortest_lease / 3
         info = WorkerInfo(
             self.id,
@@ -120,17 +162,15 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
             heartbeat_interval,
             tuple(task.info for task in self.app.tasks.values()),
         )
-        restore = self._install_signals()  # a wait for the database must stop on SIGTERM
-        began = time.monotonic()
+        self._began = time.monotonic()
         backend = self._connect(info)
-        if backend is None:  # stopped while waiting for the database
-            self._restore_signals(restore)
+        if backend is None:
             self.stopped.set()
-            return
+            return False
         self._backend = backend
         backend.subscribe(self._wake.set)
         self._backend_pushes = backend.pushes_changes
-        lanes = self._lanes = Lanes(
+        self._lanes = Lanes(
             self.config.claim_lanes or backend.claim_lanes,
             lambda trip: self._round_trip(backend, trip), self._wake.set, f"sqljobs-{self.id}",
         )  # fmt: skip
@@ -142,28 +182,114 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
             else None
         )
         self._threads = ThreadPool(
-            self.config.concurrency, self._report, self.app.clock, f"sqljobs-{self.id}"
-        )
+            self.config.concurrency, self._report, self.app.clock, f"sqljobs-{self.id}",
+            self._started,
+        )  # fmt: skip
         if any(t.is_async for t in self.app.tasks.values()):
-            self._async = AsyncRunner(self._report, self.app.clock)
+            self._async = AsyncRunner(self._report, self.app.clock, self._started)
+        self._timers = Timers(time.monotonic(), heartbeat_interval, self.config)
         self.app.add_wakeup(self._wake)
         log.info("%s", banner(self, backend, heartbeat_interval))
-        try:
-            self._loop(backend, heartbeat_interval)
-        finally:
-            self.app.remove_wakeup(self._wake)
-            lanes.stop()
-            self._restore_signals(restore)
+        return True
+
+    def run_once(self) -> Pass:
+        """One pass of the coordinator: collect what handlers returned, give up timed-out
+        ones, do the upkeep that is due (heartbeat, reaper, pruner, scheduler), then claim
+        what fits (or, once stopping, drain) and write the outcomes. Returns what it did and
+        how long the worker may sleep unless woken. Needs :meth:`start` first."""
+        backend, t = self._backend, self._timers
+        if backend is None or t is None:
+            raise ConfigurationError("Worker.run_once() needs Worker.start() first")
+        before = self.counters.copy()
+        self._wake.clear()
+        self.counters["loops"] += 1  # how often it woke: a spinning loop shows here
+        self._take_signals()
+        if self._collect():
+            t.want_claim = True
+        self._take_trips(backend, t)
+        now = time.monotonic()
+        self._expire_timeouts(now)
+        self._maintain(backend, t, now)
+        stopped = False
+        if self._stopping:
+            stopped = self._drain_step(backend, now)
+        else:
+            self._claim_step(backend, t, now)  # carries outcomes with its claim
+        if not stopped:
+            self._write_outcomes(backend, t)  # whatever no claim carried
+        delta = self.counters - before
+        return Pass(
+            claimed=delta["claimed"],
+            finished=delta["finished"],
+            released=delta["released"],
+            stopped=stopped,
+            wait=0.0 if stopped else self._wait_time(t),
+        )
+
+    def run_until(self, done: Callable[[], object], timeout: float = 30.0) -> None:
+        """Step the worker until ``done()`` is true, sleeping between passes only until
+        something wakes it (a handler returning, a round trip, an enqueue) or a timer is
+        due. Raises ``TimeoutError`` after ``timeout`` seconds. For tests and embedding."""
+        deadline = time.monotonic() + timeout
+        while not done():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"worker {self.id}: not done after {timeout:g} s")
+            step = self.run_once()
+            if step.stopped:
+                if done():
+                    return
+                raise TimeoutError(f"worker {self.id} stopped before it was done")
+            if not done():
+                self._wake.wait(min(step.wait, left))
+
+    def close(self) -> None:
+        """Release what is left (after a drain, nothing), stop the threads, unregister and
+        close the connections. :meth:`run` calls it."""
+        backend = self._backend
+        if backend is None:
+            return
+        self.app.remove_wakeup(self._wake)
+        if self._lanes is not None:
+            self._lanes.stop()
+        if self._threads is not None:
             self._threads.stop()
-            if self._async is not None:
-                self._async.stop()
-            try:
-                backend.unregister_worker(self.id)
-            except BackendError as exc:
-                log.warning("worker %s: could not unregister: %s", self.id, exc)
-            backend.close()
-            self.stopped.set()
-            log.info("%s", summary(self, time.monotonic() - began))
+        if self._async is not None:
+            self._async.stop()
+        try:
+            backend.unregister_worker(self.id)
+        except BackendError as exc:
+            log.warning("worker %s: could not unregister: %s", self.id, exc)
+        backend.close()
+        self._backend = None
+        self.stopped.set()
+        log.info("%s", summary(self, time.monotonic() - self._began))
+
+    def __enter__(self) -> Worker:
+        if not self.start():
+            raise ConfigurationError(f"worker {self.id} was stopped before it started")
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        """Drain as SIGTERM would (jobs still running after the drain timeout are
+        released), then close."""
+        if self._backend is None:
+            return
+        self.stop()
+        try:
+            while not (step := self.run_once()).stopped:
+                self._wake.wait(step.wait)
+        finally:
+            self.close()
+
+    def _emit(self, event: WorkerEvent) -> None:
+        """Tell the ``on_event`` hook; a hook that raises is logged, never fatal."""
+        if self._on_event is None:
+            return
+        try:
+            self._on_event(event)
+        except Exception:
+            log.exception("worker %s: the on_event hook raised on %s", self.id, event)
 
     def _connect(self, info: WorkerInfo) -> Backend | None:
         """Open (and migrate) this worker's backend and register the worker, waiting with
@@ -206,37 +332,6 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
                 self._wake.clear()
                 waited += pause
                 pause = min(pause * 2, CONNECT_BACKOFF_CAP)
-
-    def _loop(self, backend: Backend, heartbeat_interval: float) -> None:
-        t = Timers(time.monotonic(), heartbeat_interval, self.config)
-        failures = 0
-        while True:
-            self._wake.clear()
-            self.counters["loops"] += 1  # how often it woke: a spinning loop shows here
-            self._take_signals()
-            try:
-                if self._collect():
-                    t.want_claim = True
-                self._take_trips(backend, t)
-                now = time.monotonic()
-                self._expire_timeouts(now)
-                self._maintain(backend, t, now)
-                if self._stopping:
-                    if self._drain_step(backend, now):
-                        return
-                else:
-                    self._claim_step(backend, t, now)  # carries outcomes with its claim
-                self._write_outcomes(backend, t)  # whatever no claim carried
-                failures = 0
-            except BackendError as exc:
-                failures += 1
-                pause = min(5.0, 0.05 * 2 ** min(failures, 7))
-                log.warning(
-                    "worker %s: database error (%s); retrying in %.2f s", self.id, exc, pause
-                )
-                self._wake.wait(pause)
-                continue
-            self._wake.wait(self._wait_time(t))
 
     def _wait_time(self, t: Timers) -> float:
         if self._results or ((self._to_write or t.want_due) and not self.lanes_busy):
