@@ -11,6 +11,7 @@ import pytest
 
 import sqljobs
 from sqljobs import App, BackendError, JobState, Retry
+from sqljobs.worker import EventLog
 
 from .conftest import Runs, Spawn, wait_until, worker_thread
 
@@ -75,10 +76,11 @@ def test_jobs_a_claim_brings_back_after_the_stop_are_handed_back_unstarted(app: 
     ran: list[int] = []
     app.task(name="t")(ran.append)
     claimed, release = threading.Event(), threading.Event()
-    with worker_thread(app, concurrency=2, poll_interval=60) as worker:
-        wait_until(lambda: worker.counters["claims"] >= 1 and worker._backend is not None)
-        backend = worker._backend
-        assert backend is not None
+    real_open = app.open_backend
+
+    def gated_backend(**options: Any) -> Any:
+        """The worker's backend, whose claims pause once they have committed jobs."""
+        backend = real_open(**options)
         real = backend.finish_and_claim
 
         def gated(*args: Any, **kwargs: Any) -> Any:
@@ -89,16 +91,22 @@ def test_jobs_a_claim_brings_back_after_the_stop_are_handed_back_unstarted(app: 
             return written, jobs
 
         backend.finish_and_claim = gated  # type: ignore[method-assign]
+        return backend
+
+    app.open_backend = gated_backend  # type: ignore[method-assign]
+    events = EventLog()
+    with worker_thread(app, concurrency=2, poll_interval=60, on_event=events) as worker:
         handles = app.tasks["t"].enqueue_many([(i,) for i in range(8)])  # full batches
         assert claimed.wait(10), "the worker did not claim"
         worker.stop()
         release.set()
-        wait_until(worker.stopped.is_set, timeout=10)
+        assert worker.stopped.wait(10)
     assert ran == [], "a job claimed after the stop was started"
     for handle in handles:
         job = handle.job()
         assert job is not None and job.state is JobState.PENDING and job.attempts == 0
     assert app.stats().total("pending") == 8
+    assert not events.of("started") and events.of("released"), "the claimed ones went back"
 
 
 def test_a_draining_worker_sleeps_between_its_duties(app: App) -> None:
@@ -121,7 +129,7 @@ def test_a_draining_worker_sleeps_between_its_duties(app: App) -> None:
         worker.stop()
         fails.enqueue()  # not claimed while stopping, so no retry; the poll still falls due
         before = worker.counters["loops"]
-        wait_until(worker.stopped.is_set, timeout=10)
+        assert worker.stopped.wait(10)
         woke = worker.counters["loops"] - before
     assert woke < 50, f"the coordinator woke {woke} times in a 1 s drain: it spins"
 
@@ -135,12 +143,13 @@ def test_a_release_that_fails_is_written_again_not_dropped(app: App) -> None:
     def long() -> None:
         release.wait(10)  # still running when the drain ends
 
-    with worker_thread(app, concurrency=1, drain_timeout=0.3) as worker:
-        handle = long.enqueue()
-        wait_until(lambda: handle.job() is not None and handle.job().state is JobState.RUNNING)  # type: ignore[union-attr]
-        backend = worker._backend
-        assert backend is not None
-        real, failed = backend.finish_jobs, []
+    failed: list[bool] = []
+    real_open = app.open_backend
+
+    def flaky_backend(**options: Any) -> Any:
+        """The worker's backend, failing the first hand-back it is asked to write."""
+        backend = real_open(**options)
+        real = backend.finish_jobs
 
         def flaky(outcomes: Any, *rest: Any) -> Any:
             if not failed and any(o.state is JobState.PENDING for o in outcomes):
@@ -149,8 +158,15 @@ def test_a_release_that_fails_is_written_again_not_dropped(app: App) -> None:
             return real(outcomes, *rest)
 
         backend.finish_jobs = flaky  # type: ignore[method-assign]
+        return backend
+
+    app.open_backend = flaky_backend  # type: ignore[method-assign]
+    events = EventLog()
+    with worker_thread(app, concurrency=1, drain_timeout=0.3, on_event=events) as worker:
+        handle = long.enqueue()
+        events.wait("started", handle.id)
         worker.stop()
-        wait_until(worker.stopped.is_set, timeout=10)
+        assert worker.stopped.wait(10)
     release.set()
     assert failed, "the release never reached the database"
     job = handle.job()
@@ -165,8 +181,9 @@ def test_a_signal_while_the_main_thread_holds_the_wake_lock_cannot_deadlock(app:
     second signal never stopped the worker). The handler must not take that lock."""
     app.task(name="any")(lambda: None)
     worker = sqljobs.Worker(app, install_signal_handlers=False)
-    with worker._wake._cond:  # the event's own lock, as held inside wait(), set() or clear()
-        worker._on_signal(signal.SIGTERM, None)
-        worker._on_signal(signal.SIGINT, None)
-    worker._take_signals()
-    assert worker._stopping and worker._immediate, "first signal drains, second stops"
+    with worker._wake._cond:  # (white box: the event's own lock, held in wait/set/clear)
+        worker.handle_signal(signal.SIGTERM)
+        worker.handle_signal(signal.SIGINT)
+    with worker:
+        step = worker.run_once()
+    assert step.stopped, "first signal drains, the second stops at once"

@@ -11,8 +11,10 @@ import time
 import pytest
 
 import sqljobs
+import sqljobs.worker
 from sqljobs import App, ConfigurationError, JobState, Retry
 from sqljobs.backends import WorkerInfo
+from sqljobs.worker import EventLog
 
 from .conftest import db_execute, expire_lease, is_pg, placeholder, wait_until, worker_thread
 
@@ -36,8 +38,10 @@ def test_plain_functions_run_on_threads_and_async_tasks_on_a_loop(app: App) -> N
         seen[name] = "loop" if asyncio.get_running_loop() else "?"
 
     ids = [plain.enqueue("a").id, coro.enqueue("b").id]
-    with worker_thread(app, concurrency=2):
-        wait_until(lambda: all(_state(app, i) is JobState.DONE for i in ids))
+    events = EventLog()
+    with worker_thread(app, concurrency=2, on_event=events):
+        done = events.wait("finished", state="done", count=2)
+    assert {e.job_id for e in done} == set(ids)
     assert seen["a"].startswith("sqljobs-") and seen["b"] == "loop"
 
 
@@ -54,8 +58,9 @@ def test_concurrency_bounds_jobs_in_flight(app: App) -> None:
             running[0] -= 1
 
     busy.enqueue_many([() for _ in range(40)])
-    with worker_thread(app, concurrency=3):
-        wait_until(lambda: app.stats().total("done") == 40)
+    events = EventLog()
+    with worker_thread(app, concurrency=3, on_event=events):
+        events.wait("finished", state="done", count=40)
     assert peak[0] == 3
 
 
@@ -74,15 +79,17 @@ def test_a_hung_handler_times_out_is_recorded_and_retried(app: App) -> None:
         await asyncio.sleep(30)
 
     sync_id, async_id = hangs.enqueue().id, hangs_async.enqueue().id
-    with worker_thread(app, concurrency=1) as worker:
-        wait_until(lambda: _state(app, async_id) is JobState.DEAD)
-        wait_until(lambda: worker.counters["timed_out"] >= 1)
+    events = EventLog()
+    with worker_thread(app, concurrency=1, on_event=events):
+        events.wait("finished", async_id, state="dead")
+        events.wait("finished", sync_id, state="pending")  # the timed-out first attempt
+        assert events.of("timed_out", sync_id)
         # the given-up handler still holds the worker's one thread: the retry waits for it
         # instead of a second handler running beside it (never more than `concurrency`)
-        assert attempts == [1]
+        assert attempts == [1] and not events.of("started", sync_id)[1:]
         release.set()
-        wait_until(lambda: _state(app, sync_id) is JobState.DONE)
-        wait_until(lambda: worker.counters["stale_results"] >= 1)
+        events.wait("finished", sync_id, state="done")
+        events.wait("discarded", sync_id)  # the first attempt's late result
     job = app.get_job(sync_id)
     assert job is not None and attempts == [1, 2]
     assert job.history[0]["outcome"] == "timed_out"
@@ -99,8 +106,10 @@ def test_a_worker_leaves_jobs_of_tasks_it_lacks_pending_and_charges_no_attempt(u
 
     theirs = app.enqueue("only_elsewhere", args=[1], known=False).id
     ran = mine.enqueue().id
-    with worker_thread(app):
-        wait_until(lambda: _state(app, ran) is JobState.DONE)
+    events = EventLog()
+    with worker_thread(app, on_event=events):
+        events.wait("finished", ran, state="done")
+    assert not events.of("claimed", theirs)
     assert app.backend.next_due(None, ["mine"]).wait is None  # nothing of its own: it sleeps
     assert app.backend.next_due(None, None).wait is not None
     job = app.get_job(theirs)
@@ -120,9 +129,10 @@ def test_an_undecodable_payload_ends_dead_with_a_clear_error(app: App) -> None:
     job_id = t.enqueue().id
     good_id = t.enqueue().id
     db_execute(app, "UPDATE sqljobs_jobs SET payload = '{not json' WHERE id = ?", params=(job_id,))
-    with worker_thread(app):
-        wait_until(lambda: _state(app, job_id) is JobState.DEAD)
-        wait_until(lambda: _state(app, good_id) is JobState.DONE)
+    events = EventLog()
+    with worker_thread(app, on_event=events):
+        events.wait("finished", job_id, state="dead")
+        events.wait("finished", good_id, state="done")
     job = app.get_job(job_id)
     assert job is not None and "stored payload cannot be decoded" in (job.last_error or "")
 
@@ -142,11 +152,13 @@ def test_a_local_enqueue_wakes_the_worker_at_once(app: App) -> None:
     def t(sent: float) -> None:
         started.append(time.perf_counter() - sent)
 
-    with worker_thread(app, poll_interval=30, change_check_interval=30) as worker:
-        wait_until(lambda: worker.counters["claims"] >= 1, what="the first (empty) claim")
+    events = EventLog()
+    with worker_thread(app, poll_interval=30, change_check_interval=30, on_event=events):
+        t.enqueue(time.perf_counter())
+        events.wait("finished")  # the worker has claimed, run, and now waits idle
         for _ in range(20):
             t.enqueue(time.perf_counter())
-        wait_until(lambda: len(started) == 20)
+        events.wait("finished", count=21, timeout=5)  # far less than the 30 s poll
     assert max(started) < 1.0, "woken by the enqueue, not by the 30 s poll"
 
 
@@ -158,11 +170,11 @@ def test_another_process_commit_wakes_the_worker_without_polling(app: App) -> No
         latencies.append(time.time() - sent)
 
     other = App(app.url)  # another connection, as another process would have
-    with worker_thread(app, poll_interval=30) as worker:
-        for _ in range(20):
-            seen = len(latencies)  # counted before the enqueue: the job may run at once
+    events = EventLog()
+    with worker_thread(app, poll_interval=30, on_event=events) as worker:
+        for i in range(20):
             other.enqueue("t", args=[time.time()], known=False)
-            wait_until(lambda seen=seen: len(latencies) > seen)
+            events.wait("finished", count=i + 1, timeout=5)  # the 30 s poll never came
         claims = worker.counters["claims"]
     assert max(latencies) < 1.0, "woken by the change check, not by the 30 s poll"
     assert claims <= 45
@@ -192,8 +204,10 @@ def test_ctx_transaction_commits_effects_with_the_completion(app: App) -> None:
                 )
 
     ids = [pay.enqueue("1001").id for _ in range(5)]  # five deliveries of one payment
-    with worker_thread(app):
-        wait_until(lambda: all(_state(app, i) is JobState.DONE for i in ids))
+    events = EventLog()
+    with worker_thread(app, on_event=events):
+        done = events.wait("finished", state="done", count=5)
+    assert {e.job_id for e in done} == set(ids)
     assert db_execute(app, "SELECT balance FROM accounts") == [(9900,)]
 
 
@@ -202,19 +216,27 @@ def test_a_lost_lease_rolls_back_the_transaction_and_tells_the_handler(app: App)
     entered, saw_loss = threading.Event(), threading.Event()
     outcome: list[str] = []
 
+    lost = threading.Event()
+
     @app.task(lease=30)
     def effect(ctx: sqljobs.JobContext) -> None:
         entered.set()
-        wait_until(lambda: ctx.lease_lost, timeout=10)
-        saw_loss.set()
+        assert lost.wait(10)  # set by the worker's lease_lost event, below
+        assert ctx.lease_lost
         try:
             with ctx.transaction() as tx:
                 tx.execute("INSERT INTO effects VALUES (1)")
         except sqljobs.LeaseLost as exc:
             outcome.append(str(exc))
+        saw_loss.set()  # the handler is through: what it tried has been decided
 
     job_id = effect.enqueue().id
-    with worker_thread(app) as worker:
+
+    def on_event(event: sqljobs.worker.WorkerEvent) -> None:
+        if event.kind == "lease_lost":
+            lost.set()
+
+    with worker_thread(app, on_event=on_event) as worker:
         entered.wait(10)
         # another worker takes the job over after an (simulated) lease expiry
         expire_lease(app, job_id)
@@ -226,7 +248,7 @@ def test_a_lost_lease_rolls_back_the_transaction_and_tells_the_handler(app: App)
         (taken,) = other.claim_jobs("other-worker", None, 1)
         worker.request_heartbeat()
         assert saw_loss.wait(10)
-        wait_until(lambda: outcome)
+    assert outcome, "the handler's transaction raised LeaseLost"
     assert db_execute(app, "SELECT count(*) FROM effects") == [(0,)]
     job = app.get_job(job_id)
     assert job is not None and job.state is JobState.RUNNING and job.token == taken.token
@@ -279,13 +301,15 @@ def test_jobs_from_a_crashed_worker_run_alone(app: App) -> None:
             release.wait(10)
         running.remove(name)
 
-    step.enqueue("long")
-    with worker_thread(app, concurrency=4, poll_interval=0.2):
-        wait_until(lambda: running == ["long"])
+    long_id = step.enqueue("long").id
+    events = EventLog()
+    with worker_thread(app, concurrency=4, poll_interval=0.2, on_event=events):
+        events.wait("started", long_id)
         suspects = _make_suspects(app, step, 2)
         normal = [step.enqueue(f"normal{i}").id for i in range(4)]
         release.set()
-        wait_until(lambda: all(_state(app, i) is JobState.DONE for i in suspects + normal))
+        done = events.wait("finished", state="done", count=7)
+    assert {e.job_id for e in done} == {long_id, *suspects, *normal}
     runs_of_suspects = [o for o in overlap if any(n.startswith("suspect") for n in o)]
     assert runs_of_suspects and all(len(o) == 1 for o in runs_of_suspects), overlap
 
@@ -294,13 +318,14 @@ def test_a_due_suspect_does_not_make_an_idle_worker_spin(app: App) -> None:
     @app.task
     def step(name: str) -> None: ...
 
-    with worker_thread(app, poll_interval=1.0) as worker:
+    events = EventLog()
+    with worker_thread(app, poll_interval=1.0, on_event=events) as worker:
         wait_until(lambda: worker.counters["claims"] >= 1, what="the first (empty) claim")
         suspects = _make_suspects(app, step, 1)
         before = worker.counters["claims"]
-        time.sleep(0.5)  # a window over which to count claim queries
+        time.sleep(0.5)  # measuring idle cost: claim queries over a fixed window
         claims = worker.counters["claims"] - before
-        wait_until(lambda: _state(app, suspects[0]) is JobState.DONE, timeout=5)
+        events.wait("finished", suspects[0], state="done", timeout=5)
     assert claims <= 5, f"{claims} claim queries in 0.5 s: the worker is spinning"
 
 
@@ -312,13 +337,14 @@ def test_prefetch_adapts_to_how_long_jobs_run(app: App) -> None:
     def slow() -> None:
         time.sleep(0.1)  # the job's own work
 
-    with worker_thread(app, concurrency=2) as worker:
+    events = EventLog()
+    with worker_thread(app, concurrency=2, on_event=events) as worker:
         assert worker.prefetch == 2, "before any job ran: as many as concurrency"
         quick.enqueue_many([() for _ in range(50)])
-        wait_until(lambda: app.stats().total("done") == 50)
+        events.wait("finished", count=50)
         assert worker.prefetch == 8 * worker.lanes, "short jobs: 4 x concurrency per lane"
         slow.enqueue_many([() for _ in range(12)])
-        wait_until(lambda: app.stats().total("done") == 62)
+        events.wait("finished", count=62)
         assert worker.prefetch <= 1, "long jobs: nothing waits in a buffer"
     fixed = sqljobs.Worker(app, prefetch=3, install_signal_handlers=False)
     assert fixed.prefetch == 3 and fixed.capacity == 11
@@ -337,8 +363,9 @@ def test_claims_in_flight_together_never_hand_out_a_job_twice(app: App, lanes: i
             ran[i] += 1
 
     count.enqueue_many([(i,) for i in range(3000)])
-    with worker_thread(app, concurrency=4, claim_lanes=lanes) as worker:
-        wait_until(lambda: worker.counters["done"] == 3000, timeout=60)
+    events = EventLog()
+    with worker_thread(app, concurrency=4, claim_lanes=lanes, on_event=events) as worker:
+        events.wait("finished", state="done", count=3000, timeout=60)
         expected = lanes or (2 if is_pg(app) else 1)
         assert worker.lanes == expected
         assert worker.counters["claims"] > 3000 / worker.capacity
@@ -379,8 +406,10 @@ def test_a_completion_in_the_jobs_own_transaction_is_never_taken_for_a_lost_leas
                 live[0] -= 1
 
     write.enqueue_many([() for _ in range(200)])
-    with worker_thread(app, concurrency=4) as worker:
-        wait_until(lambda: app.stats().total("done") == 200, timeout=60)
+    events = EventLog()
+    with worker_thread(app, concurrency=4, on_event=events) as worker:
+        events.wait("finished", state="done", count=200, timeout=60)
+    assert not events.of("lease_lost") and not events.of("discarded")
     assert worker.counters["heartbeats"] >= 3  # heartbeats did run while jobs completed
     assert worker.counters["leases_lost"] == 0
     assert worker.counters["stale_results"] == 0
@@ -399,10 +428,11 @@ def test_a_handler_raising_a_base_exception_fails_its_attempt_and_the_worker_goe
     def fine() -> None: ...
 
     bad = exits.enqueue().id
-    with worker_thread(app, concurrency=1):
-        wait_until(lambda: _state(app, bad) is JobState.DEAD)
+    events = EventLog()
+    with worker_thread(app, concurrency=1, on_event=events):
+        events.wait("finished", bad, state="dead")
         good = fine.enqueue().id  # the worker's one thread survived both attempts
-        wait_until(lambda: _state(app, good) is JobState.DONE)
+        events.wait("finished", good, state="done")
     job = app.get_job(bad)
     assert job is not None and job.attempts == 2
     assert [h["outcome"] for h in job.history] == ["failed", "failed"]
@@ -417,8 +447,12 @@ def test_a_worker_logs_its_banner_every_failed_attempt_and_a_summary(
         raise ValueError(f"no stock for {order}")
 
     job_id = flaky.enqueue("o-1").id
-    with caplog.at_level(logging.DEBUG, logger="sqljobs"), worker_thread(app, concurrency=2):
-        wait_until(lambda: _state(app, job_id) is JobState.DEAD)
+    events = EventLog()
+    with (
+        caplog.at_level(logging.DEBUG, logger="sqljobs"),
+        worker_thread(app, concurrency=2, on_event=events),
+    ):
+        events.wait("finished", job_id, state="dead")
     records = [r for r in caplog.records if r.name == "sqljobs.worker"]
     banner = next(r for r in records if "started on" in r.getMessage())
     assert banner.levelno == logging.INFO
@@ -435,3 +469,42 @@ def test_a_worker_logs_its_banner_every_failed_attempt_and_a_summary(
     assert len(dead) == 1 and "Traceback" in dead[0].getMessage()
     summary = next(r for r in records if "stopped after" in r.getMessage())
     assert "1 dead" in summary.getMessage() and "1 retried" in summary.getMessage()
+
+
+def test_a_stepped_worker_reports_each_pass_and_each_jobs_life(app: App) -> None:
+    """Worker.run_once() is one pass of the coordinator; the on_event hook says what
+    happened to each job, in order: claimed, started, finished (once written)."""
+
+    @app.task
+    def hello(n: int) -> None: ...
+
+    ids = [hello.enqueue(i).id for i in range(3)]
+    events = EventLog()
+    worker = sqljobs.Worker(app, concurrency=2, install_signal_handlers=False, on_event=events)
+    with pytest.raises(ConfigurationError, match="start"):
+        worker.run_once()
+    with worker:
+        first = worker.run_once()
+        assert first.claimed >= 1 and not first.stopped
+        worker.run_until(lambda: len(events.of("finished")) == 3, timeout=10)
+    for job_id in ids:
+        kinds = [e.kind for e in events.events if e.job_id == job_id]
+        assert kinds == ["claimed", "started", "finished"], kinds
+        assert _state(app, job_id) is JobState.DONE
+    assert worker.stopped.is_set()
+    assert app.stats().workers == 0  # closed: unregistered
+
+
+def test_an_on_event_hook_that_raises_is_logged_and_the_worker_goes_on(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    @app.task
+    def t() -> None: ...
+
+    def broken(event: sqljobs.worker.WorkerEvent) -> None:
+        raise RuntimeError("hook bug")
+
+    job_id = t.enqueue().id
+    with sqljobs.Worker(app, install_signal_handlers=False, on_event=broken) as worker:
+        worker.run_until(lambda: _state(app, job_id) is JobState.DONE, timeout=10)
+    assert any("on_event hook raised" in r.getMessage() for r in caplog.records)

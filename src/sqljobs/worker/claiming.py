@@ -97,9 +97,11 @@ class Claiming(WorkerState):
                 self._account(trip.outcomes, trip.written, t)
             if self._stopping:  # claimed as the stop came: hand back, never start
                 wall = self.app.clock()
-                self._to_write += [
-                    handed_back(job, "released_unstarted", self.id, wall, wall) for job in trip.jobs
-                ]
+                for job in trip.jobs:
+                    self._to_write.append(
+                        handed_back(job, "released_unstarted", self.id, wall, wall)
+                    )
+                    self._finishing[job.id] = job  # "released" once written
             else:
                 for i, job in enumerate(trip.jobs):
                     buffered = trip.start_now is not None and i >= trip.start_now

@@ -13,7 +13,7 @@ from ..context import JobContext
 from ..errors import PayloadError
 from ..jobs import ClaimedJob, JobState, Outcome
 from ..payload import decode
-from .events import job_event
+from .events import EventKind, job_event
 from .execute import Running, failure
 from .lanes import Trip
 from .report import failed_attempt
@@ -160,7 +160,8 @@ class Dispatching(WorkerState):
                 continue
             self.counters[outcome.state.value] += 1
             if job is not None:
-                self._emit(job_event("finished", job, self.id, outcome.state.value, outcome.error))
+                kind: EventKind = "released" if outcome.uncharge else "finished"
+                self._emit(job_event(kind, job, self.id, outcome.state.value, outcome.error))
             if outcome.state is JobState.PENDING and not outcome.uncharge:
                 self.counters["retried"] += 1
             if t is not None and outcome.state is JobState.PENDING and outcome.delay is not None:
