@@ -68,27 +68,39 @@ class EventLog:
             self.events.append(event)
             self._changed.notify_all()
 
-    def of(self, kind: EventKind, job_id: int | None = None) -> list[WorkerEvent]:
-        """The events of ``kind`` so far (for one job if given)."""
+    def of(
+        self, kind: EventKind, job_id: int | None = None, state: str | None = None
+    ) -> list[WorkerEvent]:
+        """The events of ``kind`` so far (for one job, and with one state, if given)."""
         with self._changed:
-            return self._of(kind, job_id)
+            return self._of(kind, job_id, state)
 
     def wait(
-        self, kind: EventKind, job_id: int | None = None, count: int = 1, timeout: float = 30.0
+        self,
+        kind: EventKind,
+        job_id: int | None = None,
+        *,
+        state: str | None = None,
+        count: int = 1,
+        timeout: float = 30.0,
     ) -> list[WorkerEvent]:
-        """Block until ``count`` events of ``kind`` (for ``job_id`` if given) have
-        happened; return them. Raises ``TimeoutError`` naming what was seen instead."""
+        """Block until ``count`` events of ``kind`` (for ``job_id``, with ``state``, if
+        given) have happened; return them. Raises ``TimeoutError`` naming what was seen."""
         with self._changed:
-            if self._changed.wait_for(lambda: len(self._of(kind, job_id)) >= count, timeout):
-                return self._of(kind, job_id)
+            if self._changed.wait_for(lambda: len(self._of(kind, job_id, state)) >= count, timeout):
+                return self._of(kind, job_id, state)
             seen = ", ".join(f"{e.kind}:{e.job_id}" for e in self.events[-20:])
         raise TimeoutError(
             f"waited {timeout:g} s for {count} {kind!r} event(s)"
             f"{'' if job_id is None else f' of job {job_id}'}; last seen: {seen or 'none'}"
         )
 
-    def _of(self, kind: EventKind, job_id: int | None) -> list[WorkerEvent]:
-        return [e for e in self.events if e.kind == kind and job_id in (None, e.job_id)]
+    def _of(self, kind: EventKind, job_id: int | None, state: str | None) -> list[WorkerEvent]:
+        return [
+            e
+            for e in self.events
+            if e.kind == kind and job_id in (None, e.job_id) and state in (None, e.state)
+        ]
 
 
 def job_event(
