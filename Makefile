@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test test-fast lint bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,10 +18,14 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
 
+# The inner loop: SQLite only, no test over ~3 s, no worker or CLI subprocesses.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not postgres and not slow and not processes"
+
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/ruff format --check src tests benchmarks
-	$(BIN)/mypy
+	$(BIN)/mypy  # strict, on src and tests (pyproject's [tool.mypy])
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import subprocess
@@ -20,8 +21,24 @@ import pytest
 import sqljobs
 
 ROOT = Path(__file__).resolve().parent.parent
-BACKENDS = ["sqlite", "postgres"]
+BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 Spawn = Callable[..., "subprocess.Popen[bytes]"]
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark by fixture what no test should have to mark by hand: a test runs on PostgreSQL
+    when it needs the template (PG-only files override ``url`` with it) or gets ``url``'s
+    postgres case, also by ``parametrize("url", ["postgres"], indirect=True)``, which
+    bypasses BACKENDS' marks; a test that uses ``spawn`` starts worker processes."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        callspec = getattr(item, "callspec", None)
+        on_postgres = callspec is not None and callspec.params.get("url") == "postgres"
+        if on_postgres or "pg_template" in fixtures:
+            item.add_marker(pytest.mark.postgres)
+        if "spawn" in fixtures:
+            item.add_marker(pytest.mark.processes)
 
 
 @pytest.fixture(params=BACKENDS)
@@ -43,10 +60,12 @@ def close_what_tests_open(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     opened: list[Any] = []
     real_init, real_open = sqljobs.App.__init__, sqljobs.App.open_backend
 
+    @functools.wraps(real_init)  # keeps App's signature for tests that read it
     def init(self: sqljobs.App, *args: Any, **kwargs: Any) -> None:
         real_init(self, *args, **kwargs)
         opened.append(self)
 
+    @functools.wraps(real_open)
     def open_backend(self: sqljobs.App, **options: Any) -> Any:
         backend = real_open(self, **options)
         opened.append(backend)
@@ -234,8 +253,8 @@ def db_execute(
     if is_pg(app):
         import psycopg
 
-        with psycopg.connect(app.url, autocommit=True) as conn:
-            cur = conn.execute((postgres or sqlite).replace("?", "%s"), params)  # type: ignore[arg-type]
+        with psycopg.connect(app.url, autocommit=True) as pg:
+            cur = pg.execute((postgres or sqlite).replace("?", "%s"), params)
             return cur.fetchall() if cur.description else []
     import sqlite3
 

@@ -6,6 +6,8 @@ import multiprocessing
 import time
 from collections import Counter
 
+import pytest
+
 import sqljobs
 from sqljobs import App, JobState
 from sqljobs.backends import WorkerInfo
@@ -17,7 +19,7 @@ from .conftest import expire_lease
 
 def _claim_until_empty(
     url: str, name: str, start: multiprocessing.synchronize.Barrier
-) -> list[int]:  # type: ignore[name-defined]
+) -> list[int]:
     backend = App(url).open_backend()
     start.wait()  # every claimer starts at the same moment
     got: list[int] = []
@@ -30,6 +32,8 @@ def _claim_until_empty(
     return got
 
 
+@pytest.mark.processes
+@pytest.mark.slow
 def test_concurrent_claimers_in_processes_never_take_one_job_twice(app: App) -> None:
     @app.task
     def noop(i: int) -> None: ...
@@ -106,14 +110,21 @@ def test_a_heartbeat_renews_every_held_lease_in_one_call(app: App) -> None:
     @app.task(lease=10)
     def t(i: int) -> None: ...
 
-    t.enqueue_many([(i,) for i in range(50)])
+    t.enqueue_many([(i,) for i in range(51)])
     backend = app.backend
-    held = backend.claim_jobs("w", None, 50)
-    before = {j.id: j.lease_until for j in app.list_jobs(limit=100)}
+    *held, left_out = backend.claim_jobs("w", None, 51)
+    for job in [*held, left_out]:  # every lease run out, so only a renewal can move it
+        expire_lease(app, job.id)
+    began = backend.now()
     renewed = backend.renew_leases("w", [HeldJob(j.id, j.token) for j in held])
+    ended = backend.now()
     assert renewed == {j.id for j in held}
-    after = {j.id: j.lease_until for j in app.list_jobs(limit=100)}
-    assert all(after[i] >= before[i] for i in renewed)  # type: ignore[operator]
+    leases = {j.id: j.lease_until for j in app.list_jobs(limit=100)}
+    for job in held:  # a fresh lease of the task's 10 s from the renewal (1 s of clock slack)
+        lease_until = leases[job.id]
+        assert lease_until is not None and began + 9 <= lease_until <= ended + 11, job.id
+    expired = leases[left_out.id]
+    assert expired is not None and expired < began, "a job not named is not renewed"
 
 
 def test_the_reaper_is_safe_to_run_concurrently(app: App) -> None:

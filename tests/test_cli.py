@@ -20,6 +20,8 @@ from sqljobs import App, JobState
 
 from .conftest import ROOT, db_execute, is_pg, wait_until
 
+pytestmark = pytest.mark.processes  # every test runs `python -m sqljobs` as a user does
+
 RAW_TIME = re.compile(r"\b1\d{9}(\.\d+)?\b")  # a Unix timestamp, as a person should not see
 
 
@@ -51,6 +53,7 @@ def assert_fits(out: str, width: int = 80) -> None:
     assert not long, f"lines wider than {width}:\n" + "\n".join(long)
 
 
+@pytest.mark.slow
 def test_migrate_enqueue_stats_and_jobs_commands(url: str) -> None:
     first_run = sqljobs_cli(url, "migrate").stdout
     assert "applied: 0001_initial" in first_run or is_pg(url)  # PG tests start migrated

@@ -16,11 +16,14 @@ from sqljobs.lab.claimticker import prepare
 
 from .conftest import fresh_pg_database, wait_until
 
+pytestmark = pytest.mark.processes  # the lab's helper processes
+
 
 def _ticks(path: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
+@pytest.mark.slow
 def test_a_claim_ticker_reconnects_when_its_connection_is_terminated(
     pg_template: str, tmp_path: Path
 ) -> None:

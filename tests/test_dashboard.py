@@ -321,6 +321,7 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.processes
 @pytest.mark.timeout(60)
 def test_the_cli_serves_the_dashboard_on_loopback(url: str) -> None:
     App(url).migrate()

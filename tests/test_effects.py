@@ -7,14 +7,16 @@ variants are written here on purpose, to show the failure each rule prevents.
 from __future__ import annotations
 
 import threading
+import time
 import uuid
+from typing import Any
 
 import pytest
 
 import sqljobs
 from sqljobs import App, JobState, Retry
 
-from .conftest import db_execute, placeholder, wait_until, worker_thread
+from .conftest import db_execute, is_pg, placeholder, wait_until, worker_thread
 
 DELIVERIES = 5
 
@@ -195,6 +197,47 @@ def test_idempotent_works_outside_jobs_and_its_keys_expire(app: App) -> None:
     assert keys == ["request-43"], "the expired key was pruned, the one without ttl kept"
 
 
+def test_a_marker_in_a_job_transaction_is_stamped_by_the_apps_clock(url: str) -> None:
+    """The pruner compares ``ttl`` with the App's clock, so the marker is stamped by it."""
+    then = 1_900_000_000.0
+    app = App(url, clock=lambda: then)
+    with app.backend.job_transaction() as tx:
+        assert sqljobs.idempotent(tx, "request-44", ttl=60)
+    (created, expires) = db_execute(
+        app,
+        "SELECT created_at, expires_at FROM sqljobs_idempotency",
+        "SELECT extract(epoch FROM created_at)::float8, extract(epoch FROM expires_at)::float8 "
+        "FROM sqljobs_idempotency",
+    )[0]
+    assert (created, expires) == (then, then + 60)
+
+
+def test_a_marker_on_a_connection_the_user_opened_uses_its_drivers_dialect(url: str) -> None:
+    """No App in sight: the driver says which statement, the wall clock stamps it."""
+    App(url).migrate()
+    if is_pg(url):
+        import psycopg
+
+        conn: Any = psycopg.connect(url)
+    else:
+        import sqlite3
+
+        conn = sqlite3.connect(url.removeprefix("sqlite:///"))
+    try:
+        before = time.time()
+        assert sqljobs.idempotent(conn, "request-45")
+        assert not sqljobs.idempotent(conn, "request-45")
+        conn.commit()
+    finally:
+        conn.close()
+    (created,) = db_execute(
+        App(url),
+        "SELECT created_at FROM sqljobs_idempotency",
+        "SELECT extract(epoch FROM created_at)::float8 FROM sqljobs_idempotency",
+    )[0]
+    assert before <= created <= time.time()
+
+
 # -- key scopes ------------------------------------------------------------------------
 
 
@@ -296,11 +339,13 @@ def test_an_uncertain_effect_without_reconciliation_is_not_retried_blindly(app: 
     gateway.time_out_after_charging = 1
     calls: list[str] = []
 
+    def call(key: str) -> dict[str, object]:
+        calls.append(key)
+        return gateway.charge(key, 100)
+
     @app.task(retry=Retry(max_attempts=5, base=0))
     def charge(ctx: sqljobs.JobContext) -> None:
-        sqljobs.perform_once(
-            ctx, "order-7:charge", lambda key: calls.append(key) or gateway.charge(key, 100)
-        )
+        sqljobs.perform_once(ctx, "order-7:charge", call)
 
     job_id = charge.enqueue().id
     run_all(app, [job_id])

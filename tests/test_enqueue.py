@@ -42,12 +42,13 @@ def test_a_second_enqueue_with_the_same_key_returns_the_existing_job(app: App) -
     assert app.stats().total("pending") == 1
 
 
-def _enqueue_same_key(url: str, start: multiprocessing.synchronize.Event) -> int:  # type: ignore[name-defined]
+def _enqueue_same_key(url: str, start: multiprocessing.synchronize.Event) -> int:
     app = App(url)
     start.wait()
     return app.enqueue("pay", args=["1001"], key="order-1001:pay", known=False).id
 
 
+@pytest.mark.processes
 def test_concurrent_enqueues_of_one_key_from_processes_create_one_job(url: str) -> None:
     App(url).migrate()
     ctx = multiprocessing.get_context("spawn")
@@ -114,7 +115,7 @@ def test_a_big_enqueue_many_stores_all_in_order_or_nothing(app: App) -> None:
     @app.task
     def t(i: object) -> None: ...
 
-    calls = [(i,) for i in range(2500)]
+    calls: list[tuple[object]] = [(i,) for i in range(2500)]
     calls[2200] = (dt.date(2026, 12, 1),)  # fails when chunk 3 is built, after 2 were sent
     with pytest.raises(PayloadError, match=r"argument 'i' of task"):
         t.enqueue_many(calls)

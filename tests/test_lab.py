@@ -8,13 +8,17 @@ the peak that jitter removes.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from sqljobs.cli import cli
-from sqljobs.lab import report
+from sqljobs.cli import Deferred, cli
+from sqljobs.errors import ConfigurationError
+from sqljobs.lab import e1_claim, report
+from sqljobs.lab.cli import lab
 from sqljobs.lab.runner import experiment, select
 
 
@@ -31,9 +35,13 @@ def test_e1_only_the_two_statement_claim_runs_jobs_twice(url: str) -> None:
     for prefix in ("conditional", "sqljobs"):
         assert r.row(prefix).ours["duplicates"] == 0
         assert r.row(prefix).ours["effects"] == 200
-    assert r.row("sqljobs").ours["statements"] == 408
+    # one claim and one completion per job, then each worker's last claim comes back empty
+    ours = r.row("sqljobs").ours
+    assert ours["statements"] == 2 * ours["effects"] + e1_claim.WORKERS
 
 
+@pytest.mark.slow
+@pytest.mark.processes
 def test_e2_a_sigkill_loses_jobs_without_a_lease_and_none_with_one(url: str) -> None:
     r = run("E2", url)
     a1, a2 = r.row("A1").ours, r.row("A2").ours
@@ -41,6 +49,7 @@ def test_e2_a_sigkill_loses_jobs_without_a_lease_and_none_with_one(url: str) -> 
     assert (a2["done"], a2["stuck running"]) == (40, 0)
 
 
+@pytest.mark.slow
 def test_e3_a_lease_shorter_than_the_job_livelocks(url: str) -> None:
     r = run("E3", url)
     for key in ("B1 ", "B2 "):
@@ -50,6 +59,7 @@ def test_e3_a_lease_shorter_than_the_job_livelocks(url: str) -> None:
     assert r.row("B1+").ours["dead"] == 24
 
 
+@pytest.mark.processes
 def test_e4_only_a_unique_marker_in_the_charge_transaction_charges_once(url: str) -> None:
     r = run("E4", url)
     charges = {row.variant[:2]: row.ours["charges"] for row in r.rows}
@@ -59,6 +69,8 @@ def test_e4_only_a_unique_marker_in_the_charge_transaction_charges_once(url: str
     assert charges["C5"] == 0 and r.row("C5").ours["jobs done"] == 1
 
 
+@pytest.mark.slow
+@pytest.mark.processes
 def test_e6_full_jitter_flattens_the_retry_peak(url: str) -> None:
     r = run("E6", url)
     f1, f2, f3 = (row.ours for row in r.rows)
@@ -66,6 +78,8 @@ def test_e6_full_jitter_flattens_the_retry_peak(url: str) -> None:
     assert 3 * f3["peak in 100 ms"] < 2 * min(f1["peak in 100 ms"], f2["peak in 100 ms"])
 
 
+@pytest.mark.slow
+@pytest.mark.processes
 def test_e7_sigterm_drains_and_loses_nothing(url: str) -> None:
     r = run("E7", url)
     assert r.row("V1").ours["interrupted"] > 0
@@ -73,6 +87,7 @@ def test_e7_sigterm_drains_and_loses_nothing(url: str) -> None:
     assert r.row("V3").ours["left running"] == 0
 
 
+@pytest.mark.slow
 def test_e8_change_signals_beat_polling(url: str) -> None:
     r = run("E8", url)
     ours = r.row("sqljobs worker,").ours
@@ -81,6 +96,7 @@ def test_e8_change_signals_beat_polling(url: str) -> None:
     assert r.row("plain polling every 10 ms").ours["idle queries/s"] > 50
 
 
+@pytest.mark.slow
 def test_e9_batching_cuts_statements(url: str) -> None:
     r = run("E9", url)
     assert r.rows[3].ours["statements"] < r.rows[2].ours["statements"]
@@ -89,7 +105,7 @@ def test_e9_batching_cuts_statements(url: str) -> None:
 def test_select_expands_all_and_rejects_unknown_names() -> None:
     assert select(["all"])[0] == "E1" and len(select([])) == 9
     assert select(["e2", "E1"]) == ["E2", "E1"]
-    with pytest.raises(KeyError, match="E10"):
+    with pytest.raises(ConfigurationError, match="E10"):
         select(["E10"])
 
 
@@ -113,6 +129,8 @@ def test_an_unknown_experiment_is_a_usage_error() -> None:
     assert out.exit_code == 2 and "E42" in out.output
 
 
+@pytest.mark.slow
+@pytest.mark.processes
 def test_e5_three_replicas_run_each_tick_once_and_skip_prevents_overlap(url: str) -> None:
     r = run("E5", url)
     ticker, once, allow, skip, from_now = (row.ours for row in r.rows)
@@ -121,3 +139,32 @@ def test_e5_three_replicas_run_each_tick_once_and_skip_prevents_overlap(url: str
     assert allow["overlapping"] > 0 and skip["overlapping"] == 0
     assert from_now["tick drift ms"] > 0 and from_now["overlapping"] > 0  # the article's D4
     assert all(claim.held for claim in r.claims)
+
+
+@pytest.mark.processes
+def test_only_the_lab_command_imports_the_lab() -> None:
+    """`sqljobs --help` and every other command leave the lab's 2,400 lines unloaded."""
+    script = (
+        "import sys\n"
+        "from click.testing import CliRunner\n"
+        "from sqljobs.cli import cli\n"
+        "for args in (['--help'], ['jobs', '--help'], ['stats', '--help']):\n"
+        "    assert CliRunner().invoke(cli, args).exit_code == 0, args\n"
+        "print(sorted(m for m in sys.modules if m.startswith('sqljobs.lab')))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+def test_the_deferred_lab_command_lists_the_real_ones_help() -> None:
+    listed = cli.commands["lab"]
+    assert isinstance(listed, Deferred)
+    real = listed.load()
+    assert real is lab
+    assert listed.get_short_help_str(200) == real.get_short_help_str(200)
+    top = CliRunner().invoke(cli, ["--help"])
+    assert "lab" in top.output and "Re-run the article's experiments" in top.output
+    own = CliRunner().invoke(cli, ["lab", "--help"])
+    assert own.exit_code == 0 and "--quick" in own.output

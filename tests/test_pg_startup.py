@@ -16,6 +16,8 @@ from sqljobs import App, JobState
 
 from .conftest import fresh_pg_database, wait_until, worker_thread
 
+pytestmark = pytest.mark.postgres  # (conftest marks every pg_template user too)
+
 
 @pytest.fixture
 def url(pg_template: str) -> Iterator[str]:

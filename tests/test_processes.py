@@ -23,8 +23,8 @@ def test_processes_share_the_work(app: App, spawn: Spawn, runs: Runs) -> None:
 
 
 def test_a_poison_job_ends_dead_after_crashing_its_worker_three_times(
-    app: App, spawn, runs: Runs
-) -> None:  # type: ignore[no-untyped-def]
+    app: App, spawn: Spawn, runs: Runs
+) -> None:
     poison = app.enqueue("kill_my_worker", args=["poison"], known=False).id
     healthy = [app.enqueue("record", args=[f"ok{i}"], known=False).id for i in range(10)]
     proc = spawn("--processes", "2", "--concurrency", "2", lease=30.0)

@@ -58,7 +58,7 @@ def test_a_task_a_worker_registered_lends_its_defaults(
     app: App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     remote = TaskInfo("mailer", "mail", 3, 12.0, 7, 600.0)
-    monkeypatch.setattr(app, "_remote_task", lambda name: remote if name == "mailer" else None)
+    monkeypatch.setattr(app, "catalogued_task", lambda name: remote if name == "mailer" else None)
     before = app.clock()
     job = app.enqueue("mailer", args=["hi"]).job()
     assert job is not None
@@ -256,10 +256,11 @@ def test_non_finite_times_are_refused_naming_the_parameter(app: App, bad: float)
     def t() -> None: ...
 
     for name in ("delay", "run_at"):
+        option: dict[str, Any] = {name: bad}
         with pytest.raises(ConfigurationError, match=rf"{name} must be .*finite"):
-            app.enqueue("t", **{name: bad})
+            app.enqueue("t", **option)
         with pytest.raises(ConfigurationError, match=rf"{name} must be .*finite"):
-            t.with_options(**{name: bad})
+            t.with_options(**option)
     with pytest.raises(ConfigurationError, match="key_scope must be a finite"):
         t.with_options(key="k", key_scope=bad)
     assert nothing_stored(app)

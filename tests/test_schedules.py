@@ -23,6 +23,7 @@ import sqljobs
 from sqljobs import App, ConfigurationError, JobState, PayloadError, ScheduleNotFound
 from sqljobs.maintenance import Scheduler
 from sqljobs.schedules import ScheduleState, tick_key
+from sqljobs.worker import EventLog
 
 from .conftest import ROOT, Runs, Spawn, db_execute, is_pg, wait_until, worker_thread
 
@@ -42,8 +43,8 @@ class Clock:
         self.now = when.timestamp() if isinstance(when, datetime) else when
 
 
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)  # type: ignore[misc]
+def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> datetime:
+    return datetime(year, month, day, hour, minute, tzinfo=UTC)
 
 
 def frozen_app(url: str, start: float | datetime) -> tuple[App, Clock]:
@@ -202,7 +203,7 @@ def test_the_next_tick_is_computed_from_the_tick_not_from_now(url: str) -> None:
     app, clock = frozen_app(url, 1_800_000_000.0)
     app.schedule("steady", every=10, task="t", known=False)
     first = state(app, "steady").next_run_at
-    scheduler = Scheduler(app)
+    scheduler = Scheduler(app, app.backend)
     clock.set(first + 0.7)  # a late pass, within the misfire grace
     scheduler.run_once()
     assert state(app, "steady").next_run_at == first + 10
@@ -222,7 +223,7 @@ def test_a_short_backlog_fires_each_missed_tick_as_itself(url: str) -> None:
     app.schedule("quick", every=0.2, task="t", known=False)
     first = state(app, "quick").next_run_at
     clock.set(first + 0.9)
-    fired = Scheduler(app).run_once()
+    fired = Scheduler(app, app.backend).run_once()
     assert [r.outcome for r in fired.fired] == ["enqueued"] * 5
     assert len(keys_of(app, "schedule:quick:")) == 5
     assert state(app, "quick").next_run_at == pytest.approx(first + 1.0)
@@ -236,7 +237,7 @@ def test_overlap_skip_enqueues_nothing_while_a_run_is_pending_or_running(url: st
     app, clock = frozen_app(url, 1_800_000_000.0)
     app.schedule("exclusive", every=1, task="t", overlap="skip", known=False)
     app.schedule("relaxed", every=1, task="t", known=False)
-    scheduler = Scheduler(app)
+    scheduler = Scheduler(app, app.backend)
     clock.set(clock.now + 1)
     scheduler.run_once()
     (first,) = keys_of(app, "schedule:exclusive:")
@@ -264,7 +265,7 @@ def test_misfire_policy_after_ten_seconds_of_downtime(url: str, misfire: str) ->
     app, clock = frozen_app(url, 1_800_000_000.0)
     app.schedule("beat", every=1, task="t", misfire=misfire, known=False)
     first = state(app, "beat").next_run_at
-    scheduler = Scheduler(app)
+    scheduler = Scheduler(app, app.backend)
     clock.set(first)
     scheduler.run_once()
     clock.set(first + 10.5)  # no scheduler ran for ten seconds: ticks first+1 .. first+10
@@ -291,7 +292,7 @@ def test_misfire_policy_after_ten_seconds_of_downtime(url: str, misfire: str) ->
 def fire_through(app: App, clock: Clock, name: str, until: datetime) -> list[str]:
     """Jump the frozen clock from tick to tick up to ``until``, firing each; return the
     tick times (UTC ISO) of the jobs enqueued on the way."""
-    scheduler = Scheduler(app)
+    scheduler = Scheduler(app, app.backend)
     while (due := state(app, name).next_run_at) <= until.timestamp():
         clock.set(due)
         scheduler.run_once()
@@ -370,7 +371,7 @@ def test_a_hundred_tenant_schedules_advance_independently(url: str) -> None:
     db_execute(
         app, "UPDATE sqljobs_schedules SET tz = 'Mars/Olympus' WHERE name = ?", params=broken
     )
-    scheduler = Scheduler(app, batch=30)
+    scheduler = Scheduler(app, app.backend, batch=30)
     end = created + timedelta(days=3)
     for hour in range(1, 3 * 24 + 1):  # a pass on every hour: each tick fires on time
         clock.set(created + timedelta(minutes=30, hours=hour - 1))
@@ -422,7 +423,7 @@ def test_schedule_upsert_pause_resume_run_now_and_unschedule(url: str) -> None:
     app.schedule("r:acme", every=30, task="send_report", kwargs={"tenant": "acme"}, known=False)
     assert state(app, "r:acme").paused, "an update does not unpause"
     clock.set(clock.now + 3600)
-    assert Scheduler(app).run_once().fired == [], "a paused schedule does not fire"
+    assert Scheduler(app, app.backend).run_once().fired == [], "a paused schedule does not fire"
     assert app.resume_schedule("r:acme")
     assert state(app, "r:acme").next_run_at == clock.now + 30, "resumes afresh, no catch-up"
 
@@ -457,7 +458,7 @@ def test_code_definitions_are_synced_on_first_use_and_keep_their_place(url: str)
     @other.periodic(every=30, kwargs={"n": 1}, name="beat")
     def beat_elsewhere(n: int) -> None: ...
 
-    Scheduler(other).sync()
+    other.sync_schedules()
     assert state(app, "beat").next_run_at == listed.next_run_at, "kept its place"
     assert state(app, "beat").paused, "and its paused flag"
 
@@ -481,6 +482,7 @@ def tick_time(key: str) -> float:
     return datetime.fromisoformat(match[0]).timestamp()
 
 
+@pytest.mark.slow
 def test_three_replicas_give_one_run_per_tick(
     app: App, spawn: Spawn, runs: Runs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -511,6 +513,7 @@ def test_three_replicas_give_one_run_per_tick(
     assert all(g == pytest.approx(0.2, abs=1e-3) for g in gaps), f"a tick was lost: {gaps}"
 
 
+@pytest.mark.slow
 def test_overlap_skip_across_replicas_never_overlaps_runs(
     app: App, spawn: Spawn, runs: Runs
 ) -> None:
@@ -581,11 +584,14 @@ def test_a_schedule_added_while_a_worker_idles_is_noticed_without_polling(app: A
     def note(label: str) -> None:
         ran.append(label)
 
-    with worker_thread(app, poll_interval=60.0) as worker:
-        wait_until(lambda: getattr(worker, "_scheduler", None) is not None)
-        wait_until(lambda: worker._scheduler.passes >= 2, what="the start-up passes")  # type: ignore[union-attr]
+    events = EventLog()
+    worker = sqljobs.Worker(app, poll_interval=60.0, install_signal_handlers=False, on_event=events)
+    with worker:
+        assert worker.run_once().claimed == 0  # the start-up pass: no schedule, nothing due
         app.schedule("late-comer", every=0.1, task="note", kwargs={"label": "x"}, known=False)
-        wait_until(lambda: len(ran) >= 2, timeout=5, what="runs of the new schedule")
+        # stepped, the worker sleeps until woken: the 60 s poll never comes within 5 s
+        worker.run_until(lambda: len(events.of("finished", state="done")) >= 2, timeout=5)
+    assert ran[:2] == ["x", "x"]
 
 
 # -- command line ------------------------------------------------------------------------
@@ -603,6 +609,8 @@ def cli(url: str, *args: str, check: bool = True) -> subprocess.CompletedProcess
     )
 
 
+@pytest.mark.processes
+@pytest.mark.slow
 def test_schedules_command_lists_pauses_resumes_and_runs_now(url: str) -> None:
     app = App(url)
     app.schedule("daily-report:acme", cron="0 3 * * *", tz="Europe/Berlin", task="send_report",

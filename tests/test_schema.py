@@ -1,4 +1,5 @@
-"""The fresh schema and the replayed migrations must describe the same database."""
+"""The fresh schema and the replayed migrations must describe the same database, and
+migrations started together apply each one once."""
 
 from __future__ import annotations
 
@@ -9,7 +10,10 @@ from importlib import resources
 from pathlib import Path
 
 import sqljobs
-from sqljobs.backends.sqlite import MIGRATIONS, SqliteBackend, _split_statements
+from sqljobs.backends.sqlfile import load_migrations
+from sqljobs.backends.sqlite import MIGRATIONS, SqliteBackend, split_script
+
+from .conftest import db_execute, is_pg
 
 
 def _describe(conn: sqlite3.Connection) -> dict[str, object]:
@@ -36,7 +40,7 @@ def _describe(conn: sqlite3.Connection) -> dict[str, object]:
 def test_fresh_schema_equals_replayed_migrations(tmp_path: Path) -> None:
     fresh = sqlite3.connect(tmp_path / "fresh.db")
     schema = resources.files("sqljobs.backends.sqlite_sql").joinpath("schema.sql").read_text()
-    for statement in _split_statements(schema):
+    for statement in split_script(schema):
         fresh.execute(statement)
     migrated = SqliteBackend(str(tmp_path / "migrated.db"))
     applied = migrated.migrate()
@@ -44,11 +48,51 @@ def test_fresh_schema_equals_replayed_migrations(tmp_path: Path) -> None:
     assert _describe(fresh) == _describe(migrated._conn())
 
 
-def test_migrate_is_idempotent_and_concurrent_safe(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'jobs.db'}"
-    first, second = sqljobs.App(url, migrate=False), sqljobs.App(url, migrate=False)
-    assert first.migrate()
-    assert second.migrate() == []
+def test_migrate_is_idempotent_and_concurrent_safe(url: str) -> None:
+    """Runners that start together on an empty database (a new SQLite file; a new
+    PostgreSQL schema) apply each migration exactly once: one applies them all, the
+    others wait for it and find nothing left to do; a later run applies nothing."""
+    dialect = "postgres" if is_pg(url) else "sqlite"
+    migrations = load_migrations(f"sqljobs.backends.{dialect}_sql.migrations")
+    everything = [f"{v:04d}_{n}" for v, n, _ in migrations]
+    runners = 4
+    for round_ in range(5):  # runners interleave differently each time
+        if is_pg(url):
+            where, options = url, {"schema": f"fresh{round_}"}
+        else:
+            where, options = url.replace("jobs.db", f"fresh{round_}.db"), {}
+        applied = _migrate_together(where, options, runners)
+        assert sorted(applied, key=len) == [[]] * (runners - 1) + [everything], applied
+        again = sqljobs.App(where, migrate=False, backend_options=options)
+        assert again.migrate() == []
+        table = f"{options['schema']}.sqljobs_migrations" if is_pg(url) else "sqljobs_migrations"
+        versions = [v for (v,) in db_execute(again, f"SELECT version FROM {table} ORDER BY 1")]
+        assert versions == [v for v, _, _ in migrations], "each migration recorded once"
+
+
+def _migrate_together(url: str, options: dict[str, str], runners: int) -> list[list[str]]:
+    """What ``migrate()`` returned in each of ``runners`` threads released together."""
+    start = threading.Barrier(runners)
+    applied: list[list[str]] = []
+    errors: list[BaseException] = []
+
+    def migrate() -> None:
+        app = sqljobs.App(url, migrate=False, backend_options=options)
+        try:
+            start.wait(timeout=10)
+            applied.append(app.migrate())
+        except BaseException as exc:  # collected: a thread's failure must fail the test
+            errors.append(exc)
+        finally:
+            app.close()
+
+    threads = [threading.Thread(target=migrate) for _ in range(runners)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert errors == []
+    return applied
 
 
 def test_claims_use_the_pending_indexes(tmp_path: Path) -> None:
@@ -56,7 +100,7 @@ def test_claims_use_the_pending_indexes(tmp_path: Path) -> None:
     backend.migrate()
     params = {"worker": "w", "now": 0.0, "limit": 10, "leases": "{}"}
     for queues, index in ((["default"], "sqljobs_jobs_claim"), (None, "sqljobs_jobs_claim_any")):
-        sql, extra = backend._by_queues("claim", queues)
+        sql, extra = backend._filtered("claim", queues, None)
         plan = backend._conn().execute("EXPLAIN QUERY PLAN " + sql, {**params, **extra}).fetchall()
         text = " ".join(str(row[-1]) for row in plan)
         assert f"USING INDEX {index} " in text + " " or f"USING COVERING INDEX {index} " in text, (

@@ -39,8 +39,8 @@ def test_sigterm_finishes_in_flight_jobs_and_claims_no_more(
 
 
 def test_jobs_still_running_after_the_drain_are_released_uncharged(
-    app: App, spawn, runs: Runs
-) -> None:  # type: ignore[no-untyped-def]
+    app: App, spawn: Spawn, runs: Runs
+) -> None:
     for i in range(4):
         app.enqueue("record", args=[f"long{i}", 5.0], known=False)
     proc = spawn("--concurrency", "4", "--drain-timeout", "0.3", lease=2.0)
@@ -157,7 +157,7 @@ def test_a_release_that_fails_is_written_again_not_dropped(app: App) -> None:
                 raise BackendError("database went away (simulated)")
             return real(outcomes, *rest)
 
-        backend.finish_jobs = flaky  # type: ignore[method-assign]
+        backend.finish_jobs = flaky  # type: ignore[method-assign,assignment]
         return backend
 
     app.open_backend = flaky_backend  # type: ignore[method-assign]
@@ -181,7 +181,8 @@ def test_a_signal_while_the_main_thread_holds_the_wake_lock_cannot_deadlock(app:
     second signal never stopped the worker). The handler must not take that lock."""
     app.task(name="any")(lambda: None)
     worker = sqljobs.Worker(app, install_signal_handlers=False)
-    with worker._wake._cond:  # (white box: the event's own lock, held in wait/set/clear)
+    lock = worker._wake._cond  # type: ignore[attr-defined]  # (white box: the event's own lock)
+    with lock:  # as held inside the event's wait(), set() or clear()
         worker.handle_signal(signal.SIGTERM)
         worker.handle_signal(signal.SIGINT)
     with worker:

@@ -508,3 +508,23 @@ def test_an_on_event_hook_that_raises_is_logged_and_the_worker_goes_on(
     with sqljobs.Worker(app, install_signal_handlers=False, on_event=broken) as worker:
         worker.run_until(lambda: _state(app, job_id) is JobState.DONE, timeout=10)
     assert any("on_event hook raised" in r.getMessage() for r in caplog.records)
+
+
+def test_a_second_ctx_transaction_in_one_attempt_is_a_clear_mistake(app: App) -> None:
+    errors: list[BaseException] = []
+
+    @app.task
+    def twice(ctx: sqljobs.JobContext) -> None:
+        with ctx.transaction():
+            pass
+        try:
+            with ctx.transaction():
+                pass
+        except ConfigurationError as exc:
+            errors.append(exc)
+
+    job_id = twice.enqueue().id
+    events = EventLog()
+    with worker_thread(app, on_event=events):
+        events.wait("finished", job_id, state="done")
+    assert len(errors) == 1 and "already completed by an earlier" in str(errors[0])

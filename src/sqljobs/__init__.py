@@ -2,24 +2,26 @@
 
 from .app import App
 from .context import JobContext
-from .effects import EffectUncertain, perform_once
+from .effects import perform_once
 from .errors import (
     BackendError,
     ConfigurationError,
     Discard,
+    EffectUncertain,
     JobNotFound,
     JobSignal,
     LeaseLost,
     PayloadError,
     PayloadTooLarge,
     RetryLater,
+    ScheduleNotFound,
     SqljobsError,
     UnknownTask,
 )
 from .idempotency import idempotent
 from .jobs import Job, JobState
 from .retry import Retry
-from .schedules import Schedule, ScheduleNotFound, ScheduleState
+from .schedules import Schedule, ScheduleState
 from .stats import Stats
 from .tasks import BoundTask, JobHandle, Task
 from .worker import Worker, WorkerConfig

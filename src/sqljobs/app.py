@@ -12,6 +12,7 @@ from . import payload
 from .backends import Backend, open_backend
 from .errors import ConfigurationError, PayloadError, SqljobsError
 from .jobs import Job, JobState, NewJob
+from .notifiers import LocalNotifier
 from .retry import Retry, seconds
 from .schedules import (
     Schedule,
@@ -91,7 +92,8 @@ class App:
         self._schedules_synced = False
         self._backend: Backend | None = None
         self._lock = threading.Lock()
-        self._wakeups: list[threading.Event] = []
+        self._wakeups = LocalNotifier()
+        """This process's workers, woken the moment one of its enqueues commits."""
 
     def __repr__(self) -> str:
         try:  # show which SQLite file a relative path means from here
@@ -240,12 +242,12 @@ class App:
     def _task_info(self, name: str, known: bool) -> TaskInfo | None:
         """The defaults of a task this App does not register, as a worker recorded them;
         with ``known``, a name no worker has registered either is refused."""
-        info = self._remote_task(name)
+        info = self.catalogued_task(name)
         if info is None and known:
             raise unknown_task(name, [*self.tasks, *self.backend.task_names()])
         return info
 
-    def _remote_task(self, name: str) -> TaskInfo | None:
+    def catalogued_task(self, name: str) -> TaskInfo | None:
         """The task ``name`` as a worker of this database registered it (the catalogue
         every worker writes when it starts), or None."""
         return self.backend.task_info(name)
@@ -298,17 +300,14 @@ class App:
 
     def add_wakeup(self, event: threading.Event) -> None:
         """Have ``event`` set whenever this app enqueues (a worker in this process)."""
-        with self._lock:
-            self._wakeups.append(event)
+        self._wakeups.subscribe(event.set)
 
     def remove_wakeup(self, event: threading.Event) -> None:
-        with self._lock:
-            if event in self._wakeups:
-                self._wakeups.remove(event)
+        self._wakeups.unsubscribe(event.set)
 
     def wake_local_workers(self) -> None:
-        for event in self._wakeups:
-            event.set()
+        """Wake this process's workers: call it after a commit that may have made work."""
+        self._wakeups.announce()
 
     # -- inspection --------------------------------------------------------------------
 

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from .errors import LeaseLost
+from .errors import ConfigurationError, LeaseLost
 from .jobs import ClaimedJob, JobState, Outcome
 
 if TYPE_CHECKING:
@@ -38,6 +38,12 @@ class JobContext:
         """True while a ``ctx.transaction()`` writes the job's completion: a heartbeat
         that finds the job no longer ``running`` then sees the job's own success, not a
         lost lease."""
+
+    @property
+    def backend(self) -> Backend:
+        """The backend this job was claimed from (read-only): for helpers that record
+        state about the job in the queue's database, such as ``sqljobs.perform_once``."""
+        return self._backend
 
     @property
     def job_id(self) -> int:
@@ -83,7 +89,10 @@ class JobContext:
         The connection is the backend's own (sqlite3: ``?`` placeholders; psycopg: ``%s``).
         """
         if self.completed_in_transaction:
-            raise RuntimeError("this job was already completed by an earlier ctx.transaction()")
+            raise ConfigurationError(
+                f"job {self.job_id} was already completed by an earlier ctx.transaction(): "
+                "open one transaction per attempt, and do all of the job's writes in it"
+            )
         try:
             with self._backend.job_transaction() as conn:
                 yield conn

@@ -25,7 +25,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .context import JobContext
-from .errors import Discard, RetryLater
+from .errors import ConfigurationError, RetryLater  # its home before errors.py
+from .errors import EffectUncertain as EffectUncertain
 
 if TYPE_CHECKING:
     from .app import App
@@ -33,11 +34,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 UNCERTAIN: tuple[type[BaseException], ...] = (TimeoutError, ConnectionError)
-
-
-class EffectUncertain(Discard):
-    """The effect may already have happened and nothing can tell: the job ends ``dead``
-    instead of being retried into a second charge."""
 
 
 def perform_once(
@@ -60,8 +56,8 @@ def perform_once(
     hold (the job's lease) runs out because it died.
     """
     if not key:
-        raise ValueError("an effect needs a non-empty key")
-    backend = where._backend if isinstance(where, JobContext) else where.backend
+        raise ConfigurationError('an effect needs a non-empty key, e.g. f"order-{order_id}:charge"')
+    backend = where.backend
     job_id = where.job_id if isinstance(where, JobContext) else None
     hold = where.job.lease if isinstance(where, JobContext) else 60.0
     holder = f"{job_id}:{where.token}" if isinstance(where, JobContext) else uuid.uuid4().hex

@@ -6,7 +6,7 @@ SqljobsError
  ├── PayloadError            arguments that are not JSON, or a stored payload that won't decode
  │    └── PayloadTooLarge     an encoded payload bigger than the app's ``max_payload``
  ├── JobNotFound             no job with that id
- ├── ScheduleNotFound        no schedule with that name (defined in sqljobs.schedules)
+ ├── ScheduleNotFound        no schedule with that name
  ├── LeaseLost               this worker no longer holds the job; its writes were rolled back
  └── BackendError            the database refused or could not be reached (``__cause__`` kept)
 
@@ -14,7 +14,7 @@ JobSignal                    raised by a task to choose its outcome; not an erro
  ├── RetryLater              run again after ``delay`` seconds (counts as an attempt)
  └── Discard                 give up now: the job ends ``dead`` with the reason
       └── EffectUncertain     an external effect may have happened: never called blindly
-                              again (defined in sqljobs.effects)
+                              again (see sqljobs.perform_once)
 """
 
 from __future__ import annotations
@@ -52,6 +52,10 @@ class JobNotFound(SqljobsError, LookupError):
     """No job has the given id."""
 
 
+class ScheduleNotFound(SqljobsError, LookupError):
+    """No schedule has the given name."""
+
+
 class BackendError(SqljobsError):
     """The database failed; the driver's exception is kept as ``__cause__``."""
 
@@ -85,3 +89,8 @@ class LeaseLost(SqljobsError):
     Raised by ``ctx.transaction()`` when the fenced completion finds the job taken over:
     the transaction is rolled back, so the handler's writes never happen twice.
     """
+
+
+class EffectUncertain(Discard):
+    """The effect may already have happened and nothing can tell: the job ends ``dead``
+    instead of being retried into a second charge (see :func:`sqljobs.perform_once`)."""

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import sqlite3
-import time
 from typing import Any
+
+from .backends import mark_idempotent
+from .errors import ConfigurationError
 
 
 def idempotent(tx: Any, key: str, ttl: float | None = None) -> bool:
@@ -15,6 +16,14 @@ def idempotent(tx: Any, key: str, ttl: float | None = None) -> bool:
     Commit the marker together with the effect it guards (``ctx.transaction()``): if the
     effect rolls back, so does the marker. ``ttl`` seconds lets the pruner forget the key.
 
+    Which clock stamps the marker: on the connection of ``ctx.transaction()`` (or a
+    backend's ``job_transaction()``) it is the App's clock, the one the pruner compares
+    ``ttl`` with. On a connection you opened yourself nothing says which App it belongs
+    to, so the marker is stamped with this machine's wall clock (``time.time()``), and the
+    statement is chosen by the driver: SQLite's for a ``sqlite3.Connection``, PostgreSQL's
+    (the table its ``search_path`` finds) for anything else. With an App whose clock is
+    not the wall clock, use its connections.
+
     Without ``ttl`` a marker is never pruned: the table grows by one row per key for as
     long as the database lives, because forgetting a key is what would let a late
     duplicate through. Bound it with ``ttl=`` set longer than any duplicate can arrive
@@ -23,19 +32,5 @@ def idempotent(tx: Any, key: str, ttl: float | None = None) -> bool:
     number is itself bounded.
     """
     if not key:
-        raise ValueError("an idempotency key must be a non-empty string")
-    now = time.time()
-    expires = None if ttl is None else now + ttl
-    if isinstance(tx, sqlite3.Connection):
-        cur = tx.execute(
-            "INSERT INTO sqljobs_idempotency (key, created_at, expires_at) VALUES (?, ?, ?) "
-            "ON CONFLICT (key) DO NOTHING",
-            (key, now, expires),
-        )
-        return cur.rowcount == 1
-    cur = tx.execute(
-        "INSERT INTO sqljobs_idempotency (key, created_at, expires_at) "
-        "VALUES (%s, to_timestamp(%s), to_timestamp(%s)) ON CONFLICT (key) DO NOTHING",
-        (key, now, expires),
-    )
-    return bool(cur.rowcount == 1)
+        raise ConfigurationError(f"an idempotency key must be a non-empty string, got {key!r}")
+    return mark_idempotent(tx, key, ttl)

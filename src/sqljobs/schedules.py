@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from . import payload
 from .cron import check_cron, next_cron_tick, zone
-from .errors import ConfigurationError, SqljobsError
+from .errors import ConfigurationError
+from .errors import ScheduleNotFound as ScheduleNotFound  # its home before errors.py
 from .jobs import NewJob
 from .retry import seconds
 
@@ -29,10 +30,6 @@ if TYPE_CHECKING:
 
 OVERLAP_POLICIES = ("allow", "skip")
 MISFIRE_POLICIES = ("catch_up_once", "skip")
-
-
-class ScheduleNotFound(SqljobsError, LookupError):
-    """No schedule has the given name."""
 
 
 class TickOutcome(enum.StrEnum):
@@ -311,5 +308,5 @@ def schedule_job(app: App, schedule: Schedule, key: str, now: float) -> NewJob:
     task = app.tasks.get(schedule.task)
     if task is not None:
         return task.new_job((), schedule.kwargs, opts, now)
-    remote = app.backend.task_info(schedule.task)  # lease and retry as its worker says
+    remote = app.catalogued_task(schedule.task)  # lease and retry as its worker says
     return app.build_job(schedule.task, (), schedule.kwargs, opts, now, task=remote)

@@ -1,14 +1,26 @@
-"""Backends by URL scheme. Each implements :class:`sqljobs.backends.base.Backend`."""
+"""Backends by URL scheme. Each implements :class:`sqljobs.backends.base.Backend`.
+
+Module map: ``base`` (the protocol), ``dialect`` (what each engine supplies), ``core`` and
+``schedule_store`` (what is the same on both, written once), ``rows`` (rows to records,
+by column name), ``migrations`` (the one runner), ``sqlfile`` (named statements), then
+``sqlite`` and ``postgres`` (+ ``postgres_enqueue``) with their ``*_sql`` folders.
+"""
 
 from __future__ import annotations
 
+import sqlite3
+import time
+from functools import cache
 from typing import Any
 
 from ..errors import ConfigurationError
 from ..url import parse_url
 from .base import Backend, WorkerInfo
+from .core import lender_of
+from .core import mark_idempotent as _mark
+from .sqlfile import load_queries
 
-__all__ = ["Backend", "WorkerInfo", "open_backend"]
+__all__ = ["Backend", "WorkerInfo", "mark_idempotent", "open_backend", "worker_options"]
 
 
 def open_backend(url: str, **options: Any) -> Backend:
@@ -26,3 +38,45 @@ def open_backend(url: str, **options: Any) -> Backend:
         ) from exc
     backend: Backend = PostgresBackend(url, **options)
     return backend
+
+
+def worker_options(url: str, concurrency: int, synchronous: str) -> dict[str, Any]:
+    """The backend options a worker of ``concurrency`` threads opens its database with.
+
+    SQLite: the worker's own writes use ``synchronous`` (NORMAL by default). PostgreSQL: a
+    pool for the coordinator, the claim lanes, the maintenance services and one
+    ``ctx.transaction()`` per thread; and, like SQLite's NORMAL, its own claims and outcomes
+    need not wait for the WAL flush (a lost one only re-runs a job, fenced)."""
+    if parse_url(url).scheme == "sqlite":
+        return {"synchronous": synchronous}
+    return {
+        "pool_size": max(10, concurrency + 4),
+        "synchronous_commit": synchronous.upper() in ("FULL", "EXTRA"),
+    }
+
+
+def mark_idempotent(connection: Any, key: str, ttl: float | None = None) -> bool:
+    """Insert an idempotency marker on a DB-API connection; True if it was new.
+
+    A connection a backend handed out (``ctx.transaction()``, ``job_transaction()``) is
+    that backend's: its statement, its schema and its clock, the App's. Any other
+    connection has no App in sight, so it is told apart by its driver: a
+    ``sqlite3.Connection`` gets SQLite's statement, anything else PostgreSQL's (psycopg, or
+    a wrapper that speaks ``%s``) on the table its ``search_path`` finds; and the marker is
+    timed by this machine's wall clock, ``time.time()``.
+    """
+    lender = lender_of(connection)
+    if lender is not None:
+        return lender.mark_idempotent(connection, key, ttl)
+    return _mark(connection, _plain_statement(_dialect_of(connection)), key, ttl, time.time())
+
+
+def _dialect_of(connection: Any) -> str:
+    return "sqlite" if isinstance(connection, sqlite3.Connection) else "postgres"
+
+
+@cache
+def _plain_statement(dialect: str) -> str:
+    """The dialect's marker statement for a connection no backend handed out."""
+    statement = load_queries(f"sqljobs.backends.{dialect}_sql", "queries.sql")["mark_idempotent"]
+    return statement.replace("{schema}.", "")

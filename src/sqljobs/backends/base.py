@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..jobs import ClaimedJob, Due, EnqueueResult, ExpiredJob, HeldJob, Job, NewJob, Outcome
+from ..notifiers.base import Notifier
 from ..schedules import Schedule, ScheduleState, Tick, TickResult
 from ..stats import Stats
 from ..tasks import TaskInfo
@@ -138,8 +139,17 @@ class Backend(Protocol):
 
     def unregister_worker(self, worker: str) -> None: ...
 
-    def subscribe(self, callback: Callable[[], None]) -> None:
-        """Have ``callback`` called when another process enqueues, if the backend can push."""
+    # -- wake-ups: thin delegations to ``notifier`` (see sqljobs.notifiers) ---------------
+
+    @property
+    def notifier(self) -> Notifier:
+        """How this backend's workers learn of new work (guarantee 8)."""
+
+    def subscribe(
+        self, callback: Callable[[], None], queues: Collection[str] | None = None
+    ) -> None:
+        """Have ``callback`` called when another process enqueues (into one of ``queues``;
+        None: any), if the backend can push."""
 
     @property
     def pushes_changes(self) -> bool:
@@ -154,6 +164,11 @@ class Backend(Protocol):
 
     def finish_in_transaction(self, connection: Any, outcome: Outcome) -> bool:
         """Apply one fenced outcome inside the caller's transaction."""
+
+    def mark_idempotent(self, connection: Any, key: str, ttl: float | None = None) -> bool:
+        """Insert the idempotency marker ``key`` in the caller's transaction (on
+        ``connection``, one this backend handed out), timed by this backend's clock, and
+        expiring after ``ttl`` seconds (None: never); True if it was not there yet."""
 
     # -- periodic schedules (see sqljobs.schedules and sqljobs.maintenance.scheduler) -----
 

@@ -7,18 +7,15 @@ inserts one chunk while Python builds the next (the arguments are checked and en
 they are read), which measured about 1.45x faster for 10,000 jobs here than one statement
 built first. Any error, in Python or in the server, rolls the whole batch back.
 
-NOTIFY is sent in the enqueue's transaction, at most once per queue per short window (a
-burst of enqueues must not serialise its commits on NOTIFY's global lock), and a trailing
-NOTIFY after the window, so the last job of a burst is never left to the fallback poll.
+NOTIFY is sent in the enqueue's own statement (or, pipelined, as the last statement of its
+transaction); which queues it names, and the trailing NOTIFY after a burst, are decided by
+:class:`sqljobs.notifiers.postgres.PostgresNotifier`.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
-import logging
-import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -27,9 +24,9 @@ import psycopg
 from ..errors import BackendError, ConfigurationError
 from ..jobs import EnqueueResult, NewJob
 from .postgres_parts import PostgresPart
+from .rows import Result, result
 
 T = TypeVar("T")
-log = logging.getLogger("sqljobs.postgres")
 
 ENQUEUE_CHUNK = 1000
 """Jobs per insert statement; a bigger batch is pipelined in chunks of this size."""
@@ -48,17 +45,17 @@ class PostgresEnqueue(PostgresPart):
         if not first:
             return []
         if not second:  # one statement in autocommit: one round trip
-            notify, later = self._debounced({j.queue for j in first})
-            rows = self._run(lambda c: self._send(c, first, notify).fetchall(), transaction=False)
+            notify, later = self.notifier.debounce({j.queue for j in first})
+            rows = self._run(lambda c: result(self._send(c, first, notify)), transaction=False)
             sent = [(first, rows)]
         else:
             sent, later = self._run(lambda c: self._send_pipelined(c, chunks), transaction=False)
-        self._notify_later(later)  # after our commit, or it could wake workers too early
+        self.notifier.notify_later(later)  # after our commit: not to wake workers too early
         # outside the retried work: a lookup failing after the commit must not insert again
         return [r for chunk, rows in sent for r in _results(chunk, rows, self._keyed_ids)]
 
     def _keyed_ids(self, keys: list[str]) -> dict[str, int]:
-        return dict(self._fetch("job_ids_by_key", {"keys": keys}))
+        return dict(self._query("job_ids_by_key", {"keys": keys}).pick("key", "id"))
 
     def _enqueue_in(self, connection: Any, jobs: list[NewJob]) -> list[EnqueueResult]:
         """In the caller's transaction, never committing it; built in full before any SQL
@@ -70,7 +67,7 @@ class PostgresEnqueue(PostgresPart):
             )
         if not jobs:
             return []
-        notify = sorted({j.queue for j in jobs}) if self.listen else []
+        notify = self.notifier.in_callers_transaction({j.queue for j in jobs})
         try:  # the notify is delivered only if the caller commits
             return [
                 result
@@ -86,16 +83,17 @@ class PostgresEnqueue(PostgresPart):
         self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob], notify: list[str]
     ) -> list[EnqueueResult]:
         """One statement inserts the jobs and sends the NOTIFYs (in ``conn``'s transaction)."""
-        rows = self._send(conn, jobs, notify).fetchall()
+        rows = result(self._send(conn, jobs, notify))
 
         def lookup(keys: list[str]) -> dict[str, int]:
-            return dict(conn.execute(self.queries["job_ids_by_key"], {"keys": keys}).fetchall())
+            found = result(conn.execute(self.sql["job_ids_by_key"], {"keys": keys}))
+            return dict(found.pick("key", "id"))
 
         return _results(jobs, rows, lookup)
 
     def _send_pipelined(
         self, conn: psycopg.Connection[Any], chunks: Iterable[list[NewJob]]
-    ) -> tuple[list[tuple[list[NewJob], list[Any]]], list[str]]:
+    ) -> tuple[list[tuple[list[NewJob], Result]], list[str]]:
         """One transaction, BEGIN and COMMIT included, in one pipeline: the chunk
         statements go out without waiting for each other, and the NOTIFYs last, once every
         queue is known. The client waits for the server once, at the end."""
@@ -105,13 +103,11 @@ class PostgresEnqueue(PostgresPart):
             for chunk in chunks:
                 sent.append((chunk, self._send(conn, chunk, [])))
                 queues.update(j.queue for j in chunk)
-            notify, later = self._debounced(queues)
+            notify, later = self.notifier.debounce(queues)
             if notify:
-                conn.execute(
-                    "SELECT pg_notify(%(channel)s, q) FROM unnest(%(notify)s::text[]) AS q",
-                    {"channel": self.channel, "notify": notify},
-                )
-        return [(chunk, cur.fetchall()) for chunk, cur in sent], later
+                params = {"channel": self.notifier.channel, "notify": notify}
+                conn.execute(self.sql["notify"], params)
+        return [(chunk, result(cur)) for chunk, cur in sent], later
 
     def _send(
         self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob], notify: list[str]
@@ -135,51 +131,20 @@ class PostgresEnqueue(PostgresPart):
                 for j in jobs
             ]
         )
-        params = {"jobs": rows_json, "channel": self.channel, "notify": notify}
+        params = {"jobs": rows_json, "channel": self.notifier.channel, "notify": notify}
         keys = [j.key for j in jobs if j.key is not None]
         if keys:
-            conn.execute(self.queries["release_keys"], {"keys": keys})
-        sql = self.queries["insert_jobs" if keys else "insert_unkeyed_jobs"]
+            conn.execute(self.sql["release_keys"], {"keys": keys})
+        sql = self.sql["insert_jobs" if keys else "insert_unkeyed_jobs"]
         return conn.cursor().execute(sql, params)
-
-    def _debounced(self, queues: set[str]) -> tuple[list[str], list[str]]:
-        """The queues to NOTIFY in the enqueue's statement (at most once per queue per
-        window), and those to NOTIFY by a trailing timer after the window."""
-        if not self.listen:
-            return [], []
-        now = time.monotonic()
-        with self._lock:
-            send = [q for q in queues if now - self._last_notify.get(q, 0.0) >= self.notify_window]
-            for q in send:
-                self._last_notify[q] = now
-        return sorted(send), sorted(set(queues) - set(send))
-
-    def _notify_later(self, queues: list[str]) -> None:
-        with self._lock:
-            for q in queues:
-                if q not in self._trailing:
-                    timer = threading.Timer(self.notify_window, self._trailing_notify, (q,))
-                    timer.daemon = True
-                    self._trailing[q] = timer
-                    timer.start()
-
-    def _trailing_notify(self, queue: str) -> None:
-        with self._lock:
-            self._trailing.pop(queue, None)
-            self._last_notify[queue] = time.monotonic()
-        try:
-            self._fetch(
-                "", sql="SELECT pg_notify(%(c)s, %(q)s)", params={"c": self.channel, "q": queue}
-            )
-        except BackendError as exc:  # the workers' fallback poll finds the jobs
-            log.debug("trailing notify failed: %s", exc)
 
 
 def _results(
-    jobs: Sequence[NewJob], rows: list[Any], lookup: Callable[[list[str]], dict[str, int]]
+    jobs: Sequence[NewJob], inserted: Result, lookup: Callable[[list[str]], dict[str, int]]
 ) -> list[EnqueueResult]:
     """Results in call order; a key whose row a concurrent enqueue committed after our
     statement's snapshot is looked up (``id`` came back NULL)."""
+    rows = inserted.pick("ord", "id", "created")
     missing = [k for ord_, id_, _ in rows if id_ is None and (k := jobs[ord_ - 1].key)]
     found = lookup(missing) if missing else {}
     return [

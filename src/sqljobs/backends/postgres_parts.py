@@ -1,35 +1,28 @@
-"""What PostgresBackend gives the parts mixed into it (enqueue, schedules): declared once,
-for the type checker, so each part can be read and checked on its own."""
+"""What PostgresBackend gives the parts mixed into it (the enqueue): declared once, for
+the type checker, so each part can be read and checked on its own."""
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from ..jobs import EnqueueResult, NewJob
+from .dialect import Dialect
 
 if TYPE_CHECKING:
     import psycopg
 
+    from ..notifiers.postgres import PostgresNotifier
+
 T = TypeVar("T")
 
 
-class PostgresPart:
+class PostgresPart(Dialect):
     """Base of the PostgresBackend mixins; PostgresBackend provides all of this."""
 
     if TYPE_CHECKING:
         schema: str
-        channel: str
-        listen: bool
-        notify_window: float
         server_clock: bool
-        queries: dict[str, str]
-        _lock: threading.Lock
-        _last_notify: dict[str, float]
-        _trailing: dict[str, threading.Timer]
-
-        def now(self) -> float: ...
+        notifier: PostgresNotifier
 
         def _run(
             self,
@@ -37,11 +30,3 @@ class PostgresPart:
             attempts: int = 5,
             transaction: bool = True,
         ) -> T: ...
-
-        def _fetch(
-            self, name: str, params: Mapping[str, Any] | None = None, sql: str | None = None
-        ) -> list[Any]: ...
-
-        def enqueue_jobs(
-            self, jobs: Iterable[NewJob], connection: Any | None = None
-        ) -> list[EnqueueResult]: ...

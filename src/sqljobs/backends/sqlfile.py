@@ -19,6 +19,19 @@ def load_queries(package: str, filename: str) -> dict[str, str]:
     return {name: body.strip() for name, body in zip(parts[1::2], parts[2::2], strict=True)}
 
 
+def load_statements(package: str, *filenames: str) -> dict[str, str]:
+    """The named blocks of several files as one dictionary; a name used twice is refused,
+    since the later block would silently replace the earlier."""
+    out: dict[str, str] = {}
+    for filename in filenames:
+        queries = load_queries(package, filename)
+        clash = sorted(out.keys() & queries.keys())
+        if clash:
+            raise LookupError(f"{package}/{filename} names {clash} again")
+        out.update(queries)
+    return out
+
+
 def load_migrations(package: str) -> list[tuple[int, str, str]]:
     """Return [(version, name, sql)] for the package's files named ``NNNN_name.sql``, in order."""
     out = []

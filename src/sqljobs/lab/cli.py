@@ -10,6 +10,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from ..errors import ConfigurationError
 from .db import DEFAULT_PG, is_postgres
 from .report import summary
 from .runner import NAMES, run_all, select
@@ -48,8 +49,8 @@ def lab(
         raise click.BadParameter(f"--url {url!r} is not a {backend} URL", param_hint="--url")
     try:
         names = select(experiments)
-    except KeyError as exc:
-        raise click.BadParameter(str(exc.args[0]), param_hint="EXPERIMENT") from None
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint="EXPERIMENT") from None
     if charts is not None:
         try:
             import matplotlib  # noqa: F401

@@ -46,6 +46,10 @@ class Tally:
         }
 
 
+JOBS = 200
+WORKERS = 8  # threads claiming side by side
+WORK = 0.002  # seconds each job's work takes
+
 PENDING = "SELECT id FROM sqljobs_jobs WHERE queue = ? AND state = 'pending' ORDER BY id LIMIT 1"
 
 
@@ -95,6 +99,8 @@ def conditional_update(url: str, queue: str, workers: int, work: float) -> Tally
 def library_claim(app: App, queue: str, workers: int, work: float, per_claim: int = 1) -> Tally:
     """sqljobs: one atomic claim statement (up to ``per_claim`` jobs), fenced completions."""
     tally = Tally(Effects())
+    # the backend itself, not the App: E1 counts the claim and completion statements a
+    # worker issues, so it calls them one by one as a worker does
     backend = app.backend
 
     def worker(i: int) -> None:
@@ -116,7 +122,7 @@ def library_claim(app: App, queue: str, workers: int, work: float, per_claim: in
 
 
 def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Result:
-    jobs, workers, work = 200, 8, 0.002
+    jobs, workers, work = JOBS, WORKERS, WORK
     result = Result(
         "E1",
         "claim: how a worker takes a job",

@@ -111,6 +111,8 @@ def handlers(bank: Bank, account: str, app: App) -> Handler:
     if account == "C5":
 
         def marker_first(ctx: JobContext) -> None:
+            # the backend's plain transaction, on purpose: C5 is the mistake of committing
+            # the marker outside the job's fenced ctx.transaction(), which the App never offers
             with app.backend.job_transaction() as tx:  # the marker commits on its own
                 fresh = idempotent(tx, key)
             if fresh:

@@ -50,6 +50,8 @@ def poller(app: App, queue: str, poll: float, lat: Latencies, stop: threading.Ev
     """Don't: claim, sleep ``poll``, claim again, whether or not anything was enqueued."""
 
     def loop() -> None:
+        # the backend itself: this is the naive poller E8 measures against the worker,
+        # one claim statement per tick whatever happened, so it cannot go through a Worker
         backend = app.backend
         while not stop.is_set():
             jobs = backend.claim_jobs(f"lab-poller-{queue}", [queue], 100)

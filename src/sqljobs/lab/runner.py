@@ -10,6 +10,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
+from ..errors import ConfigurationError
 from .db import scratch_database
 from .report import Result, print_result, write_chart
 
@@ -34,7 +35,7 @@ def experiment(name: str) -> Experiment:
         if key == name.upper():
             run: Experiment = importlib.import_module(f"{__package__}.{module}").run
             return run
-    raise KeyError(f"unknown experiment {name!r}; choose from {', '.join(NAMES)} or all")
+    raise ConfigurationError(f"unknown experiment {name!r}; choose from {', '.join(NAMES)} or all")
 
 
 def select(names: Sequence[str]) -> list[str]:

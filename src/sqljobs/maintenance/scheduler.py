@@ -62,19 +62,20 @@ class SchedulerPass:
 
 class Scheduler:
     """Fires due schedule ticks; ``run_once`` is one pass (workers call it on a timer,
-    tests call it directly with a frozen clock)."""
+    tests call it directly with a frozen clock). ``app`` gives the definitions and the
+    tasks; ``backend`` is the connection it fires on (a worker passes its own)."""
 
     def __init__(
         self,
         app: App,
-        backend: Backend | None = None,
+        backend: Backend,
         *,
         grace: float = MISFIRE_GRACE,
         batch: int = 100,
         clock: Callable[[], float] | None = None,
     ) -> None:
         self.app = app
-        self.backend = backend or app.backend
+        self.backend = backend
         self.grace = grace
         self.batch = batch
         self.clock = clock or app.clock

@@ -23,11 +23,11 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..backends import worker_options
 from ..backends.base import Backend, WorkerInfo
 from ..errors import BackendError, ConfigurationError
 from ..jobs import ClaimedJob, Outcome
 from ..maintenance import Pruner, Reaper, Scheduler
-from ..url import parse_url
 from .claiming import Claiming
 from .config import WorkerConfig
 from .dispatch import Dispatching
@@ -297,15 +297,7 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         deploy that starts workers before the database, is not a reason to exit. None if
         the worker was stopped while it waited. Other errors (a wrong password, a missing
         database) fail at once."""
-        if parse_url(self.app.url).scheme == "sqlite":
-            options: dict[str, Any] = {"synchronous": self.config.synchronous}
-        else:  # the coordinator plus one connection per ctx.transaction() in flight
-            options = {
-                # (plus the claim lanes and the maintenance services)
-                "pool_size": max(10, self.config.concurrency + 4),
-                # like SQLite's NORMAL: a lost claim or outcome only re-runs a job
-                "synchronous_commit": self.config.synchronous.upper() in ("FULL", "EXTRA"),
-            }
+        options = worker_options(self.app.url, self.config.concurrency, self.config.synchronous)
         pause, waited = CONNECT_BACKOFF_FIRST, 0.0
         while True:
             backend: Backend | None = None

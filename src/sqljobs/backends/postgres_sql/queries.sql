@@ -1,5 +1,8 @@
 -- Named statements for PostgreSQL. {schema} is the configured schema; parameters are
--- psycopg's %(name)s. Times cross the boundary as Unix seconds (float).
+-- psycopg's %(name)s. Times cross the boundary as Unix seconds (float). Columns are named
+-- after the fields they fill (sqljobs.backends.rows reads them by name).
+-- {queue_filter} is empty (all queues) or filter_queues, then, for a worker, filter_tasks
+-- (the fragments at the end): a worker claims only the tasks it has registered.
 
 -- name: insert_jobs
 -- A batch arrives as one JSON array of [queue, task, payload, key, priority, run_at,
@@ -57,7 +60,8 @@ WITH input AS (
 ), notified AS (
     SELECT count(pg_notify(%(channel)s, queue)) AS n FROM unnest(%(notify)s::text[]) AS queue
 )
-SELECT input.ord, input.new_id, true FROM input CROSS JOIN notified ORDER BY input.ord
+SELECT input.ord, input.new_id AS id, true AS created
+FROM input CROSS JOIN notified ORDER BY input.ord
 
 -- name: release_keys
 -- Finished jobs whose key_scope has run out give their keys up to new enqueues.
@@ -93,9 +97,10 @@ SET state = 'running', attempts = j.attempts + 1, token = j.token + 1,
     lease_until = now() + make_interval(secs => coalesce((%(leases)s::jsonb ->> j.task)::float8,
                                                          j.lease))
 FROM ranked WHERE j.id = ranked.id
-RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts, j.token, j.lease,
-          j.max_attempts, extract(epoch FROM j.created_at)::float8,
-          extract(epoch FROM j.deadline_at)::float8, j.key, extract(epoch FROM j.run_at)::float8
+RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts AS attempt, j.token,
+          j.lease, j.max_attempts, extract(epoch FROM j.created_at)::float8 AS created_at,
+          extract(epoch FROM j.deadline_at)::float8 AS deadline_at, j.key,
+          extract(epoch FROM j.run_at)::float8 AS run_at
 
 -- name: complete_and_claim
 -- The hot path in one round trip and one commit: complete a batch, claim the next.
@@ -128,10 +133,10 @@ WITH done AS (
         lease_until = now() + make_interval(secs => coalesce((%(leases)s::jsonb ->> j.task)::float8,
                                                              j.lease))
     FROM ranked WHERE j.id = ranked.id
-    RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts, j.token, j.lease,
-              j.max_attempts, extract(epoch FROM j.created_at)::float8 AS created,
-              extract(epoch FROM j.deadline_at)::float8 AS deadline, j.key,
-              extract(epoch FROM j.run_at)::float8 AS due
+    RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts AS attempt, j.token,
+              j.lease, j.max_attempts, extract(epoch FROM j.created_at)::float8 AS created_at,
+              extract(epoch FROM j.deadline_at)::float8 AS deadline_at, j.key,
+              extract(epoch FROM j.run_at)::float8 AS run_at
 )
 SELECT d.ids, c.* FROM (SELECT array_agg(id) AS ids FROM done) AS d LEFT JOIN claimed AS c ON true
 
@@ -152,9 +157,10 @@ SET state = 'running', attempts = j.attempts + 1, token = j.token + 1,
     lease_until = now() + make_interval(secs => coalesce((%(leases)s::jsonb ->> j.task)::float8,
                                                          j.lease))
 FROM picked WHERE j.id = picked.id
-RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts, j.token, j.lease,
-          j.max_attempts, extract(epoch FROM j.created_at)::float8,
-          extract(epoch FROM j.deadline_at)::float8, j.key, extract(epoch FROM j.run_at)::float8
+RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts AS attempt, j.token,
+          j.lease, j.max_attempts, extract(epoch FROM j.created_at)::float8 AS created_at,
+          extract(epoch FROM j.deadline_at)::float8 AS deadline_at, j.key,
+          extract(epoch FROM j.run_at)::float8 AS run_at
 
 -- name: next_due
 -- In how many seconds the next delayed job falls due (by the server's clock, which claims
@@ -162,9 +168,9 @@ RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts, j.token, j.l
 -- `run_at > '-infinity'` (true of every job) matches sqljobs_jobs_next_due's predicate.
 SELECT (SELECT extract(epoch FROM run_at - now())::float8 FROM {schema}.sqljobs_jobs
         WHERE state = 'pending' AND crashes < 2 AND run_at > '-infinity' {queue_filter}
-        ORDER BY run_at LIMIT 1),
+        ORDER BY run_at LIMIT 1) AS wait,
        EXISTS (SELECT 1 FROM {schema}.sqljobs_jobs
-               WHERE state = 'pending' AND crashes >= 2 {queue_filter})
+               WHERE state = 'pending' AND crashes >= 2 {queue_filter}) AS suspects
 
 -- name: complete_jobs
 WITH began AS (
@@ -247,13 +253,15 @@ WHERE name = %(name)s
 DELETE FROM {schema}.sqljobs_workers WHERE id = %(worker)s
 
 -- name: expired_jobs
-SELECT j.id, j.token, j.task, j.attempts, j.max_attempts, j.lease,
-       extract(epoch FROM j.started_at)::float8, extract(epoch FROM j.lease_until)::float8,
-       extract(epoch FROM j.deadline_at)::float8, j.worker,
+SELECT j.id, j.token, j.task, j.attempts AS attempt, j.max_attempts, j.lease,
+       extract(epoch FROM j.started_at)::float8 AS started_at,
+       extract(epoch FROM j.lease_until)::float8 AS lease_until,
+       extract(epoch FROM j.deadline_at)::float8 AS deadline_at, j.worker,
        (w.id IS NOT NULL
-        AND w.last_seen >= now() - make_interval(secs => 2.5 * w.heartbeat_interval)) AS alive,
+        AND w.last_seen >= now() - make_interval(secs => 2.5 * w.heartbeat_interval))
+           AS worker_alive,
        j.errors, j.lease_expiries, j.crashes, j.prefetched,
-       extract(epoch FROM now())::float8
+       extract(epoch FROM now())::float8 AS now
 FROM {schema}.sqljobs_jobs AS j LEFT JOIN {schema}.sqljobs_workers AS w ON w.id = j.worker
 WHERE j.state = 'running' AND j.lease_until < now()
 ORDER BY j.lease_until
@@ -261,21 +269,22 @@ LIMIT %(limit)s
 FOR UPDATE OF j SKIP LOCKED
 
 -- name: jobs_of_worker
-SELECT j.id, j.token, j.task, j.attempts, j.max_attempts, j.lease,
-       extract(epoch FROM j.started_at)::float8, extract(epoch FROM j.lease_until)::float8,
-       extract(epoch FROM j.deadline_at)::float8, j.worker, false AS alive,
-       j.errors, j.lease_expiries, j.crashes, j.prefetched,
-       extract(epoch FROM now())::float8
+SELECT j.id, j.token, j.task, j.attempts AS attempt, j.max_attempts, j.lease,
+       extract(epoch FROM j.started_at)::float8 AS started_at,
+       extract(epoch FROM j.lease_until)::float8 AS lease_until,
+       extract(epoch FROM j.deadline_at)::float8 AS deadline_at, j.worker,
+       false AS worker_alive, j.errors, j.lease_expiries, j.crashes, j.prefetched,
+       extract(epoch FROM now())::float8 AS now
 FROM {schema}.sqljobs_jobs AS j
 WHERE j.state = 'running' AND j.worker = %(worker)s
 LIMIT %(limit)s
 FOR UPDATE OF j SKIP LOCKED
 
 -- name: count_by_queue_state
-SELECT queue, state, count(*) FROM {schema}.sqljobs_jobs GROUP BY queue, state
+SELECT queue, state, count(*) AS jobs FROM {schema}.sqljobs_jobs GROUP BY queue, state
 
 -- name: oldest_due_by_queue
-SELECT queue, extract(epoch FROM now() - min(run_at))::float8
+SELECT queue, extract(epoch FROM now() - min(run_at))::float8 AS age
 FROM {schema}.sqljobs_jobs
 WHERE state = 'pending' AND run_at <= now() GROUP BY queue
 
@@ -285,15 +294,27 @@ SELECT tasks FROM {schema}.sqljobs_workers
 WHERE last_seen >= now() - make_interval(secs => 2.5 * heartbeat_interval)
 
 -- name: pending_by_task
-SELECT task, count(*) FROM {schema}.sqljobs_jobs WHERE state = 'pending' GROUP BY task
+SELECT task, count(*) AS pending FROM {schema}.sqljobs_jobs WHERE state = 'pending'
+GROUP BY task
+
+-- name: get_job
+-- The job_columns fragment (below) fills in a whole job, named as Job's fields.
+SELECT {job_columns} FROM {schema}.sqljobs_jobs WHERE id = %(id)s
+
+-- name: list_jobs
+SELECT {job_columns} FROM {schema}.sqljobs_jobs
+WHERE (%(state)s::text IS NULL OR state = %(state)s::text)
+  AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+ORDER BY id DESC LIMIT %(limit)s
 
 -- name: job_columns
-SELECT id, queue, task, payload, key, state, priority, extract(epoch FROM run_at)::float8,
-       extract(epoch FROM created_at)::float8, attempts, max_attempts, token, lease,
-       extract(epoch FROM lease_until)::float8, worker, extract(epoch FROM started_at)::float8,
-       extract(epoch FROM finished_at)::float8, errors, lease_expiries, crashes, last_error,
-       last_traceback, extract(epoch FROM deadline_at)::float8, history
-FROM {schema}.sqljobs_jobs
+id, queue, task, payload, key, state, priority,
+extract(epoch FROM run_at)::float8 AS run_at,
+extract(epoch FROM created_at)::float8 AS created_at, attempts, max_attempts, token, lease,
+extract(epoch FROM lease_until)::float8 AS lease_until, worker,
+extract(epoch FROM started_at)::float8 AS started_at,
+extract(epoch FROM finished_at)::float8 AS finished_at, errors, lease_expiries, crashes,
+last_error, last_traceback, extract(epoch FROM deadline_at)::float8 AS deadline_at, history
 
 -- name: retry_job
 -- By hand: fresh attempts; the history keeps the old ones and notes the retry.
@@ -353,7 +374,7 @@ ON CONFLICT (key) DO UPDATE SET
                   ELSE e.holder END,
     held_until = CASE WHEN e.state <> 'done' AND e.held_until <= now()
                       THEN now() + make_interval(secs => %(hold)s) ELSE e.held_until END
-RETURNING state, result, error, attempts, holder = %(holder)s
+RETURNING state, result, error, attempts, holder = %(holder)s AS mine
 
 -- name: effect_set
 UPDATE {schema}.sqljobs_effects
@@ -364,3 +385,18 @@ WHERE key = %(key)s AND holder = %(holder)s
 -- name: effect_forget
 DELETE FROM {schema}.sqljobs_effects
 WHERE key = %(key)s AND state = 'pending' AND holder = %(holder)s
+
+-- name: mark_idempotent
+-- sqljobs.idempotent(): uniqueness from the primary key (insert-or-ignore, judged by the
+-- row count), never from a check-then-insert, so concurrent deliveries cannot both pass.
+-- On a connection sqljobs did not hand out, the schema prefix is dropped: the table is
+-- found by the connection's search_path.
+INSERT INTO {schema}.sqljobs_idempotency (key, created_at, expires_at)
+VALUES (%(key)s, to_timestamp(%(now)s), to_timestamp(%(expires)s))
+ON CONFLICT (key) DO NOTHING
+
+-- name: filter_queues
+AND queue = ANY(%(queues)s::text[])
+
+-- name: filter_tasks
+AND task = ANY(%(tasks)s::text[])

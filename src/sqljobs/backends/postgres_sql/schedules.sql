@@ -1,6 +1,7 @@
--- Named statements for periodic schedules (sqljobs.backends.postgres_schedules).
+-- Named statements for periodic schedules (sqljobs.backends.schedule_store).
 -- {schema} is the configured schema. Times cross the boundary as Unix seconds given by the
--- caller, so an injected clock rules them; {columns} is the row as ScheduleState reads it.
+-- caller, so an injected clock rules them; {columns} is the schedule_columns fragment at
+-- the end: the row named as ScheduleState reads it.
 
 -- name: save_schedule
 -- An upsert. The schedule keeps its place (next_run_at) and its paused flag unless its
@@ -66,7 +67,7 @@ SET next_run_at = to_timestamp(%(next_run_at)s), updated_at = to_timestamp(%(now
         ELSE %(outcome)s END
 WHERE s.name = %(name)s AND NOT s.paused
   AND extract(epoch FROM s.next_run_at)::float8 = %(expected)s::float8
-RETURNING s.last_outcome, extract(epoch FROM s.next_run_at)::float8
+RETURNING s.last_outcome, extract(epoch FROM s.next_run_at)::float8 AS next_run_at
 
 -- name: lock_for_run_now
 -- run-now goes through the row too, so it is serialised with ticks and obeys overlap.
@@ -75,10 +76,16 @@ WHERE s.name = %(name)s
 RETURNING CASE WHEN s.overlap = 'skip' THEN (
     SELECT j.id FROM {schema}.sqljobs_jobs AS j
     WHERE j.id = s.last_job_id AND j.state IN ('pending', 'running'))
-END
+END AS active_job_id
 
 -- name: record_job
 UPDATE {schema}.sqljobs_schedules
 SET last_job_id = %(job_id)s, last_run_at = to_timestamp(%(run_at)s),
     last_outcome = %(outcome)s
 WHERE name = %(name)s
+
+-- name: schedule_columns
+s.name, s.task, s.kwargs, s.cron, s.every, s.tz, s.overlap, s.misfire, s.queue, s.priority,
+s.source, extract(epoch FROM s.next_run_at)::float8 AS next_run_at,
+extract(epoch FROM s.last_run_at)::float8 AS last_run_at, s.last_job_id, s.last_outcome,
+s.paused, extract(epoch FROM s.updated_at)::float8 AS updated_at

@@ -1,3 +1,7 @@
+-- Named statements for SQLite (:name parameters; the enqueue's insert and key lookup,
+-- run once per job, take ? ones). Columns are named after the fields they fill
+-- (sqljobs.backends.rows reads them by name).
+
 -- name: insert_job
 INSERT INTO sqljobs_jobs
     (queue, task, payload, key, priority, run_at, created_at, deadline_at, max_attempts, lease,
@@ -15,8 +19,9 @@ WHERE key = :key AND state IN ('done', 'dead', 'cancelled')
 SELECT id FROM sqljobs_jobs WHERE key = ?
 
 -- name: claim
--- {queue_filter} is empty (all queues) or a condition on queue, then, for a worker, on
--- task: it claims only the tasks it has registered (see sqlite.py).
+-- {queue_filter} is empty (all queues) or a condition on queue (filter_one_queue, which
+-- uses the (queue, ...) indexes directly, or filter_queues), then, for a worker,
+-- filter_tasks: it claims only the tasks it has registered. The fragments are at the end.
 UPDATE sqljobs_jobs
 SET state = 'running', attempts = attempts + 1, token = token + 1,
     worker = :worker, started_at = :now, prefetched = 0,
@@ -27,8 +32,8 @@ WHERE id IN (
     WHERE state = 'pending' AND run_at <= :now AND crashes < 2 {queue_filter}
     ORDER BY priority DESC, run_at, id
     LIMIT :limit)
-RETURNING id, task, payload, queue, priority, attempts, token, lease, max_attempts,
-          created_at, deadline_at, key, run_at
+RETURNING id, task, payload, queue, priority, attempts AS attempt, token, lease,
+          max_attempts, created_at, deadline_at, key, run_at
 
 -- name: claim_suspect
 -- A job that was in two workers that crashed is claimed alone and run alone, so a
@@ -45,15 +50,17 @@ WHERE id IN (
       AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
     ORDER BY priority DESC, run_at, id
     LIMIT 1)
-RETURNING id, task, payload, queue, priority, attempts, token, lease, max_attempts,
-          created_at, deadline_at, key, run_at
+RETURNING id, task, payload, queue, priority, attempts AS attempt, token, lease,
+          max_attempts, created_at, deadline_at, key, run_at
 
 -- name: next_due
--- When the next delayed job falls due, and whether jobs from crashed workers wait.
+-- In how many seconds the next delayed job falls due, and whether jobs from crashed
+-- workers wait.
 SELECT (SELECT run_at FROM sqljobs_jobs INDEXED BY sqljobs_jobs_due
-        WHERE state = 'pending' AND crashes < 2 {queue_filter} ORDER BY run_at LIMIT 1),
+        WHERE state = 'pending' AND crashes < 2 {queue_filter} ORDER BY run_at LIMIT 1)
+       - :now AS wait,
        EXISTS (SELECT 1 FROM sqljobs_jobs INDEXED BY sqljobs_jobs_suspects
-               WHERE state = 'pending' AND crashes >= 2 {queue_filter})
+               WHERE state = 'pending' AND crashes >= 2 {queue_filter}) AS suspects
 
 -- name: complete_job
 UPDATE sqljobs_jobs
@@ -119,15 +126,16 @@ ON CONFLICT (name) DO UPDATE SET
 SELECT name FROM sqljobs_tasks
 
 -- name: task_info
-SELECT name, queue, priority, lease, max_attempts, deadline FROM sqljobs_tasks WHERE name = ?
+SELECT name, queue, priority, lease, max_attempts, deadline FROM sqljobs_tasks
+WHERE name = :name
 
 -- name: unregister_worker
 DELETE FROM sqljobs_workers WHERE id = :worker
 
 -- name: expired_jobs
-SELECT j.id, j.token, j.task, j.attempts, j.max_attempts, j.lease, j.started_at,
+SELECT j.id, j.token, j.task, j.attempts AS attempt, j.max_attempts, j.lease, j.started_at,
        j.lease_until, j.deadline_at, j.worker,
-       (w.id IS NOT NULL AND w.last_seen >= :now - 2.5 * w.heartbeat_interval) AS alive,
+       (w.id IS NOT NULL AND w.last_seen >= :now - 2.5 * w.heartbeat_interval) AS worker_alive,
        j.errors, j.lease_expiries, j.crashes, j.prefetched
 FROM sqljobs_jobs AS j LEFT JOIN sqljobs_workers AS w ON w.id = j.worker
 WHERE j.state = 'running' AND j.lease_until < :now
@@ -135,18 +143,18 @@ ORDER BY j.lease_until
 LIMIT :limit
 
 -- name: jobs_of_worker
-SELECT j.id, j.token, j.task, j.attempts, j.max_attempts, j.lease, j.started_at,
-       j.lease_until, j.deadline_at, j.worker, 0 AS alive,
+SELECT j.id, j.token, j.task, j.attempts AS attempt, j.max_attempts, j.lease, j.started_at,
+       j.lease_until, j.deadline_at, j.worker, 0 AS worker_alive,
        j.errors, j.lease_expiries, j.crashes, j.prefetched
 FROM sqljobs_jobs AS j
 WHERE j.state = 'running' AND j.worker = :worker
 LIMIT :limit
 
 -- name: count_by_queue_state
-SELECT queue, state, count(*) FROM sqljobs_jobs GROUP BY queue, state
+SELECT queue, state, count(*) AS jobs FROM sqljobs_jobs GROUP BY queue, state
 
 -- name: oldest_due_by_queue
-SELECT queue, min(run_at) FROM sqljobs_jobs
+SELECT queue, :now - min(run_at) AS age FROM sqljobs_jobs
 WHERE state = 'pending' AND run_at <= :now GROUP BY queue
 
 -- name: live_workers
@@ -154,13 +162,13 @@ WHERE state = 'pending' AND run_at <= :now GROUP BY queue
 SELECT tasks FROM sqljobs_workers WHERE last_seen >= :now - 2.5 * heartbeat_interval
 
 -- name: pending_by_task
-SELECT task, count(*) FROM sqljobs_jobs WHERE state = 'pending' GROUP BY task
+SELECT task, count(*) AS pending FROM sqljobs_jobs WHERE state = 'pending' GROUP BY task
 
 -- name: get_job
 SELECT id, queue, task, payload, key, state, priority, run_at, created_at, attempts,
        max_attempts, token, lease, lease_until, worker, started_at, finished_at, errors,
        lease_expiries, crashes, last_error, last_traceback, deadline_at, history
-FROM sqljobs_jobs WHERE id = ?
+FROM sqljobs_jobs WHERE id = :id
 
 -- name: list_jobs
 SELECT id, queue, task, payload, key, state, priority, run_at, created_at, attempts,
@@ -224,7 +232,7 @@ ON CONFLICT (key) DO UPDATE SET
     holder = CASE WHEN state <> 'done' AND held_until <= :now THEN :holder ELSE holder END,
     held_until = CASE WHEN state <> 'done' AND held_until <= :now THEN :now + :hold
                       ELSE held_until END
-RETURNING state, result, error, attempts, holder = :holder
+RETURNING state, result, error, attempts, holder = :holder AS mine
 
 -- name: effect_set
 UPDATE sqljobs_effects
@@ -233,3 +241,18 @@ WHERE key = :key AND holder = :holder
 
 -- name: effect_forget
 DELETE FROM sqljobs_effects WHERE key = :key AND state = 'pending' AND holder = :holder
+
+-- name: mark_idempotent
+-- sqljobs.idempotent(): uniqueness from the primary key (insert-or-ignore, judged by the
+-- row count), never from a check-then-insert, so concurrent deliveries cannot both pass.
+INSERT INTO sqljobs_idempotency (key, created_at, expires_at) VALUES (:key, :now, :expires)
+ON CONFLICT (key) DO NOTHING
+
+-- name: filter_one_queue
+AND queue = :queue
+
+-- name: filter_queues
+AND queue IN (SELECT value FROM json_each(:queues))
+
+-- name: filter_tasks
+AND task IN (SELECT value FROM json_each(:tasks))

@@ -1,4 +1,4 @@
--- Named statements for periodic schedules (sqljobs.backends.sqlite_schedules).
+-- Named statements for periodic schedules (sqljobs.backends.schedule_store).
 -- Times are Unix seconds (REAL), given by the caller, so an injected clock rules them.
 
 -- name: save_schedule
@@ -75,7 +75,7 @@ UPDATE sqljobs_schedules SET updated_at = :now WHERE name = :name
 RETURNING CASE WHEN overlap = 'skip' THEN (
     SELECT j.id FROM sqljobs_jobs AS j
     WHERE j.id = sqljobs_schedules.last_job_id AND j.state IN ('pending', 'running'))
-END
+END AS active_job_id
 
 -- name: record_job
 UPDATE sqljobs_schedules

@@ -1,0 +1,258 @@
+"""The Backend protocol's methods that are the same on every engine, written once.
+
+Each runs a named statement of the dialect through one of the dialect's ways to run work
+(:class:`~sqljobs.backends.dialect.Dialect`) and maps rows by name
+(:mod:`~sqljobs.backends.rows`). What stays in ``sqlite.py`` and ``postgres.py`` is what
+the engines really do differently: connections and transactions, the claim, the batch
+writes of outcomes and leases, and the enqueue.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict
+from typing import Any
+
+from ..jobs import ClaimedJob, Due, HeldJob, Job, JobState, Outcome
+from ..stats import Stats, unserved_tasks
+from ..tasks import TaskInfo
+from .base import Decide, EffectRecord, WorkerInfo
+from .dialect import Claim, Dialect
+from .migrations import apply_migrations
+from .rows import claimed_jobs, effect_record, expired_job, job, result, task_info
+
+_LENT: dict[int, BackendCore] = {}
+
+
+@contextmanager
+def lending(connection: Any, backend: BackendCore) -> Iterator[None]:
+    """While a ``job_transaction()`` block runs, its connection is known to be this
+    backend's, so ``sqljobs.idempotent(tx, ...)``, given only the connection, finds the
+    backend (its statements, schema and clock)."""
+    _LENT[id(connection)] = backend
+    try:
+        yield
+    finally:
+        _LENT.pop(id(connection), None)
+
+
+def lender_of(connection: Any) -> BackendCore | None:
+    """The backend whose ``job_transaction()`` handed out ``connection``, if one did."""
+    return _LENT.get(id(connection))
+
+
+def mark_idempotent(
+    connection: Any, statement: str, key: str, ttl: float | None, now: float
+) -> bool:
+    """Insert the marker ``key`` with ``statement`` (the dialect's ``mark_idempotent``)
+    in the caller's transaction; True if this call inserted it."""
+    expires = None if ttl is None else now + ttl
+    cursor = connection.execute(statement, {"key": key, "now": now, "expires": expires})
+    return bool(cursor.rowcount == 1)
+
+
+class BackendCore(Dialect):
+    """The engine-independent half of a backend."""
+
+    def migrate(self) -> list[str]:
+        return apply_migrations(
+            self._transaction, self._run_script, self.sql, self.migrations, self.now
+        )
+
+    # -- claims and outcomes ----------------------------------------------------------------
+
+    def claim_jobs(
+        self,
+        worker: str,
+        queues: Sequence[str] | None,
+        limit: int,
+        leases: Mapping[str, float] | None = None,
+        start_now: int | None = None,
+        started: Sequence[HeldJob] = (),
+    ) -> list[ClaimedJob]:
+        return self.finish_and_claim([], worker, queues, limit, leases, start_now, started)[1]
+
+    def finish_and_claim(
+        self,
+        outcomes: Sequence[Outcome],
+        worker: str,
+        queues: Sequence[str] | None,
+        limit: int,
+        leases: Mapping[str, float] | None = None,
+        start_now: int | None = None,
+        started: Sequence[HeldJob] = (),
+    ) -> tuple[list[int], list[ClaimedJob]]:
+        if limit <= 0:
+            return self.finish_jobs(outcomes, started), []
+        at_once = limit if start_now is None else start_now
+        claim = Claim(worker, queues, limit, leases, at_once, started)
+        return self._finish_and_claim(outcomes, claim)
+
+    def claim_suspect(
+        self, worker: str, queues: Sequence[str] | None, leases: Mapping[str, float] | None = None
+    ) -> ClaimedJob | None:
+        params = {
+            "worker": worker,
+            "now": self.now(),
+            "leases": json.dumps(dict(leases or {})),
+            "queues": self._array(queues) if queues else None,
+            "tasks": None if leases is None else self._array(leases),
+        }
+        found = self._change("claim_suspect", params)
+        jobs = claimed_jobs(found.names, found.rows)
+        return jobs[0] if jobs else None
+
+    def next_due(self, queues: Sequence[str] | None, tasks: Collection[str] | None = None) -> Due:
+        sql, params = self._filtered("next_due", queues, tasks)
+        params["now"] = self.now()
+        due = self._read(lambda conn: result(conn.execute(sql, params)))
+        wait, suspects = due.first("wait", "suspects") or (None, False)
+        return Due(None if wait is None else float(wait), bool(suspects))
+
+    def finish_jobs(
+        self, outcomes: Sequence[Outcome], started: Sequence[HeldJob] = ()
+    ) -> list[int]:
+        if not outcomes and not started:
+            return []
+        return self._write(lambda conn: self._finish(conn, outcomes, started))
+
+    def finish_in_transaction(self, connection: Any, outcome: Outcome) -> bool:
+        return bool(self._finish(connection, [outcome]))
+
+    def rescue_jobs(
+        self, decide: Decide, worker: str | None = None, limit: int = 500
+    ) -> list[Outcome]:
+        def work(conn: Any) -> list[Outcome]:
+            now = self.now()  # read once the write lock is held: SQLite may have waited
+            if worker is None:
+                params: dict[str, Any] = {"now": now, "limit": limit}
+                found = result(conn.execute(self.sql["expired_jobs"], params))
+            else:
+                params = {"worker": worker, "limit": limit}
+                found = result(conn.execute(self.sql["jobs_of_worker"], params))
+            has_now = "now" in found.names  # PostgreSQL's: the server's clock, as claims
+            clocks = [r[0] for r in found.pick("now")] if has_now else [now] * len(found.rows)
+            outcomes = [
+                decide(expired_job(found.names, row), at)
+                for row, at in zip(found.rows, clocks, strict=True)
+            ]
+            written = set(self._finish(conn, outcomes))
+            return [o for o in outcomes if o.job_id in written]
+
+        return self._transaction(work)
+
+    # -- workers and the task catalogue ---------------------------------------------------
+
+    def register_worker(self, info: WorkerInfo) -> None:
+        now = self.now()
+        params = {
+            "id": info.id,
+            "host": info.host,
+            "pid": info.pid,
+            "queues": json.dumps(list(info.queues) if info.queues else None),
+            "concurrency": info.concurrency,
+            "heartbeat_interval": info.heartbeat_interval,
+            "tasks": json.dumps([t.name for t in info.tasks]),
+            "now": now,
+        }
+        tasks = [{**asdict(t), "now": now} for t in info.tasks]
+
+        def work(conn: Any) -> None:
+            conn.execute(self.sql["register_worker"], params)
+            cursor = conn.cursor()
+            cursor.executemany(self.sql["save_task"], tasks)
+            cursor.close()
+
+        self._transaction(work)
+
+    def unregister_worker(self, worker: str) -> None:
+        self._change("unregister_worker", {"worker": worker})
+
+    def task_names(self) -> list[str]:
+        return [name for (name,) in self._query("task_names").pick("name")]
+
+    def task_info(self, name: str) -> TaskInfo | None:
+        found = self._query("task_info", {"name": name})
+        return task_info(found.names, found.rows[0]) if found.rows else None
+
+    def served_tasks(self) -> set[str]:
+        live = self._query("live_workers", {"now": self.now()}).pick("tasks")
+        return {name for (tasks,) in live for name in json.loads(tasks)}
+
+    # -- inspection and admin -------------------------------------------------------------
+
+    def stats(self) -> Stats:
+        now = self.now()
+        counts: dict[str, dict[str, int]] = {}
+        for queue, state, n in self._query("count_by_queue_state").pick("queue", "state", "jobs"):
+            counts.setdefault(queue, {s.value: 0 for s in JobState})[state] = n
+        due = self._query("oldest_due_by_queue", {"now": now}).pick("queue", "age")
+        ages = {queue: max(0.0, age) for queue, age in due}
+        live = [json.loads(t) for (t,) in self._query("live_workers", {"now": now}).pick("tasks")]
+        unserved = unserved_tasks(self._query("pending_by_task").pick("task", "pending"), live)
+        return Stats(counts, max(ages.values()) if ages else None, ages, len(live), unserved)
+
+    def get_job(self, job_id: int) -> Job | None:
+        found = self._query("get_job", {"id": job_id})
+        return job(found.names, found.rows[0]) if found.rows else None
+
+    def list_jobs(
+        self, state: str | None = None, queue: str | None = None, limit: int = 50
+    ) -> list[Job]:
+        found = self._query("list_jobs", {"state": state, "queue": queue, "limit": limit})
+        return [job(found.names, row) for row in found.rows]
+
+    def retry_job(self, job_id: int) -> bool:
+        return self._change("retry_job", {"id": job_id, "now": self.now()}).rowcount == 1
+
+    def retry_dead(self, queue: str | None = None) -> int:
+        return self._change("retry_dead", {"queue": queue, "now": self.now()}).rowcount
+
+    def cancel_job(self, job_id: int) -> bool:
+        return self._change("cancel_job", {"id": job_id, "now": self.now()}).rowcount == 1
+
+    def prune_finished(self, before: float, limit: int = 1000) -> int:
+        return self._change("prune_finished", {"before": before, "limit": limit}).rowcount
+
+    def prune_idempotency(self, before: float, limit: int = 1000) -> int:
+        return self._change("prune_idempotency", {"before": before, "limit": limit}).rowcount
+
+    # -- idempotency markers and external effects -----------------------------------------
+
+    def mark_idempotent(self, connection: Any, key: str, ttl: float | None = None) -> bool:
+        return mark_idempotent(connection, self.sql["mark_idempotent"], key, ttl, self.now())
+
+    def effect_begin(self, key: str, job_id: int | None, holder: str, hold: float) -> EffectRecord:
+        params = {"key": key, "job_id": job_id, "holder": holder, "hold": hold, "now": self.now()}
+        sql = self.sql["effect_begin"]
+        found = self._durable(lambda conn: result(conn.execute(sql, params)))
+        return effect_record(key, found.names, found.rows[0])
+
+    def effect_set(
+        self, key: str, holder: str, state: str, result: str | None, error: str | None
+    ) -> None:
+        params = {"key": key, "holder": holder, "state": state, "result": result}
+        self._durable_change("effect_set", {**params, "error": error, "now": self.now()})
+
+    def effect_forget(self, key: str, holder: str) -> None:
+        self._durable_change("effect_forget", {"key": key, "holder": holder})
+
+    def _durable_change(self, name: str, params: Mapping[str, Any]) -> None:
+        sql = self.sql[name]
+        self._durable(lambda conn: conn.execute(sql, params))
+
+    # -- wake-ups: guarantee 8 lives in sqljobs.notifiers ---------------------------------
+
+    def subscribe(
+        self, callback: Callable[[], None], queues: Collection[str] | None = None
+    ) -> None:
+        self.notifier.subscribe(callback, queues)
+
+    @property
+    def pushes_changes(self) -> bool:
+        return self.notifier.pushes
+
+    def change_marker(self) -> int | None:
+        return self.notifier.change_marker()

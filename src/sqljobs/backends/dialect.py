@@ -1,0 +1,125 @@
+"""What each dialect gives the shared core: its statements and how to run work on them.
+
+The shared code (:mod:`.core`, :mod:`.schedule_store`, :mod:`.migrations`) is written once
+over these. A dialect supplies only what really differs between the engines: how a
+connection is had and a transaction is run (SQLite: a connection per thread and ``BEGIN
+IMMEDIATE``; PostgreSQL: a pool, autocommit for single statements, retries on
+serialization failure), how a list is bound, and the batch write of outcomes.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ..jobs import ClaimedJob, EnqueueResult, HeldJob, NewJob, Outcome
+from ..notifiers.base import Notifier
+from .migrations import Migration
+from .rows import Result, result
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One claim as a worker asks for it (see ``Backend.claim_jobs``): up to ``limit`` due
+    jobs of ``queues`` (None: all) and, given ``leases``, of those tasks only; the first
+    ``start_now`` start at once, the rest wait in the worker's buffer."""
+
+    worker: str
+    queues: Sequence[str] | None
+    limit: int
+    leases: Mapping[str, float] | None
+    start_now: int
+    started: Sequence[HeldJob]
+
+
+class Dialect(ABC):
+    """The parts of a backend that differ by engine. Every method that takes ``work``
+    calls it with a DB-API connection (sqlite3 or psycopg) and returns what it returns."""
+
+    url: str
+    sql: Mapping[str, str]
+    """The dialect's named statements (its ``.sql`` files), ready to run."""
+    migrations: Sequence[Migration]
+    notifier: Notifier
+
+    @abstractmethod
+    def now(self) -> float:
+        """The backend's clock (the App's), Unix seconds."""
+
+    @abstractmethod
+    def _read(self, work: Callable[[Any], T]) -> T:
+        """Reads, outside any explicit transaction."""
+
+    @abstractmethod
+    def _write(self, work: Callable[[Any], T]) -> T:
+        """Writes as cheaply as the engine allows: on PostgreSQL each statement commits on
+        its own (one round trip, not three); SQLite has one safe way, a write transaction."""
+
+    @abstractmethod
+    def _transaction(self, work: Callable[[Any], T]) -> T:
+        """All of ``work`` in one transaction, committed when it returns."""
+
+    @abstractmethod
+    def _durable(self, work: Callable[[Any], T]) -> T:
+        """Like :meth:`_write`, but the commit survives a server crash whatever the
+        backend's own commit setting (effects must never be forgotten)."""
+
+    @abstractmethod
+    def _run_script(self, conn: Any, script: str) -> None:
+        """Run a script of several statements (a migration)."""
+
+    @abstractmethod
+    def _filtered(
+        self, name: str, queues: Sequence[str] | None, tasks: Collection[str] | None
+    ) -> tuple[str, dict[str, Any]]:
+        """The statement ``name`` limited to these queues and (given) these tasks, with the
+        parameters the limit needs: what a worker can run."""
+
+    @abstractmethod
+    def _array(self, values: Iterable[Any]) -> Any:
+        """A list as a parameter (a JSON text for SQLite's json_each, an array for psycopg)."""
+
+    @abstractmethod
+    def _finish(
+        self, conn: Any, outcomes: Sequence[Outcome], started: Sequence[HeldJob] = ()
+    ) -> list[int]:
+        """Write fenced outcomes (and clear ``prefetched`` on ``started``) on ``conn``;
+        return the ids written."""
+
+    @abstractmethod
+    def _finish_and_claim(
+        self, outcomes: Sequence[Outcome], claim: Claim
+    ) -> tuple[list[int], list[ClaimedJob]]:
+        """Write ``outcomes`` and take the jobs ``claim`` asks for, in as few round trips
+        and commits as the engine allows: the worker's hot path."""
+
+    @abstractmethod
+    def enqueue_jobs(
+        self, jobs: Iterable[NewJob], connection: Any | None = None
+    ) -> list[EnqueueResult]: ...
+
+    def _claim_statement(self, name: str, claim: Claim) -> tuple[str, dict[str, Any]]:
+        """The claim statement ``name`` for ``claim``, with its parameters."""
+        tasks = None if claim.leases is None else list(claim.leases)
+        sql, params = self._filtered(name, claim.queues, tasks)
+        params["worker"] = claim.worker
+        params["now"] = self.now()
+        params["limit"] = claim.limit
+        params["start_now"] = claim.start_now
+        params["leases"] = json.dumps(dict(claim.leases or {}))
+        return sql, params
+
+    def _query(self, name: str, params: Mapping[str, Any] | None = None) -> Result:
+        """Run the read statement ``name``."""
+        sql = self.sql[name]
+        return self._read(lambda conn: result(conn.execute(sql, params or {})))
+
+    def _change(self, name: str, params: Mapping[str, Any]) -> Result:
+        """Run the write statement ``name``, committed."""
+        sql = self.sql[name]
+        return self._write(lambda conn: result(conn.execute(sql, params)))

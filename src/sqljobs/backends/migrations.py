@@ -1,0 +1,46 @@
+"""The migration runner both backends use.
+
+Migrations are the numbered ``NNNN_name.sql`` files beside each dialect's statements
+(:func:`sqljobs.backends.sqlfile.load_migrations`); ``sqljobs_migrations`` records each
+one applied. The whole run is one transaction that first takes the dialect's lock
+(``prepare_migrations``: SQLite's write lock, a PostgreSQL advisory lock), so runners that
+start together apply each migration exactly once, and a runner that fails half-way leaves
+nothing half-applied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .rows import result
+
+Migration = tuple[int, str, str]
+"""(version, name, script)"""
+
+
+def apply_migrations(
+    transaction: Callable[[Callable[[Any], list[str]]], list[str]],
+    run_script: Callable[[Any, str], None],
+    sql: Mapping[str, str],
+    migrations: Sequence[Migration],
+    now: Callable[[], float],
+) -> list[str]:
+    """Apply the migrations not yet recorded, in order, in one ``transaction``; return
+    their names (``0003_effects``). ``run_script`` runs a script of several statements
+    on a connection, as the dialect can; ``sql`` holds the runner's three statements."""
+
+    def work(conn: Any) -> list[str]:
+        run_script(conn, sql["prepare_migrations"])
+        done = {v for (v,) in result(conn.execute(sql["applied_migrations"])).pick("version")}
+        applied = []
+        for version, name, script in migrations:
+            if version in done:
+                continue
+            run_script(conn, script)
+            params = {"version": version, "name": name, "now": now()}
+            conn.execute(sql["record_migration"], params)
+            applied.append(f"{version:04d}_{name}")
+        return applied
+
+    return transaction(work)

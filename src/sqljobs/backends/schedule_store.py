@@ -1,0 +1,101 @@
+"""Schedule storage, written once over each dialect's transaction.
+
+A tick is one transaction: the conditional UPDATE of the schedule row (only the replica
+that still finds the tick it read moves it on; on PostgreSQL its row lock makes a racing
+replica wait, then find the row moved on), the job's insert, and the note of which job it
+was. They commit together or not at all, so a replica killed half-way through loses
+nothing and another fires the tick. Different schedules are different rows, so they never
+wait for one another. A schedule that is new or resumed is announced: it may fall due
+before waiting workers would next look.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..jobs import NewJob
+from ..schedules import Schedule, ScheduleState, Tick, TickOutcome, TickResult
+from .dialect import Dialect
+from .rows import result, schedule_state
+
+
+class ScheduleStore(Dialect):
+    """The schedule methods of the Backend protocol."""
+
+    def save_schedule(self, schedule: Schedule, next_run_at: float) -> ScheduleState:
+        params = {
+            **schedule.__dict__,
+            "kwargs": json.dumps(schedule.kwargs),
+            "next_run_at": next_run_at,
+            "now": self.now(),
+        }
+        saved = self._change("save_schedule", params)
+        self.notifier.announce()
+        return schedule_state(saved.names, saved.rows[0])
+
+    def get_schedule(self, name: str) -> ScheduleState | None:
+        found = self._query("get_schedule", {"name": name})
+        return schedule_state(found.names, found.rows[0]) if found.rows else None
+
+    def list_schedules(self) -> list[ScheduleState]:
+        found = self._query("list_schedules")
+        return [schedule_state(found.names, row) for row in found.rows]
+
+    def upcoming_schedules(self, limit: int) -> list[ScheduleState]:
+        found = self._query("upcoming_schedules", {"limit": limit})
+        return [schedule_state(found.names, row) for row in found.rows]
+
+    def delete_schedule(self, name: str) -> bool:
+        return self._change("delete_schedule", {"name": name}).rowcount == 1
+
+    def pause_schedule(self, name: str) -> bool:
+        return self._change("pause_schedule", {"name": name, "now": self.now()}).rowcount == 1
+
+    def resume_schedule(self, name: str, next_run_at: float) -> bool:
+        params = {"name": name, "next_run_at": next_run_at, "now": self.now()}
+        resumed = self._change("resume_schedule", params).rowcount == 1
+        self.notifier.announce()
+        return resumed
+
+    def fire_schedule(self, tick: Tick) -> TickResult:
+        params = {
+            "name": tick.name,
+            "expected": tick.expected,
+            "next_run_at": tick.next_run_at,
+            "outcome": tick.outcome,
+            "skip_if_active": tick.skip_if_active and tick.job is not None,
+            "now": self.now(),
+        }
+
+        def work(conn: Any) -> TickResult:
+            claimed = result(conn.execute(self.sql["claim_tick"], params))
+            row = claimed.first("last_outcome", "next_run_at")
+            if row is None:
+                return TickResult(tick.name, claimed=False)
+            outcome, stored = row[0], float(row[1])
+            if tick.job is None or outcome == TickOutcome.SKIPPED_OVERLAP:
+                return TickResult(tick.name, True, outcome, next_run_at=stored)
+            (enqueued,) = self.enqueue_jobs([tick.job], connection=conn)
+            record = {"name": tick.name, "job_id": enqueued.id, "run_at": tick.tick_at}
+            conn.execute(self.sql["record_job"], {**record, "outcome": outcome})
+            return TickResult(tick.name, True, outcome, enqueued.id, enqueued.created, stored)
+
+        return self._transaction(work)
+
+    def run_schedule_now(self, name: str, job: NewJob) -> TickResult | None:
+        now = self.now()
+
+        def work(conn: Any) -> TickResult | None:
+            locked = result(conn.execute(self.sql["lock_for_run_now"], {"name": name, "now": now}))
+            row = locked.first("active_job_id")
+            if row is None:
+                return None
+            if row[0] is not None:  # overlap="skip" and a run is pending or running
+                return TickResult(name, True, TickOutcome.SKIPPED_OVERLAP, row[0], False)
+            (enqueued,) = self.enqueue_jobs([job], connection=conn)
+            params = {"name": name, "job_id": enqueued.id, "run_at": now, "outcome": "run_now"}
+            conn.execute(self.sql["record_job"], params)
+            return TickResult(name, True, TickOutcome.RUN_NOW, enqueued.id, enqueued.created)
+
+        return self._transaction(work)

@@ -1,0 +1,25 @@
+"""Wake-ups: guarantee 8 (low latency at a low idle cost) lives in this package.
+
+A worker that has nothing to do sleeps; a notifier is what ends the sleep as soon as there
+may be work, so an enqueue starts within milliseconds while an idle worker costs almost
+nothing. One protocol (:class:`~sqljobs.notifiers.base.Notifier`), three implementations:
+
+- :mod:`.local`: in-process. An App wakes the workers of its own process the moment an
+  enqueue commits (``App.add_wakeup`` and ``App.wake_local_workers`` use it).
+- :mod:`.postgres`: LISTEN/NOTIFY across hosts. A listener thread per backend; enqueues
+  NOTIFY inside their own statement (the SQL is in the backend's ``.sql`` files), at most
+  once per queue per short window, with a trailing NOTIFY so the last job of a burst is
+  never left to the fallback poll.
+- :mod:`.sqlite`: no push. ``PRAGMA data_version``, a counter in shared memory that moves
+  when another connection commits, is the cheap "something changed" check workers run
+  every few milliseconds before they spend a claim.
+
+A jittered poll in the worker is the fallback under all of them.
+"""
+
+from __future__ import annotations
+
+from .base import EVERY_QUEUE, Notifier, Subscribers
+from .local import LocalNotifier
+
+__all__ = ["EVERY_QUEUE", "LocalNotifier", "Notifier", "Subscribers"]

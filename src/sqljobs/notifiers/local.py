@@ -1,0 +1,41 @@
+"""In-process wake-ups: an enqueue wakes the workers of its own process at once.
+
+No database is involved, so this is the fastest path and works the same on every backend:
+an App announces after its enqueue commits, and the workers it runs (threads of this
+process) are woken without waiting for a NOTIFY or a change check.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Collection
+
+from .base import Callback, Subscribers
+
+
+class LocalNotifier:
+    """Subscribers in this process, called synchronously by :meth:`announce`."""
+
+    pushes = True
+
+    def __init__(self) -> None:
+        self._subscribers = Subscribers()
+        self._announced = itertools.count(1)
+        self._marker = 0
+
+    def subscribe(self, callback: Callback, queues: Collection[str] | None = None) -> None:
+        self._subscribers.add(callback, queues)
+
+    def unsubscribe(self, callback: Callback) -> None:
+        self._subscribers.remove(callback)
+
+    def announce(self, queues: Collection[str] | None = None) -> None:
+        self._marker = next(self._announced)
+        self._subscribers.wake(queues)
+
+    def change_marker(self) -> int | None:
+        """How many announcements this process has made."""
+        return self._marker
+
+    def close(self) -> None:
+        """Nothing to release: subscribers stay until they unsubscribe."""

@@ -1,0 +1,194 @@
+"""PostgreSQL wake-ups: LISTEN/NOTIFY, debounced per queue, with a trailing NOTIFY.
+
+An enqueue sends its NOTIFY inside its own statement, so it costs no round trip and is
+delivered only if the enqueue commits (the SQL is in the backend's ``.sql`` files; this
+module decides which queues it names). A burst of enqueues must not serialise its commits
+on NOTIFY's global lock, so a queue is named at most once per ``window``; the queues left
+out are announced by a trailing NOTIFY after the window, so the last job of a burst is
+never left to the workers' fallback poll. The payload is the queue name (or
+:data:`~sqljobs.notifiers.base.EVERY_QUEUE`), so a subscriber may wait for its queues only.
+
+One listener thread per backend holds a LISTEN connection and wakes the subscribers; it
+reconnects with capped backoff and wakes everyone after reconnecting, since news may have
+been missed meanwhile. ``listen=False`` is poll-only mode (PgBouncer in transaction mode).
+"""
+
+from __future__ import annotations
+
+import logging
+import select
+import threading
+import time
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+import psycopg
+
+from ..errors import BackendError
+from .base import EVERY_QUEUE, Callback, Subscribers
+
+log = logging.getLogger("sqljobs.postgres")
+
+LISTEN_WAIT = 0.1
+"""How long the listener waits on its socket at a time, so ``close()`` is prompt."""
+
+
+def channel_for(schema: str) -> str:
+    """The channel of the sqljobs tables in ``schema``: queues in different schemas of one
+    database do not wake each other's workers."""
+    return f"sqljobs_{schema}"
+
+
+class PostgresNotifier:
+    """LISTEN/NOTIFY on ``channel``.
+
+    ``connect`` opens a dedicated autocommit connection for LISTEN; ``listen_sql`` is the
+    LISTEN statement (``{channel}`` is filled in here); ``send(queues)`` sends one NOTIFY
+    per queue through the backend's pool, after a commit.
+    """
+
+    def __init__(
+        self,
+        channel: str,
+        *,
+        listen: bool,
+        window: float,
+        connect: Callable[[], psycopg.Connection[Any]],
+        listen_sql: str,
+        send: Callable[[Sequence[str]], None],
+    ) -> None:
+        self.channel = channel
+        self.listen = listen
+        self.window = window
+        self._connect = connect
+        self._listen_sql = listen_sql.replace("{channel}", channel)
+        self._send = send
+        self._lock = threading.Lock()
+        self._subscribers = Subscribers()
+        self._seen = 0
+        self._listener: threading.Thread | None = None
+        self._closing = threading.Event()
+        self._last_notify: dict[str, float] = {}
+        self._trailing: dict[str, threading.Timer] = {}
+
+    # -- the protocol ------------------------------------------------------------------
+
+    @property
+    def pushes(self) -> bool:
+        """True when a LISTEN thread wakes subscribers, so they need not check for changes."""
+        return self.listen
+
+    def subscribe(self, callback: Callback, queues: Collection[str] | None = None) -> None:
+        """Call ``callback`` (from the listener thread) when jobs may have been enqueued."""
+        self._subscribers.add(callback, queues)
+        if self.listen:
+            self._ensure_listener()
+
+    def unsubscribe(self, callback: Callback) -> None:
+        self._subscribers.remove(callback)
+
+    def announce(self, queues: Collection[str] | None = None) -> None:
+        """NOTIFY now, outside any enqueue (a schedule that is new or resumed)."""
+        if self.listen:
+            self._send(sorted(queues) if queues else [EVERY_QUEUE])
+
+    def change_marker(self) -> int | None:
+        """How many wake-ups the listener has delivered (None in poll-only mode)."""
+        if not self.listen:
+            return None
+        self._ensure_listener()
+        return self._seen
+
+    def close(self) -> None:
+        closing, self._closing = self._closing, threading.Event()
+        closing.set()
+        with self._lock:
+            timers, self._trailing = list(self._trailing.values()), {}
+            listener, self._listener = self._listener, None
+        for timer in timers:
+            timer.cancel()
+        if listener is not None:
+            listener.join(timeout=2)
+
+    # -- what an enqueue names in its NOTIFY ---------------------------------------------
+
+    def debounce(self, queues: Collection[str]) -> tuple[list[str], list[str]]:
+        """The queues to NOTIFY in the enqueue's own statement (each at most once per
+        window), and those to leave to :meth:`notify_later`, after the commit."""
+        if not self.listen:
+            return [], []
+        now = time.monotonic()
+        with self._lock:
+            send = [q for q in queues if now - self._last_notify.get(q, 0.0) >= self.window]
+            for q in send:
+                self._last_notify[q] = now
+        return sorted(send), sorted(set(queues) - set(send))
+
+    def in_callers_transaction(self, queues: Collection[str]) -> list[str]:
+        """The queues an enqueue in the caller's transaction NOTIFYs: all of them, since
+        nothing can follow up once the caller commits, whenever that is."""
+        return sorted(set(queues)) if self.listen else []
+
+    def notify_later(self, queues: Collection[str]) -> None:
+        """A trailing NOTIFY for each of ``queues`` one window from now, unless one is
+        already due: call it after the commit, or it could wake workers too early."""
+        with self._lock:
+            for q in queues:
+                if q not in self._trailing:
+                    timer = threading.Timer(self.window, self._trailing_notify, (q,))
+                    timer.daemon = True
+                    self._trailing[q] = timer
+                    timer.start()
+
+    def _trailing_notify(self, queue: str) -> None:
+        with self._lock:
+            self._trailing.pop(queue, None)
+            self._last_notify[queue] = time.monotonic()
+        try:
+            self._send([queue])
+        except BackendError as exc:  # the workers' fallback poll finds the jobs
+            log.debug("trailing notify failed: %s", exc)
+
+    # -- the listener thread -------------------------------------------------------------
+
+    def _ensure_listener(self) -> None:
+        with self._lock:
+            if self._listener is None:
+                self._listener = threading.Thread(
+                    target=self._listen, args=(self._closing,), name="sqljobs-listen", daemon=True
+                )
+                self._listener.start()
+
+    def _listen(self, closing: threading.Event) -> None:
+        failures = 0
+        while not closing.is_set():
+            try:
+                with self._connect() as conn:
+                    conn.execute(self._listen_sql)
+                    failures = 0
+                    self._wake(None)  # anything enqueued while we were not listening
+                    while not closing.is_set():
+                        self._drain(conn)
+            except (psycopg.Error, OSError) as exc:
+                failures += 1
+                pause = min(5.0, 0.1 * 2**failures)
+                log.warning("LISTEN connection lost (%s); reconnecting in %.1f s", exc, pause)
+                closing.wait(pause)
+
+    def _drain(self, conn: psycopg.Connection[Any]) -> None:
+        """Wait up to LISTEN_WAIT for the socket, then read every notification libpq has.
+        Reading at the libpq level keeps nothing between calls that could be dropped,
+        unlike restarting psycopg's notifies() generator."""
+        if not select.select([conn.fileno()], [], [], LISTEN_WAIT)[0]:
+            return
+        pgconn = conn.pgconn
+        pgconn.consume_input()
+        queues: set[str] = set()
+        while (notification := pgconn.notifies()) is not None:
+            queues.add(notification.extra.decode("utf-8", "replace"))
+        if queues:
+            self._wake(queues)
+
+    def _wake(self, queues: Collection[str] | None) -> None:
+        self._seen += 1
+        self._subscribers.wake(queues)
