@@ -145,6 +145,7 @@ class PostgresBackend(PostgresEnqueue, BackendCore, ScheduleStore):
         fencing token makes any late write about it a no-op. Enqueues, effects and
         ``ctx.transaction()`` stay durable."""
         conn.execute(self.sql["configure"])
+        conn.execute(self.sql["ordered_scans"])
         if not self.synchronous_commit:
             conn.execute(self.sql["asynchronous_commit"])
 

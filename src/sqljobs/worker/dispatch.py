@@ -13,7 +13,7 @@ from ..context import JobContext
 from ..errors import PayloadError
 from ..jobs import ClaimedJob, JobState, Outcome
 from ..payload import decode
-from .events import EventKind, job_event
+from .events import EventKind
 from .execute import Running, failure
 from .lanes import Trip
 from .report import failed_attempt
@@ -26,7 +26,7 @@ log = logging.getLogger("sqljobs.worker")
 class Dispatching(WorkerState):
     def _dispatch(self, backend: Backend, job: ClaimedJob, prefetched: bool = False) -> None:
         self.counters["claimed"] += 1
-        self._emit(job_event("claimed", job, self.id, detail="buffered" if prefetched else None))
+        self._event("claimed", job, detail="buffered" if prefetched else None)
         wall = self.app.clock()
         task = self.app.tasks.get(job.task)
         ctx = JobContext(job, backend, self.request_heartbeat)
@@ -80,7 +80,7 @@ class Dispatching(WorkerState):
 
     def _started(self, run: Running) -> None:
         """Called by an executor thread (or the event loop) as a handler begins."""
-        self._emit(job_event("started", run.job, self.id))
+        self._event("started", run.job)
 
     def _report(self, run: Running, outcome: Outcome) -> None:
         """Called by executor threads when a handler returns."""
@@ -98,8 +98,8 @@ class Dispatching(WorkerState):
                 continue  # given up before a thread started it: nothing ran
             if run.closed:
                 self.counters["stale_results"] += 1
-                self._emit(job_event("discarded", run.job, self.id, outcome.state.value,
-                                     "late result: the job is no longer held here"))  # fmt: skip
+                self._event("discarded", run.job, outcome.state.value,
+                                     "late result: the job is no longer held here")  # fmt: skip
                 log.warning(
                     "job %s: late result of attempt %s discarded (%s): the job is no "
                     "longer held by this worker",
@@ -117,7 +117,7 @@ class Dispatching(WorkerState):
             self.counters["finished"] += 1
             if run.ctx.completed_in_transaction:
                 self.counters[JobState.DONE.value] += 1
-                self._emit(job_event("finished", run.job, self.id, JobState.DONE.value))
+                self._event("finished", run.job, JobState.DONE.value)
                 continue
             self._finishing[outcome.job_id] = run.job  # "finished" once it is written
             if outcome.state is not JobState.DONE:
@@ -149,8 +149,8 @@ class Dispatching(WorkerState):
             if outcome.job_id not in written:
                 self.counters["stale_results"] += 1
                 if job is not None:
-                    self._emit(job_event("discarded", job, self.id, outcome.state.value,
-                                         "no longer held when written"))  # fmt: skip
+                    self._event("discarded", job, outcome.state.value,
+                                         "no longer held when written")  # fmt: skip
                 log.warning(
                     "job %s: outcome %s discarded: the job is no longer held by this "
                     "worker (lease lost or cancelled)",
@@ -161,7 +161,7 @@ class Dispatching(WorkerState):
             self.counters[outcome.state.value] += 1
             if job is not None:
                 kind: EventKind = "released" if outcome.uncharge else "finished"
-                self._emit(job_event(kind, job, self.id, outcome.state.value, outcome.error))
+                self._event(kind, job, outcome.state.value, outcome.error)
             if outcome.state is JobState.PENDING and not outcome.uncharge:
                 self.counters["retried"] += 1
             if t is not None and outcome.state is JobState.PENDING and outcome.delay is not None:

@@ -8,7 +8,6 @@ import logging
 from ..backends.base import Backend
 from ..errors import BackendError
 from ..jobs import ClaimedJob, JobState, Outcome
-from .events import job_event
 from .execute import Running
 from .state import WorkerState
 
@@ -57,7 +56,7 @@ class Draining(WorkerState):
         self.counters["released"] += len(written)
         for run in runs:
             if run.job.id in written:
-                self._emit(job_event("released", run.job, self.id, JobState.PENDING.value, label))
+                self._event("released", run.job, JobState.PENDING.value, label)
         log.info("worker %s: released %d jobs it held (%s)", self.id, len(written), label)
 
 

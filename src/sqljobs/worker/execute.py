@@ -47,7 +47,7 @@ Report = Callable[[Running, Outcome], None]
 Started = Callable[[Running], None]
 
 
-def _no_hook(_run: Running) -> None:
+def no_hook(_run: Running) -> None:
     """No one listens for handlers starting."""
 
 
@@ -111,7 +111,7 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def run_sync(run: Running, clock: Clock, started: Started = _no_hook) -> Outcome:
+def run_sync(run: Running, clock: Clock, started: Started = no_hook) -> Outcome:
     """Run the handler in this thread. Anything it raises, ``SystemExit`` and
     ``KeyboardInterrupt`` included, is the attempt's failure: the thread lives on."""
     run.begun = time.monotonic()
@@ -123,7 +123,7 @@ def run_sync(run: Running, clock: Clock, started: Started = _no_hook) -> Outcome
     return success(run)
 
 
-async def run_async(run: Running, clock: Clock, started: Started = _no_hook) -> Outcome:
+async def run_async(run: Running, clock: Clock, started: Started = no_hook) -> Outcome:
     run.begun = time.monotonic()
     started(run)
     try:
@@ -140,7 +140,7 @@ class ThreadPool:
     thread until it returns (a thread cannot be killed), so no more than ``size`` run."""
 
     def __init__(
-        self, size: int, report: Report, clock: Clock, name: str, started: Started = _no_hook
+        self, size: int, report: Report, clock: Clock, name: str, started: Started = no_hook
     ) -> None:
         self._queue: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
         self._report = report
@@ -189,7 +189,7 @@ class ThreadPool:
 class AsyncRunner:
     """One event loop on its own thread for ``async def`` tasks."""
 
-    def __init__(self, report: Report, clock: Clock, started: Started = _no_hook) -> None:
+    def __init__(self, report: Report, clock: Clock, started: Started = no_hook) -> None:
         self._report = report
         self._clock = clock
         self._on_start = started

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ..jobs import ClaimedJob, HeldJob, Outcome
     from ..maintenance import Pruner, Reaper, Scheduler
     from .config import WorkerConfig
-    from .events import WorkerEvent
+    from .events import EventKind
     from .execute import AsyncRunner, Running, ThreadPool
     from .lanes import Lanes
     from .timers import Timers
@@ -64,7 +64,13 @@ class WorkerState:
 
         def stop(self, immediate: bool = False) -> None: ...
         def request_heartbeat(self) -> None: ...
-        def _emit(self, event: WorkerEvent) -> None: ...
+        def _event(
+            self,
+            kind: EventKind,
+            job: ClaimedJob,
+            state: str | None = None,
+            detail: str | None = None,
+        ) -> None: ...
         def _dispatch(self, backend: Backend, job: ClaimedJob, prefetched: bool = ...) -> None: ...
         def _report(self, run: Running, outcome: Outcome) -> None: ...
         def _collect(self) -> bool: ...

@@ -8,7 +8,6 @@ import os
 
 from ..backends.base import Backend
 from ..jobs import HeldJob
-from .events import job_event
 from .execute import Running, failure
 from .report import failed_attempt, job_fields
 from .state import WorkerState
@@ -64,7 +63,7 @@ class Upkeep(WorkerState):
                     continue  # its own ctx.transaction() finished it: the result is coming
                 self._close(run, abandon=True)
                 self.counters["leases_lost"] += 1
-                self._emit(job_event("lease_lost", run.job, self.id))
+                self._event("lease_lost", run.job)
                 log.warning(
                     "job %s (%s): lease lost on attempt %s; the handler is told to stop and "
                     "its result will be discarded",
@@ -80,7 +79,7 @@ class Upkeep(WorkerState):
             self._to_write.append(outcome)
             self._finishing[outcome.job_id] = run.job
             self.counters["timed_out"] += 1
-            self._emit(job_event("timed_out", run.job, self.id, outcome.state.value))
+            self._event("timed_out", run.job, outcome.state.value)
             failed_attempt(run, outcome)
 
     def _close(self, run: Running, *, abandon: bool) -> None:

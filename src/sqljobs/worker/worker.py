@@ -32,8 +32,8 @@ from .claiming import Claiming
 from .config import WorkerConfig
 from .dispatch import Dispatching
 from .drain import Draining
-from .events import OnEvent, Pass, WorkerEvent
-from .execute import AsyncRunner, Running, ThreadPool
+from .events import EventKind, OnEvent, Pass, job_event
+from .execute import AsyncRunner, Running, ThreadPool, no_hook
 from .lanes import Lanes
 from .report import banner, summary, unreachable
 from .signals import Signals
@@ -181,12 +181,13 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
             if self.config.scheduler
             else None
         )
+        started = self._started if self._on_event is not None else no_hook
         self._threads = ThreadPool(
             self.config.concurrency, self._report, self.app.clock, f"sqljobs-{self.id}",
-            self._started,
+            started,
         )  # fmt: skip
         if any(t.is_async for t in self.app.tasks.values()):
-            self._async = AsyncRunner(self._report, self.app.clock, self._started)
+            self._async = AsyncRunner(self._report, self.app.clock, started)
         self._timers = Timers(time.monotonic(), heartbeat_interval, self.config)
         self.app.add_wakeup(self._wake)
         log.info("%s", banner(self, backend, heartbeat_interval))
@@ -200,7 +201,8 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         backend, t = self._backend, self._timers
         if backend is None or t is None:
             raise ConfigurationError("Worker.run_once() needs Worker.start() first")
-        before = self.counters.copy()
+        c = self.counters
+        before = c["claimed"], c["finished"], c["released"]
         self._wake.clear()
         self.counters["loops"] += 1  # how often it woke: a spinning loop shows here
         self._take_signals()
@@ -217,11 +219,10 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
             self._claim_step(backend, t, now)  # carries outcomes with its claim
         if not stopped:
             self._write_outcomes(backend, t)  # whatever no claim carried
-        delta = self.counters - before
         return Pass(
-            claimed=delta["claimed"],
-            finished=delta["finished"],
-            released=delta["released"],
+            claimed=c["claimed"] - before[0],
+            finished=c["finished"] - before[1],
+            released=c["released"] - before[2],
             stopped=stopped,
             wait=0.0 if stopped else self._wait_time(t),
         )
@@ -282,10 +283,14 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         finally:
             self.close()
 
-    def _emit(self, event: WorkerEvent) -> None:
-        """Tell the ``on_event`` hook; a hook that raises is logged, never fatal."""
+    def _event(
+        self, kind: EventKind, job: ClaimedJob, state: str | None = None, detail: str | None = None
+    ) -> None:
+        """Tell the ``on_event`` hook (built only when there is one: this runs per job); a
+        hook that raises is logged, never fatal."""
         if self._on_event is None:
             return
+        event = job_event(kind, job, self.id, state, detail)
         try:
             self._on_event(event)
         except Exception:
