@@ -241,7 +241,7 @@ class SqliteBackend(BackendCore, ScheduleStore):
             written = self._finish(conn, outcomes, claim.started)
             cur = conn.execute(sql, params)
             jobs = claimed_jobs(columns(cur) or (), cur.fetchall())
-            if len(jobs) > claim.start_now:
+            if 0 < claim.start_now < len(jobs):  # (all or none buffered: marked above)
                 buffered = json.dumps([j.id for j in jobs[claim.start_now :]])
                 conn.execute(Q["mark_prefetched"], {"ids": buffered})
         return written, jobs

@@ -119,7 +119,8 @@ class Dispatching(WorkerState):
                 self.counters[JobState.DONE.value] += 1
                 self._event("finished", run.job, JobState.DONE.value)
                 continue
-            self._finishing[outcome.job_id] = run.job  # "finished" once it is written
+            if self._on_event is not None:  # "finished" once it is written
+                self._finishing[outcome.job_id] = run.job
             if outcome.state is not JobState.DONE:
                 failed_attempt(run, outcome)
             self._to_write.append(outcome)

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from ..jobs import ClaimedJob, HeldJob, Outcome
     from ..maintenance import Pruner, Reaper, Scheduler
     from .config import WorkerConfig
-    from .events import EventKind
+    from .events import EventKind, OnEvent
     from .execute import AsyncRunner, Running, ThreadPool
     from .lanes import Lanes
     from .timers import Timers
@@ -59,6 +59,7 @@ class WorkerState:
     _signals: int  # counted by the signal handler, acted on by the coordinator
     _signals_taken: int
     _relay_write: int | None
+    _on_event: OnEvent | None
 
     if TYPE_CHECKING:  # implemented by the rooms; declared here for the others
 

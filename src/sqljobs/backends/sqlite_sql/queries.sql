@@ -24,7 +24,7 @@ SELECT id FROM sqljobs_jobs WHERE key = ?
 -- filter_tasks: it claims only the tasks it has registered. The fragments are at the end.
 UPDATE sqljobs_jobs
 SET state = 'running', attempts = attempts + 1, token = token + 1,
-    worker = :worker, started_at = :now, prefetched = 0,
+    worker = :worker, started_at = :now, prefetched = :all_buffered,
     lease = coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease),
     lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
 WHERE id IN (
