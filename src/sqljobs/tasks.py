@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import math
 import re
@@ -196,9 +197,10 @@ class Task:
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.queue}>"
 
-    @property
+    @functools.cached_property
     def info(self) -> TaskInfo:
-        """This task's defaults for an enqueue (what a worker records in the catalogue)."""
+        """This task's defaults for an enqueue (what a worker records in the catalogue),
+        built once: every enqueue reads them."""
         return TaskInfo(
             self.name,
             self.queue,
