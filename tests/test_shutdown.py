@@ -5,6 +5,7 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -55,14 +56,16 @@ def test_jobs_still_running_after_the_drain_are_released_uncharged(
     assert not runs.count("end")
 
 
-def test_a_second_signal_stops_at_once(app: App, spawn: Spawn, runs: Runs) -> None:
+def test_a_second_signal_stops_at_once(app: App, spawn: Spawn, runs: Runs, tmp_path: Path) -> None:
     for i in range(2):
         app.enqueue("record", args=[f"long{i}", 5.0], known=False)
     proc = spawn("--concurrency", "2", "--drain-timeout", "9", lease=20.0)
     wait_until(lambda: len(_started(runs)) == 2, what="two jobs in flight")
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    wait_until(lambda: app.stats().workers == 1 and proc.poll() is None, what="draining")
+    output = tmp_path / "worker-0.log"  # the spawn fixture's log of this worker
+    wait_until(lambda: "stopping, draining" in output.read_text(), what="the drain to start")
+    assert proc.poll() is None, "the first signal drains: the worker waits for its jobs"
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=10) == 0
     assert time.monotonic() - sent < 3.0, "the second signal did not wait for the 9 s drain"
