@@ -351,3 +351,10 @@ def test_an_enqueue_by_name_elsewhere_takes_the_catalogue_defaults_and_its_names
     assert job.deadline_at - job.created_at == pytest.approx(600, abs=1)
     with pytest.raises(UnknownTask, match="did you mean 'greet'"):
         elsewhere.enqueue("gret", args=["ada"])
+    with pytest.raises(UnknownTask, match=r"\(did you mean 'greet'\?\)"):  # named once
+        service.enqueue("gret", args=["ada"])  # greet: registered here and catalogued
+
+
+def test_an_apps_repr_never_shows_a_password() -> None:
+    app = App("postgresql://alice:s3cret@db.example/jobs")
+    assert "s3cret" not in repr(app) and "alice:***@db.example" in repr(app)

@@ -11,6 +11,7 @@ from typing import Any, overload
 from . import payload
 from .backends import Backend, open_backend
 from .errors import ConfigurationError, PayloadError, SqljobsError
+from .humanize import redact_url
 from .jobs import Job, JobState, NewJob
 from .notifiers import LocalNotifier
 from .retry import Retry, seconds
@@ -100,7 +101,8 @@ class App:
             file = parse_url(self.url).file
         except ConfigurationError:
             file = None
-        where = self.url if file is None else f"{self.url} (file {file})"
+        url = redact_url(self.url)  # a repr ends up in logs and error messages
+        where = url if file is None else f"{url} (file {file})"
         return f"<sqljobs.App {where} tasks={len(self.tasks)}>"
 
     # -- database ----------------------------------------------------------------------

@@ -106,7 +106,8 @@ def check_queues(queues: str | Sequence[str] | None, where: str) -> tuple[str, .
 
 def unknown_task(name: str, registered: Iterable[str]) -> UnknownTask:
     """The error for a task name nobody registered, with the close matches (typos)."""
-    matches = tuple(difflib.get_close_matches(name, list(registered), n=3))
+    known = list(dict.fromkeys(registered))  # a task both here and in the catalogue once
+    matches = tuple(difflib.get_close_matches(name, known, n=3))
     hint = f" (did you mean {' or '.join(map(repr, matches))}?)" if matches else ""
     return UnknownTask(
         f"unknown task {name!r}{hint}: neither this App nor a worker of its database has "
