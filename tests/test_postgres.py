@@ -316,6 +316,9 @@ def test_claims_stay_on_the_claim_index_when_statistics_are_stale(url: str) -> N
             "began_ids": "{}",
             "began_tokens": "{}",
             "start_now": 40,
+            "results": None,
+            "progress": None,
+            "channel": "sqljobs_public",
         }
         for name in ("claim", "complete_and_claim"):
             for queues in (None, ["default"]):

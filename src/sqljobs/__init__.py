@@ -8,22 +8,27 @@ from .errors import (
     ConfigurationError,
     Discard,
     EffectUncertain,
+    JobCancelled,
+    JobFailed,
     JobNotFound,
     JobSignal,
     LeaseLost,
     PayloadError,
     PayloadTooLarge,
+    ResultTimeout,
     RetryLater,
     ScheduleNotFound,
     SqljobsError,
     UnknownTask,
 )
+from .handles import JobHandle
 from .idempotency import idempotent
-from .jobs import Job, JobState
+from .jobs import Job, JobState, Progress, QueueInfo
+from .retention import Retention
 from .retry import Retry
 from .schedules import Schedule, ScheduleState
 from .stats import Stats
-from .tasks import BoundTask, JobHandle, Task
+from .tasks import BoundTask, Task
 from .worker import Worker, WorkerConfig
 
 __version__ = "0.1.0"
@@ -36,7 +41,9 @@ __all__ = [
     "Discard",
     "EffectUncertain",
     "Job",
+    "JobCancelled",
     "JobContext",
+    "JobFailed",
     "JobHandle",
     "JobNotFound",
     "JobSignal",
@@ -44,6 +51,10 @@ __all__ = [
     "LeaseLost",
     "PayloadError",
     "PayloadTooLarge",
+    "Progress",
+    "QueueInfo",
+    "ResultTimeout",
+    "Retention",
     "Retry",
     "RetryLater",
     "Schedule",

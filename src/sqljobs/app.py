@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -10,10 +11,13 @@ from typing import Any, overload
 
 from . import payload
 from .backends import Backend, open_backend
-from .errors import ConfigurationError, PayloadError, SqljobsError
+from .errors import ConfigurationError, JobNotFound, PayloadError, SqljobsError
+from .handles import JobHandle
 from .humanize import redact_url
-from .jobs import Job, JobState, NewJob
+from .jobs import Job, JobState, NewJob, QueueInfo
 from .notifiers import LocalNotifier
+from .notifiers.base import JobEventCallback
+from .retention import Retention
 from .retry import Retry, seconds
 from .schedules import (
     Schedule,
@@ -29,7 +33,6 @@ from .schedules import (
 from .stats import Stats
 from .tasks import (
     EnqueueOptions,
-    JobHandle,
     KeyScope,
     Task,
     TaskInfo,
@@ -40,10 +43,12 @@ from .tasks import (
     unknown_task,
 )
 from .url import check_sqlite_directory, parse_url, resolve_url
+from .waiting import JobWatcher
+
+log = logging.getLogger("sqljobs")
 
 DEFAULT_QUEUE = "default"
 DEFAULT_LEASE = 30.0
-DEFAULT_RETENTION = 7 * 24 * 3600.0
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
 
 
@@ -52,8 +57,9 @@ class App:
 
     With no URL, ``SQLJOBS_URL`` is used, else ``sqlite:///sqljobs.db``. The schema is
     migrated on first use unless ``migrate=False`` (then run ``sqljobs migrate``).
-    ``retention`` is how long done and cancelled jobs are kept before the pruner deletes
-    them; dead jobs are kept until retried or deleted by hand. ``max_payload`` is the
+    ``retention`` is how long finished jobs are kept before the pruner deletes them: a
+    :class:`~sqljobs.Retention` (by default done jobs 1 day, dead and cancelled jobs 7
+    days), or one duration for done and cancelled jobs. ``max_payload`` is the
     largest payload an enqueue accepts, in bytes of JSON: every claim reads the row, so
     bulk data belongs elsewhere, with a reference to it in the job.
     """
@@ -63,7 +69,7 @@ class App:
         url: str | None = None,
         *,
         migrate: bool = True,
-        retention: float | timedelta = DEFAULT_RETENTION,
+        retention: Retention | float | timedelta | None = None,
         default_queue: str = DEFAULT_QUEUE,
         default_lease: float = DEFAULT_LEASE,
         default_retry: Retry | None = None,
@@ -74,7 +80,7 @@ class App:
         self.url = resolve_url(url)
         parse_url(self.url)  # a malformed URL fails here, at definition time
         self.auto_migrate = migrate
-        self.retention = seconds(retention, "retention") or 0.0
+        self.retention = Retention() if retention is None else Retention.of(retention)
         self.default_queue = check_queue_name(default_queue, "App(default_queue=...)")
         self.default_lease = seconds(default_lease, "default_lease")
         if self.default_lease <= 0:
@@ -94,7 +100,9 @@ class App:
         self._backend: Backend | None = None
         self._lock = threading.Lock()
         self._wakeups = LocalNotifier()
-        """This process's workers, woken the moment one of its enqueues commits."""
+        """This process's workers, woken the moment one of its enqueues commits (or told
+        the moment one of its cancels does)."""
+        self._watcher: JobWatcher | None = None
 
     def __repr__(self) -> str:
         try:  # show which SQLite file a relative path means from here
@@ -129,9 +137,21 @@ class App:
         return self.backend.migrate()
 
     def close(self) -> None:
+        with self._lock:
+            watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.close()
         if self._backend is not None:
             self._backend.close()
             self._backend = None
+
+    def job_watcher(self) -> JobWatcher:
+        """What wakes callers waiting on this app's jobs (one per app, made on first use)."""
+        backend = self.backend
+        with self._lock:
+            if self._watcher is None:
+                self._watcher = JobWatcher(backend)
+            return self._watcher
 
     # -- tasks -------------------------------------------------------------------------
 
@@ -150,6 +170,7 @@ class App:
         retry: Retry | None = None,
         priority: int = 0,
         timeout: float | timedelta | None = None,
+        store_result: bool = True,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -163,9 +184,12 @@ class App:
         retry: Retry | None = None,
         priority: int = 0,
         timeout: float | timedelta | None = None,
+        store_result: bool = True,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a task. ``lease`` (seconds) is how long a claim lasts without renewal;
-        ``timeout`` how long one attempt may run before it is given up as timed out."""
+        ``timeout`` how long one attempt may run before it is given up as timed out.
+        The task's return value is stored with its job (it must be JSON) for
+        ``handle.result()``, unless ``store_result=False``."""
 
         def register(func: Callable[..., Any]) -> Task:
             task_name = name or func.__name__
@@ -184,6 +208,7 @@ class App:
                 retry=retry or self.default_retry,
                 priority=priority,
                 timeout=seconds(timeout, "timeout"),
+                store_result=store_result,
             )
             self.tasks[task_name] = task
             return task
@@ -307,6 +332,13 @@ class App:
     def remove_wakeup(self, event: threading.Event) -> None:
         self._wakeups.unsubscribe(event.set)
 
+    def watch_jobs(self, callback: JobEventCallback) -> None:
+        """Have ``callback`` told of this app's own cancels (its workers, at once)."""
+        self._wakeups.watch_jobs(callback)
+
+    def unwatch_jobs(self, callback: JobEventCallback) -> None:
+        self._wakeups.unwatch_jobs(callback)
+
     def wake_local_workers(self) -> None:
         """Wake this process's workers: call it after a commit that may have made work."""
         self._wakeups.announce()
@@ -347,9 +379,98 @@ class App:
             return "its run_at lies in the future"
         return None
 
+    # -- control over work in flight ---------------------------------------------------
+
+    def job(self, job_id: int) -> JobHandle:
+        """A handle for any job id: ``refresh()``, ``result()``, ``cancel()``."""
+        if isinstance(job_id, bool) or not isinstance(job_id, int):
+            raise ConfigurationError(f"a job id is an integer, got {job_id!r}")
+        return JobHandle(job_id, False, self)
+
+    def cancel(self, job_id: int) -> bool:
+        """Cancel a job: a pending one at once; a running one too, and its worker is told
+        to stop (``ctx.cancelled``; an async task is cancelled) within a heartbeat, at
+        once where the notifier pushes. The handler's outcome is discarded whatever it
+        does. No attempt is charged. True if this call cancelled it; False if it had
+        already ended (cancelling twice is harmless). Raises ``JobNotFound``."""
+        job_id = self.job(job_id).id
+        if self.backend.cancel_job(job_id):
+            log.info("job %s cancelled", job_id)
+            self._wakeups.emit("cancel", job_id)  # this process's workers, at once
+            return True
+        job = self.backend.get_job(job_id)
+        if job is None:
+            raise JobNotFound(f"no job {job_id}: it never existed, or it was pruned")
+        return False
+
     def cancel_job(self, job_id: int) -> bool:
-        """Cancel a pending job, or a running one (its handler sees ``lease_lost``)."""
-        return self.backend.cancel_job(job_id)
+        """Like :meth:`cancel`, but False (not an error) for a job that does not exist."""
+        try:
+            return self.cancel(job_id)
+        except JobNotFound:
+            return False
+
+    def cancel_many(
+        self, queue: str | None = None, task: str | None = None, state: str | None = None
+    ) -> int:
+        """Cancel every pending or running job matching all the filters given (``state``:
+        "pending" or "running"; at least one filter), in bounded batches; return how many."""
+        if state is not None and state not in ("pending", "running"):
+            raise ConfigurationError(
+                f"cancel_many(state=...) must be 'pending', 'running' or None, got {state!r}: "
+                "only jobs that have not ended can be cancelled"
+            )
+        if queue is None and task is None and state is None:
+            raise ConfigurationError(
+                "cancel_many() needs a queue, task or state: cancelling every job at once "
+                "is never what a typo should do (state='pending' cancels all pending jobs)"
+            )
+        if queue is not None:
+            check_queue_name(queue, "cancel_many(queue=...)")
+        total = 0
+        while (n := self.backend.cancel_jobs(queue, task, state)) > 0:
+            total += n
+        if total:
+            log.info("cancelled %d jobs (queue=%s, task=%s, state=%s)", total, queue, task, state)
+            self._wakeups.emit("cancel", None)
+        return total
+
+    def pause_queue(self, name: str) -> bool:
+        """Stop every worker, on every host, from claiming jobs of queue ``name``; jobs
+        already running finish, enqueues and schedules still add to it. True if this
+        call paused it (False: it was paused already)."""
+        check_queue_name(name, "pause_queue")
+        paused = self.backend.pause_queue(name)
+        log.info("queue %s %s", name, "paused" if paused else "was already paused")
+        return paused
+
+    def resume_queue(self, name: str) -> bool:
+        """Let workers claim from queue ``name`` again (woken at once); True if it was
+        paused."""
+        check_queue_name(name, "resume_queue")
+        resumed = self.backend.resume_queue(name)
+        if resumed:
+            log.info("queue %s resumed", name)
+            self.backend.notifier.announce([name])
+            self.wake_local_workers()
+        return resumed
+
+    def queues(self) -> list[QueueInfo]:
+        """Every queue that has jobs, tasks or a setting: (name, paused, counts by state,
+        age of the oldest due pending job in seconds or None), by name."""
+        stats = self.backend.stats()
+        settings = self.backend.queue_states()
+        names = set(stats.counts) | set(settings) | {t.queue for t in self.tasks.values()}
+        empty = {s.value: 0 for s in JobState}
+        return [
+            QueueInfo(
+                name,
+                settings.get(name, (False, None))[0],
+                dict(stats.counts.get(name, empty)),
+                stats.oldest_pending_age_by_queue.get(name),
+            )
+            for name in sorted(names)
+        ]
 
     # -- periodic schedules ------------------------------------------------------------
 

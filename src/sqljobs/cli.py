@@ -229,6 +229,14 @@ def cli(
     "must be shorter than the shortest task lease.",
 )
 @click.option(
+    "--cancel-grace",
+    type=Seconds(),
+    default=30.0,
+    show_default=True,
+    help="Seconds a cancelled handler that ignores ctx.cancelled may run on before it is "
+    "logged as stuck; with --processes its worker process is then replaced.",
+)
+@click.option(
     "--log-format",
     "worker_log_format",
     type=click.Choice(["text", "json"]),
@@ -243,6 +251,7 @@ def worker(
     processes: int,
     queues: str | None,
     drain_timeout: float | None,
+    cancel_grace: float,
     worker_log_format: LogFormat | None,
 ) -> None:
     """Run jobs until SIGTERM or Ctrl-C (graceful drain) or a second signal (at once).
@@ -255,7 +264,11 @@ def worker(
     names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
     # after a signal the worker logs its own stop summary; nothing more to print here
     ctx.app.run_worker(
-        concurrency=concurrency, queues=names, processes=processes, drain_timeout=drain_timeout
+        concurrency=concurrency,
+        queues=names,
+        processes=processes,
+        drain_timeout=drain_timeout,
+        cancel_grace=cancel_grace,
     )
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import math
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from .errors import ConfigurationError, LeaseLost
+from .errors import ConfigurationError, JobCancelled, LeaseLost
 from .jobs import ClaimedJob, JobState, Outcome
 
 if TYPE_CHECKING:
@@ -18,18 +21,28 @@ class JobContext:
 
     ``lease_lost`` turns True when this worker no longer holds the job (its lease expired,
     it timed out, or it was cancelled): stop early, nothing you report will be written.
-    ``shutting_down`` turns True when the worker drains for shutdown.
+    ``cancelled`` turns True when someone cancelled the job (``app.cancel``): stop, or call
+    :meth:`check_cancelled` between steps. ``shutting_down`` turns True when the worker
+    drains for shutdown.
     """
+
+    NOTE_LIMIT = 1000
+    """The longest progress note, in characters: it is shown, not stored as data."""
 
     def __init__(
         self,
         job: ClaimedJob,
         backend: Backend,
         request_heartbeat: Callable[[], None] = lambda: None,
+        report_progress: Callable[[JobContext], None] = lambda _ctx: None,
     ) -> None:
         self.job = job
         self._backend = backend
         self._request_heartbeat = request_heartbeat
+        self._report_progress = report_progress
+        self._progress: str | None = None  # reported, not yet written
+        self._progress_lock = threading.Lock()
+        self.cancelled = False
         self.lease_lost = False
         self.shutting_down = False
         self.timed_out = False
@@ -79,6 +92,46 @@ class JobContext:
         self._request_heartbeat()
         return not self.lease_lost
 
+    def check_cancelled(self) -> None:
+        """Raise :class:`~sqljobs.JobCancelled` if the job was cancelled: call it between
+        steps of a long handler to stop where it stands. (Raising it is no failure: the
+        job is ``cancelled`` already, and no outcome of this attempt is written.)"""
+        if self.cancelled:
+            raise JobCancelled(self.job_id, self.task)
+
+    def progress(self, done: float, total: float | None = None, note: str | None = None) -> bool:
+        """Record how far the job has come (``done`` of ``total``, with a short ``note``),
+        for ``handle.refresh()``, ``sqljobs jobs show`` and the dashboard.
+
+        Cheap to call often: the worker writes the latest report at most a few times a
+        second, fenced like every write about the job (a report from a worker that no
+        longer holds it is refused), and the last one goes out with the job's outcome.
+        Returns False once this worker is known not to hold the job any more.
+        """
+        _check_amount(done, "done")
+        if total is not None:
+            _check_amount(total, "total")
+            if total <= 0:
+                raise ConfigurationError(f"ctx.progress(total=...) must be > 0, got {total!r}")
+        if note is not None and not isinstance(note, str):
+            raise ConfigurationError(f"ctx.progress(note=...) must be a string, got {note!r}")
+        if note is not None and len(note) > self.NOTE_LIMIT:
+            raise ConfigurationError(
+                f"ctx.progress(note=...) is {len(note)} characters, over {self.NOTE_LIMIT}: "
+                "a note is a short status line, not data"
+            )
+        record = {"done": done, "total": total, "note": note, "at": self._backend.now()}
+        with self._progress_lock:
+            self._progress = json.dumps(record)
+        self._report_progress(self)
+        return not self.lease_lost
+
+    def take_progress(self) -> str | None:
+        """The latest report not yet written (and forget it): for the worker."""
+        with self._progress_lock:
+            report, self._progress = self._progress, None
+        return report
+
     @contextmanager
     def transaction(self) -> Iterator[Any]:
         """A DB-API connection on the queue's database, inside one transaction.
@@ -111,3 +164,10 @@ class JobContext:
             self.completing = False
             raise
         self.completed_in_transaction = True
+
+
+def _check_amount(value: object, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigurationError(f"ctx.progress({name}=...) must be a finite number, got {value!r}")
+    if value < 0:
+        raise ConfigurationError(f"ctx.progress({name}=...) must be >= 0, got {value!r}")

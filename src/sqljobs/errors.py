@@ -6,6 +6,9 @@ SqljobsError
  ├── PayloadError            arguments that are not JSON, or a stored payload that won't decode
  │    └── PayloadTooLarge     an encoded payload bigger than the app's ``max_payload``
  ├── JobNotFound             no job with that id
+ ├── JobFailed               a job waited on ended ``dead`` (carries its last error)
+ ├── JobCancelled            a job waited on was cancelled; or, in a handler, its own job
+ ├── ResultTimeout           ``handle.result(timeout=...)`` ran out first (a TimeoutError)
  ├── ScheduleNotFound        no schedule with that name
  ├── LeaseLost               this worker no longer holds the job; its writes were rolled back
  └── BackendError            the database refused or could not be reached (``__cause__`` kept)
@@ -50,6 +53,33 @@ class PayloadTooLarge(PayloadError):
 
 class JobNotFound(SqljobsError, LookupError):
     """No job has the given id."""
+
+
+class JobFailed(SqljobsError):
+    """``handle.result()`` found the job ``dead``: ``error`` is its last error and
+    ``state`` its state, so a caller can report what went wrong without another query."""
+
+    def __init__(self, job_id: int, task: str, state: str, error: str | None) -> None:
+        super().__init__(f"job {job_id} ({task}) ended {state}: {error or 'no error recorded'}")
+        self.job_id = job_id
+        self.task = task
+        self.state = state
+        self.error = error
+
+
+class JobCancelled(SqljobsError):
+    """The job was cancelled. ``handle.result()`` raises it for a cancelled job; inside a
+    handler, ``ctx.check_cancelled()`` raises it so the handler stops where it stands."""
+
+    def __init__(self, job_id: int, task: str) -> None:
+        super().__init__(f"job {job_id} ({task}) was cancelled")
+        self.job_id = job_id
+        self.task = task
+
+
+class ResultTimeout(SqljobsError, TimeoutError):
+    """``handle.result(timeout=...)`` waited that long and the job had not ended; the job
+    goes on (waiting never changes a job)."""
 
 
 class ScheduleNotFound(SqljobsError, LookupError):

@@ -7,8 +7,8 @@ the vocabulary of the backend protocol and carry no behaviour.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, NamedTuple
 
 
 class JobState(enum.StrEnum):
@@ -76,7 +76,9 @@ class Outcome:
 
     ``state`` is where the job goes: ``done``, ``pending`` (a retry or a release),
     or ``dead``. ``delay`` (seconds from the backend's now) sets a retry's ``run_at``.
-    ``uncharge`` gives the attempt back (a release at shutdown).
+    ``uncharge`` gives the attempt back (a release at shutdown). ``result`` is the
+    handler's return value as JSON text (None: nothing to store); ``progress`` the job's
+    last reported progress (JSON text) that no flush has written yet.
     """
 
     job_id: int
@@ -90,6 +92,8 @@ class Outcome:
     errors: int = 0
     lease_expiries: int = 0
     crashes: int = 0
+    result: str | None = None
+    progress: str | None = None
 
 
 @dataclass(frozen=True)
@@ -132,6 +136,38 @@ class ExpiredJob:
     """Claimed into the worker's buffer and not known to have started there."""
 
 
+@dataclass(frozen=True)
+class Progress:
+    """What a handler last reported with ``ctx.progress(done, total, note)``, and when
+    (Unix seconds)."""
+
+    done: float
+    total: float | None
+    note: str | None
+    updated_at: float
+
+    @property
+    def fraction(self) -> float | None:
+        """``done / total`` (None without a total)."""
+        return None if not self.total else self.done / self.total
+
+    def __str__(self) -> str:
+        amount = f"{self.done:g}" if self.total is None else f"{self.done:g}/{self.total:g}"
+        if self.total:
+            amount += f" ({100 * self.done / self.total:.0f}%)"
+        return f"{amount} {self.note}" if self.note else amount
+
+
+class QueueInfo(NamedTuple):
+    """One queue as ``app.queues()`` shows it: whether it is paused, its jobs by state, and
+    how long its oldest due pending job has waited (seconds; None: nothing waits)."""
+
+    name: str
+    paused: bool
+    counts: dict[str, int]
+    oldest_due_age: float | None
+
+
 @dataclass
 class Job:
     """A full job row, for inspection (CLI, dashboard, tests)."""
@@ -161,8 +197,17 @@ class Job:
     last_traceback: str | None
     deadline_at: float | None
     history: list[dict[str, Any]] = field(default_factory=list)
+    result: Any = None
+    """The handler's return value (decoded JSON); None until the job is done, or when the
+    task returned None or does not store results (``store_result=False``)."""
+    progress: Progress | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.state in FINISHED_STATES
 
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
         out["state"] = self.state.value
+        out["progress"] = None if self.progress is None else asdict(self.progress)
         return out

@@ -72,3 +72,26 @@ def decode(payload: str) -> tuple[list[Any], dict[str, Any]]:
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise PayloadError(f"stored payload has the wrong shape: {payload[:200]!r}")
     return args, kwargs
+
+
+def encode_result(task: str, value: Any, limit: int | None = None) -> str | None:
+    """A task's return value as stored JSON (None for None: nothing to store). A value
+    that is not JSON, or is bigger than ``limit`` bytes, raises PayloadError: the attempt
+    fails with it, as any other error in the handler would."""
+    if value is None:
+        return None
+    try:
+        text = _encoder.encode(value)
+    except (TypeError, ValueError) as exc:
+        raise PayloadError(
+            f"the return value of task {task!r} is not JSON-serialisable ({exc}); sqljobs "
+            "stores results as JSON: return ids, strings, numbers, lists and dicts, or "
+            "register the task with store_result=False"
+        ) from None
+    if limit is not None and len(text) * 4 > limit and len(text.encode()) > limit:
+        raise PayloadError(
+            f"the return value of task {task!r} is {len(text.encode()):,} bytes of JSON, over "
+            f"the limit of {limit:,} bytes (App(max_payload=...)): store bulk data elsewhere "
+            "and return a reference to it"
+        )
+    return text

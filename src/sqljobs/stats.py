@@ -25,6 +25,8 @@ class Stats:
     unserved: dict[str, int] = field(default_factory=dict)
     """Pending jobs by task, for tasks no live worker has registered: they wait until a
     worker that runs the task starts (a worker claims only the tasks it has)."""
+    paused: list[str] = field(default_factory=list)
+    """Queues paused with ``app.pause_queue``: workers claim none of their jobs."""
 
     def total(self, state: JobState | str) -> int:
         """Jobs in ``state`` across all queues."""
@@ -38,6 +40,7 @@ class Stats:
             "oldest_pending_age_by_queue": dict(self.oldest_pending_age_by_queue),
             "workers": self.workers,
             "unserved": dict(self.unserved),
+            "paused": list(self.paused),
         }
 
 

@@ -9,35 +9,18 @@ import math
 import re
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from . import payload
 from .errors import ConfigurationError, PayloadError, UnknownTask
-from .jobs import Job, NewJob
+from .handles import JobHandle
+from .jobs import NewJob
 from .retry import Retry, seconds
 
 if TYPE_CHECKING:
     from .app import App
-
-
-@dataclass(frozen=True)
-class JobHandle:
-    """What an enqueue returns. ``created`` is False when the key already named a job."""
-
-    id: int
-    created: bool
-    app: App | None = field(default=None, repr=False, compare=False)
-
-    def job(self) -> Job | None:
-        """The job as stored now."""
-        if self.app is None:
-            raise ConfigurationError(
-                f"handle {self.id} is not bound to an app: use the handle an enqueue "
-                "returned, or look the job up with app.get_job(id)"
-            )
-        return self.app.get_job(self.id)
 
 
 @dataclass(frozen=True)
@@ -169,6 +152,7 @@ class Task:
         retry: Retry,
         priority: int,
         timeout: float | None,
+        store_result: bool = True,
     ) -> None:
         if lease <= 0:
             raise ConfigurationError(f"task {name!r}: lease must be > 0 seconds, got {lease}")
@@ -182,6 +166,7 @@ class Task:
         self.retry = retry
         self.priority = int(priority)
         self.timeout = timeout
+        self.store_result = store_result
         self.is_async = inspect.iscoroutinefunction(fn)
         self.takes_context = _first_param_is_context(fn)
         sig = inspect.signature(fn)

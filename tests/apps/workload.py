@@ -41,3 +41,44 @@ async def record_async(label: str, seconds: float = 0.0) -> None:
 def kill_my_worker(label: str) -> None:
     log_run(label, "start")
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+@app.task(lease=LEASE)
+def double(x: int) -> int:
+    return 2 * x
+
+
+@app.task(lease=LEASE)
+def cooperative(ctx: sqljobs.JobContext, label: str, seconds: float = 30.0) -> str:
+    """Works in small steps and stops when cancelled."""
+    log_run(label, "start")
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if ctx.cancelled:
+            log_run(label, "cancelled")
+            ctx.check_cancelled()
+        time.sleep(0.01)
+    log_run(label, "end")
+    return label
+
+
+@app.task(lease=LEASE)
+def stubborn(label: str, seconds: float = 30.0) -> str:
+    """Ignores cancellation: runs to its end (unless its process is replaced)."""
+    log_run(label, "start")
+    time.sleep(seconds)
+    log_run(label, "end")
+    return label
+
+
+@app.task(lease=LEASE)
+async def patient(label: str, seconds: float = 30.0) -> str:
+    """An async task: a cancel arrives as CancelledError at its await."""
+    log_run(label, "start")
+    try:
+        await asyncio.sleep(seconds)
+    except asyncio.CancelledError:
+        log_run(label, "cancelled")
+        raise
+    log_run(label, "end")
+    return label

@@ -222,9 +222,41 @@ class Backend(Protocol):
 
     def retry_dead(self, queue: str | None = None) -> int: ...
 
-    def cancel_job(self, job_id: int) -> bool: ...
+    # -- control over work in flight -------------------------------------------------------
 
-    def prune_finished(self, before: float, limit: int = 1000) -> int: ...
+    def cancel_job(self, job_id: int) -> bool:
+        """Cancel a pending or running job (False: it was neither). A running job's worker
+        is told through the notifier where there is one, else at its next heartbeat."""
+
+    def cancel_jobs(
+        self, queue: str | None, task: str | None, state: str | None, limit: int = 1000
+    ) -> int:
+        """Cancel up to ``limit`` pending or running jobs matching the filters (one bounded
+        batch); return how many."""
+
+    def cancelled_among(self, job_ids: Collection[int]) -> set[int]:
+        """Those of ``job_ids`` that are ``cancelled``."""
+
+    def ended_among(self, job_ids: Collection[int]) -> set[int]:
+        """Those of ``job_ids`` that are done, dead or cancelled."""
+
+    def watch_job(self, job_id: int) -> None:
+        """Someone is about to wait on ``job_id``: have its end pushed, if the engine can."""
+
+    def save_progress(self, reports: Sequence[tuple[HeldJob, str]]) -> set[int]:
+        """Write each held job's progress (JSON text), fenced; return the ids written."""
+
+    def pause_queue(self, name: str) -> bool:
+        """Stop claims from queue ``name``; True if this call paused it."""
+
+    def resume_queue(self, name: str) -> bool:
+        """Let claims take queue ``name`` again; True if it was paused."""
+
+    def queue_states(self) -> dict[str, tuple[bool, float | None]]:
+        """Queues with a stored setting: name -> (paused, paused since)."""
+
+    def prune_finished(self, before: float, limit: int = 1000, state: str = "done") -> int:
+        """Delete up to ``limit`` jobs that ended in ``state`` before ``before``."""
 
     def prune_idempotency(self, before: float, limit: int = 1000) -> int:
         """Delete idempotency markers whose ``ttl`` ran out before ``before``."""

@@ -192,7 +192,9 @@ class BackendCore(Dialect):
         ages = {queue: max(0.0, age) for queue, age in due}
         live = [json.loads(t) for (t,) in self._query("live_workers", {"now": now}).pick("tasks")]
         unserved = unserved_tasks(self._query("pending_by_task").pick("task", "pending"), live)
-        return Stats(counts, max(ages.values()) if ages else None, ages, len(live), unserved)
+        paused = sorted(name for name, (on, _) in self.queue_states().items() if on)
+        oldest = max(ages.values()) if ages else None
+        return Stats(counts, oldest, ages, len(live), unserved, paused)
 
     def get_job(self, job_id: int) -> Job | None:
         found = self._query("get_job", {"id": job_id})
@@ -210,11 +212,51 @@ class BackendCore(Dialect):
     def retry_dead(self, queue: str | None = None) -> int:
         return self._change("retry_dead", {"queue": queue, "now": self.now()}).rowcount
 
-    def cancel_job(self, job_id: int) -> bool:
-        return self._change("cancel_job", {"id": job_id, "now": self.now()}).rowcount == 1
+    # -- control: cancel, pause, progress, waiting ---------------------------------------
 
-    def prune_finished(self, before: float, limit: int = 1000) -> int:
-        return self._change("prune_finished", {"before": before, "limit": limit}).rowcount
+    def cancel_job(self, job_id: int) -> bool:
+        params = {"id": job_id, "now": self.now(), "channel": self._event_channel()}
+        return self._change("cancel_job", params).rowcount == 1
+
+    def cancel_jobs(
+        self, queue: str | None, task: str | None, state: str | None, limit: int = 1000
+    ) -> int:
+        params: dict[str, Any] = {"queue": queue, "task": task, "state": state}
+        params.update(limit=limit, now=self.now(), channel=self._event_channel())
+        found = self._change("cancel_many", params)
+        counted = found.first("n") if "n" in found.names else None
+        return int(counted[0]) if counted else found.rowcount
+
+    def cancelled_among(self, job_ids: Collection[int]) -> set[int]:
+        if not job_ids:
+            return set()
+        found = self._query("cancelled_among", {"ids": self._array(job_ids)})
+        return {job_id for (job_id,) in found.pick("id")}
+
+    def ended_among(self, job_ids: Collection[int]) -> set[int]:
+        if not job_ids:
+            return set()
+        found = self._query("ended_among", {"ids": self._array(job_ids)})
+        return {job_id for (job_id,) in found.pick("id")}
+
+    def watch_job(self, job_id: int) -> None:
+        if "watch_job" in self.sql:  # an engine that pushes a job's end to those waiting
+            self._change("watch_job", {"id": job_id})
+
+    def pause_queue(self, name: str) -> bool:
+        changed = self._change("pause_queue", {"name": name, "now": self.now()}).first("changed")
+        return bool(changed and changed[0])
+
+    def resume_queue(self, name: str) -> bool:
+        return self._change("resume_queue", {"name": name, "now": self.now()}).rowcount == 1
+
+    def queue_states(self) -> dict[str, tuple[bool, float | None]]:
+        found = self._query("queue_states").pick("name", "paused", "paused_at")
+        return {name: (bool(paused), paused_at) for name, paused, paused_at in found}
+
+    def prune_finished(self, before: float, limit: int = 1000, state: str = "done") -> int:
+        params = {"before": before, "limit": limit, "state": state}
+        return self._change("prune_finished", params).rowcount
 
     def prune_idempotency(self, before: float, limit: int = 1000) -> int:
         return self._change("prune_idempotency", {"before": before, "limit": limit}).rowcount

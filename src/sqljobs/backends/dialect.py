@@ -103,6 +103,11 @@ class Dialect(ABC):
         self, jobs: Iterable[NewJob], connection: Any | None = None
     ) -> list[EnqueueResult]: ...
 
+    def _event_channel(self) -> str | None:
+        """Where statements that end or cancel jobs NOTIFY those concerned (None: the
+        engine has no push; waiters and workers learn by looking)."""
+        return None
+
     def _claim_statement(self, name: str, claim: Claim) -> tuple[str, dict[str, Any]]:
         """The claim statement ``name`` for ``claim``, with its parameters."""
         tasks = None if claim.leases is None else list(claim.leases)

@@ -277,6 +277,8 @@ class PostgresBackend(PostgresEnqueue, BackendCore, ScheduleStore):
         sql, params = self._claim_statement("complete_and_claim", claim)
         params.update(_began(claim.started))
         params.update(_fenced(outcomes))
+        params.update(_values(outcomes))
+        params["channel"] = self.notifier.channel
         found = self._write(lambda c: result(c.execute(sql, params)))
         (done,) = found.first("ids") or (None,)
         ids = found.pick("id")
@@ -294,8 +296,9 @@ class PostgresBackend(PostgresEnqueue, BackendCore, ScheduleStore):
         plain = [o for o in outcomes if o.state is JobState.DONE and o.history is None]
         other = [o for o in outcomes if not (o.state is JobState.DONE and o.history is None)]
         written: list[int] = []
+        channel = self.notifier.channel
         if plain:  # buffered jobs that started ride along with the completions
-            fenced = {**_fenced(plain), **_began(started)}
+            fenced = {**_fenced(plain), **_began(started), **_values(plain), "channel": channel}
             written += _ids(conn.execute(self.sql["complete_jobs"], fenced))
         elif started:
             conn.execute(self.sql["mark_started"], _began(started))
@@ -311,6 +314,9 @@ class PostgresBackend(PostgresEnqueue, BackendCore, ScheduleStore):
                 "lease_expiries": [o.lease_expiries for o in other],
                 "crashes": [o.crashes for o in other],
                 "histories": [None if o.history is None else json.dumps(o.history) for o in other],
+                "results": [o.result for o in other],
+                "progresses": [o.progress for o in other],
+                "channel": channel,
             }
             written += _ids(conn.execute(self.sql["finish_jobs"], params))
         return written
@@ -322,6 +328,19 @@ class PostgresBackend(PostgresEnqueue, BackendCore, ScheduleStore):
             "tokens": int_array(h.token for h in held),
         }
         return {job_id for (job_id,) in self._change("renew_leases", params).pick("id")}
+
+    def save_progress(self, reports: Sequence[tuple[HeldJob, str]]) -> set[int]:
+        if not reports:
+            return set()
+        params = {
+            "ids": int_array(h.id for h, _ in reports),
+            "tokens": int_array(h.token for h, _ in reports),
+            "progresses": [progress for _, progress in reports],
+        }
+        return {job_id for (job_id,) in self._change("save_progress", params).pick("id")}
+
+    def _event_channel(self) -> str | None:
+        return self.notifier.channel
 
     # -- handler transactions ----------------------------------------------------------
 
@@ -359,6 +378,17 @@ def _fenced(outcomes: Sequence[Outcome]) -> dict[str, str]:
     return {
         "ids": int_array(o.job_id for o in outcomes),
         "tokens": int_array(o.token for o in outcomes),
+    }
+
+
+def _values(outcomes: Sequence[Outcome]) -> dict[str, str | None]:
+    """Completions' results and last progress, each as one JSON object keyed by job id
+    (NULL when there are none: most tasks return nothing)."""
+    results = {str(o.job_id): o.result for o in outcomes if o.result is not None}
+    progress = {str(o.job_id): o.progress for o in outcomes if o.progress is not None}
+    return {
+        "results": json.dumps(results) if results else None,
+        "progress": json.dumps(progress) if progress else None,
     }
 
 

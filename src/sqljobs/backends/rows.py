@@ -17,7 +17,7 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
-from ..jobs import ClaimedJob, ExpiredJob, Job, JobState
+from ..jobs import ClaimedJob, ExpiredJob, Job, JobState, Progress
 from ..schedules import SCHEDULE_COLUMNS, ScheduleState, state_from_row
 from ..tasks import TaskInfo
 from .base import EffectRecord
@@ -33,7 +33,7 @@ JOB = (
     "id", "queue", "task", "payload", "key", "state", "priority", "run_at", "created_at",
     "attempts", "max_attempts", "token", "lease", "lease_until", "worker", "started_at",
     "finished_at", "errors", "lease_expiries", "crashes", "last_error", "last_traceback",
-    "deadline_at", "history",
+    "deadline_at", "history", "result", "progress",
 )  # fmt: skip
 """The columns a statement that shows whole jobs returns (in any order)."""
 EFFECT = ("state", "result", "error", "attempts", "mine")
@@ -130,7 +130,27 @@ def job(names: Names, row: Row) -> Job:
         args, kwargs = [payload], {}
     values["state"] = JobState(values["state"])
     hist = json.loads(history) if isinstance(history, str) else list(history or [])
+    values["result"] = _decoded(values["result"])
+    values["progress"] = progress(values["progress"])
     return Job(args=args, kwargs=kwargs, history=hist, **values)
+
+
+def _decoded(text: str | None) -> Any:
+    """A stored JSON value (None stays None; text that is not JSON is shown as is)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def progress(text: str | None) -> Progress | None:
+    """A job's stored progress (``ctx.progress``), or None if it never reported any."""
+    data = _decoded(text)
+    if not isinstance(data, dict):
+        return None
+    return Progress(data.get("done", 0), data.get("total"), data.get("note"), data.get("at", 0.0))
 
 
 def task_info(names: Names, row: Row) -> TaskInfo:

@@ -256,7 +256,9 @@ class SqliteBackend(BackendCore, ScheduleStore):
         complete, finish = Q["complete_job"], Q["finish_job"]
         for o in outcomes:
             if o.state is JobState.DONE and o.history is None:
-                cur = conn.execute(complete, {"id": o.job_id, "token": o.token, "now": now})
+                params = {"id": o.job_id, "token": o.token, "now": now, "result": o.result,
+                          "progress": o.progress}  # fmt: skip
+                cur = conn.execute(complete, params)
             else:
                 cur = conn.execute(finish, _outcome_params(o, now))
             if cur.rowcount == 1:
@@ -275,6 +277,13 @@ class SqliteBackend(BackendCore, ScheduleStore):
             packed = json.dumps([[h.id, h.token] for h in held])
             renewed = result(conn.execute(Q["renew_leases"], {"held": packed, "now": now}))
         return {job_id for (job_id,) in renewed.pick("id")}
+
+    def save_progress(self, reports: Sequence[tuple[HeldJob, str]]) -> set[int]:
+        if not reports:
+            return set()
+        held = json.dumps([[h.id, h.token, progress] for h, progress in reports])
+        written = self._change("save_progress", {"held": held})
+        return {job_id for (job_id,) in written.pick("id")}
 
     def _data_version(self) -> int:
         """The change check of :mod:`sqljobs.notifiers.sqlite`, on this thread's connection."""
@@ -314,6 +323,8 @@ def _outcome_params(o: Outcome, now: float) -> dict[str, Any]:
         "lease_expiries": o.lease_expiries,
         "crashes": o.crashes,
         "history": None if o.history is None else json.dumps(o.history),
+        "result": o.result,
+        "progress": o.progress,
     }
 
 

@@ -1,31 +1,36 @@
-"""The pruner: deletes done and cancelled jobs older than the retention, and idempotency
-markers whose ttl ran out, in bounded batches.
+"""The pruner: deletes finished jobs once older than the retention for their state (see
+:class:`sqljobs.Retention`), and idempotency markers whose ttl ran out, in bounded batches.
 
-Dead jobs are never pruned: they wait for a person. Small batches keep each delete's
-lock short so claims are never stalled behind it.
+Small batches keep each delete's lock short, so claims are never stalled behind it; a
+run stops after ``max_batches`` per state and the next run (every ``prune_interval``)
+goes on where it left off.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from ..backends.base import Backend
+from ..retention import Retention
 
 
 class Pruner:
-    def __init__(self, backend: Backend, retention: float, batch: int = 1000) -> None:
+    def __init__(
+        self, backend: Backend, retention: Retention | float | timedelta | None, batch: int = 1000
+    ) -> None:
         self.backend = backend
-        self.retention = retention
+        self.retention = Retention.of(retention)
         self.batch = batch
 
     def run_once(self, max_batches: int = 10) -> int:
-        """Delete up to ``max_batches`` batches; return how many jobs were deleted."""
-        self.backend.prune_idempotency(self.backend.now(), self.batch)
-        if self.retention <= 0:
-            return 0
-        before = self.backend.now() - self.retention
+        """Delete up to ``max_batches`` batches per state; return how many jobs went."""
+        now = self.backend.now()
+        self.backend.prune_idempotency(now, self.batch)
         total = 0
-        for _ in range(max_batches):
-            n = self.backend.prune_finished(before, self.batch)
-            total += n
-            if n < self.batch:
-                break
+        for state, age in self.retention.ages().items():
+            for _ in range(max_batches):
+                n = self.backend.prune_finished(now - age, self.batch, state)
+                total += n
+                if n < self.batch:
+                    break
         return total

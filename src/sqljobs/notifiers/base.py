@@ -1,9 +1,12 @@
 """The notifier protocol, and the subscriber list its implementations share.
 
-A notifier carries one kind of news, "there may be new work", from whoever committed it
-to whoever sleeps waiting for it. It says nothing about *which* jobs: a woken worker asks
-the database with a claim, so a lost or extra wake-up costs latency or one query, never a
-job. That is why every implementation may drop, merge or repeat announcements freely.
+A notifier carries two kinds of news from whoever committed it to whoever sleeps waiting
+for it: "there may be new work" (by queue), and "this job ended" or "this job was
+cancelled" (job events, for callers waiting on a result and workers holding the job).
+Either is only a hint to look: a woken worker asks the database with a claim or a
+heartbeat, a woken waiter reads the job, so a lost or extra wake-up costs latency or one
+query, never a job. That is why every implementation may drop, merge or repeat
+announcements freely, and why waiters still look once a second on their own.
 """
 
 from __future__ import annotations
@@ -13,6 +16,13 @@ from collections.abc import Callable, Collection
 from typing import Protocol
 
 Callback = Callable[[], None]
+JobEventCallback = Callable[[str, "int | None"], None]
+"""Called with a job event's kind (``"end"``, ``"cancel"``) and the job id, or None when
+any job may have changed (a reconnection, a bulk cancel)."""
+
+JOB_EVENT_PREFIX = "#"
+"""Marks a job event on a channel that also carries queue names (``#end:12``,
+``#cancel:*``): ``#`` is not allowed in a queue name, so the two cannot clash."""
 
 EVERY_QUEUE = "*"
 """The announcement that concerns every subscriber (a schedule that is new or resumed, a
@@ -41,6 +51,17 @@ class Notifier(Protocol):
     def change_marker(self) -> int | None:
         """A number that changes when another connection commits, if there is a cheap one
         to read (None: there is not, rely on :meth:`subscribe`)."""
+
+    def watch_jobs(self, callback: JobEventCallback) -> None:
+        """Have ``callback`` called (from any thread, quickly) on job events, where the
+        notifier can push them; a notifier that cannot never calls it."""
+
+    def unwatch_jobs(self, callback: JobEventCallback) -> None:
+        """Stop calling ``callback``; unknown callbacks are ignored."""
+
+    def wait_listening(self, timeout: float) -> bool:
+        """Wait until an announcement made from now on would reach this process's
+        subscribers (True); False if the notifier does not push."""
 
     def close(self) -> None:
         """Release threads and connections; the notifier may be used again afterwards."""
@@ -73,3 +94,32 @@ class Subscribers:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+class JobWatchers:
+    """The callbacks that want job events. Thread-safe like :class:`Subscribers`."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._callbacks: list[JobEventCallback] = []
+
+    def add(self, callback: JobEventCallback) -> None:
+        with self._lock:
+            self._callbacks = [*self._callbacks, callback]
+
+    def remove(self, callback: JobEventCallback) -> None:
+        with self._lock:
+            self._callbacks = [c for c in self._callbacks if c != callback]
+
+    def emit(self, kind: str, job_id: int | None) -> None:
+        for callback in self._callbacks:
+            callback(kind, job_id)
+
+    def emit_text(self, text: str) -> None:
+        """Emit the event a NOTIFY payload such as ``#end:12`` or ``#cancel:*`` names."""
+        kind, _, target = text[len(JOB_EVENT_PREFIX) :].partition(":")
+        job_id = int(target) if target.isdigit() else None
+        self.emit(kind, job_id)
+
+    def __len__(self) -> int:
+        return len(self._callbacks)

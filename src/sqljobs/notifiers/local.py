@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Collection
 
-from .base import Callback, Subscribers
+from .base import Callback, JobEventCallback, JobWatchers, Subscribers
 
 
 class LocalNotifier:
@@ -20,6 +20,7 @@ class LocalNotifier:
 
     def __init__(self) -> None:
         self._subscribers = Subscribers()
+        self._job_watchers = JobWatchers()
         self._announced = itertools.count(1)
         self._marker = 0
 
@@ -36,6 +37,19 @@ class LocalNotifier:
     def change_marker(self) -> int | None:
         """How many announcements this process has made."""
         return self._marker
+
+    def watch_jobs(self, callback: JobEventCallback) -> None:
+        self._job_watchers.add(callback)
+
+    def unwatch_jobs(self, callback: JobEventCallback) -> None:
+        self._job_watchers.remove(callback)
+
+    def emit(self, kind: str, job_id: int | None) -> None:
+        """A job event of this process (an App's own cancel), to its own workers."""
+        self._job_watchers.emit(kind, job_id)
+
+    def wait_listening(self, timeout: float) -> bool:
+        return True  # announcements are calls in this process
 
     def close(self) -> None:
         """Nothing to release: subscribers stay until they unsubscribe."""

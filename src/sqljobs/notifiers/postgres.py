@@ -25,7 +25,14 @@ from typing import Any
 import psycopg
 
 from ..errors import BackendError
-from .base import EVERY_QUEUE, Callback, Subscribers
+from .base import (
+    EVERY_QUEUE,
+    JOB_EVENT_PREFIX,
+    Callback,
+    JobEventCallback,
+    JobWatchers,
+    Subscribers,
+)
 
 log = logging.getLogger("sqljobs.postgres")
 
@@ -65,6 +72,8 @@ class PostgresNotifier:
         self._send = send
         self._lock = threading.Lock()
         self._subscribers = Subscribers()
+        self._job_watchers = JobWatchers()
+        self._listening = threading.Event()
         self._seen = 0
         self._listener: threading.Thread | None = None
         self._closing = threading.Event()
@@ -86,6 +95,23 @@ class PostgresNotifier:
 
     def unsubscribe(self, callback: Callback) -> None:
         self._subscribers.remove(callback)
+
+    def watch_jobs(self, callback: JobEventCallback) -> None:
+        """Call ``callback`` (from the listener thread) on ``#end:ID`` / ``#cancel:ID``."""
+        self._job_watchers.add(callback)
+        if self.listen:
+            self._ensure_listener()
+
+    def unwatch_jobs(self, callback: JobEventCallback) -> None:
+        self._job_watchers.remove(callback)
+
+    def wait_listening(self, timeout: float) -> bool:
+        """Wait until the listener has run its LISTEN (True), so a NOTIFY sent from now
+        on reaches it; False in poll-only mode or if it could not within ``timeout``."""
+        if not self.listen:
+            return False
+        self._ensure_listener()
+        return self._listening.wait(timeout)
 
     def announce(self, queues: Collection[str] | None = None) -> None:
         """NOTIFY now, outside any enqueue (a schedule that is new or resumed)."""
@@ -109,6 +135,7 @@ class PostgresNotifier:
             timer.cancel()
         if listener is not None:
             listener.join(timeout=2)
+        self._listening.clear()
 
     # -- what an enqueue names in its NOTIFY ---------------------------------------------
 
@@ -165,11 +192,14 @@ class PostgresNotifier:
             try:
                 with self._connect() as conn:
                     conn.execute(self._listen_sql)
+                    self._listening.set()
                     failures = 0
                     self._wake(None)  # anything enqueued while we were not listening
+                    self._job_watchers.emit("cancel", None)  # and any job event missed
                     while not closing.is_set():
                         self._drain(conn)
             except (psycopg.Error, OSError) as exc:
+                self._listening.clear()
                 failures += 1
                 pause = min(5.0, 0.1 * 2**failures)
                 log.warning("LISTEN connection lost (%s); reconnecting in %.1f s", exc, pause)
@@ -184,10 +214,17 @@ class PostgresNotifier:
         pgconn = conn.pgconn
         pgconn.consume_input()
         queues: set[str] = set()
+        events: list[str] = []
         while (notification := pgconn.notifies()) is not None:
-            queues.add(notification.extra.decode("utf-8", "replace"))
+            text = notification.extra.decode("utf-8", "replace")
+            if text.startswith(JOB_EVENT_PREFIX):
+                events.append(text)
+            else:
+                queues.add(text)
         if queues:
             self._wake(queues)
+        for text in events:
+            self._job_watchers.emit_text(text)
 
     def _wake(self, queues: Collection[str] | None) -> None:
         self._seen += 1

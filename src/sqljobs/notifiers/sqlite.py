@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
-from .base import Callback
+from .base import Callback, JobEventCallback
 
 
 class SqliteNotifier:
@@ -36,6 +36,15 @@ class SqliteNotifier:
 
     def change_marker(self) -> int | None:
         return self._read_version()
+
+    def watch_jobs(self, callback: JobEventCallback) -> None:
+        """Nothing is pushed: those waiting on a job watch :meth:`change_marker` and look."""
+
+    def unwatch_jobs(self, callback: JobEventCallback) -> None:
+        """Nothing was watched."""
+
+    def wait_listening(self, timeout: float) -> bool:
+        return False
 
     def close(self) -> None:
         """Nothing to release: the backend owns the connections."""

@@ -32,6 +32,9 @@ class WorkerConfig:
     have been added) but then at most once per ``schedule_interval``. A tick more than
     ``misfire_grace`` seconds late counts as missed, and the schedule's misfire policy
     applies.
+    ``cancel_grace`` is how long a cancelled thread handler may go on before it is called
+    stuck: logged, and under ``--processes`` the worker process drains its other jobs and
+    is replaced, which ends the handler (a thread cannot be stopped any other way).
     """
 
     concurrency: int = 8
@@ -52,6 +55,7 @@ class WorkerConfig:
     scheduler: bool = True
     schedule_interval: float = 1.0
     misfire_grace: float = 2.0
+    cancel_grace: float = 30.0
 
     def __post_init__(self) -> None:
         if self.concurrency < 1:
@@ -66,6 +70,8 @@ class WorkerConfig:
             raise ConfigurationError(f"drain_timeout must be >= 0, got {self.drain_timeout}")
         if self.schedule_interval <= 0 or self.misfire_grace < 0:
             raise ConfigurationError("schedule_interval must be > 0 and misfire_grace >= 0")
+        if not self.cancel_grace > 0:
+            raise ConfigurationError(f"cancel_grace must be > 0 seconds, got {self.cancel_grace}")
         if self.max_crashes < 1:
             raise ConfigurationError(f"max_crashes must be >= 1, got {self.max_crashes}")
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Collection
+from dataclasses import replace
 from typing import Any
 
 from ..backends.base import Backend
@@ -16,7 +17,7 @@ from ..payload import decode
 from .events import EventKind
 from .execute import Running, failure
 from .lanes import Trip
-from .report import failed_attempt
+from .report import failed_attempt, job_fields
 from .state import WorkerState
 from .timers import Timers
 
@@ -29,7 +30,7 @@ class Dispatching(WorkerState):
         self._event("claimed", job, detail="buffered" if prefetched else None)
         wall = self.app.clock()
         task = self.app.tasks.get(job.task)
-        ctx = JobContext(job, backend, self.request_heartbeat)
+        ctx = JobContext(job, backend, self.request_heartbeat, self._progress_reported)
         if self._stopping:
             ctx.shutting_down = True
         try:
@@ -78,6 +79,15 @@ class Dispatching(WorkerState):
             assert self._threads is not None
             self._threads.submit(run)
 
+    def _progress_reported(self, ctx: JobContext) -> None:
+        """Called by a handler's thread (``ctx.progress``): the report waits for the next
+        flush, at most a few a second (see Upkeep._flush_progress)."""
+        with self._progress_lock:
+            self._progress_dirty.add(ctx.job_id)
+            first, self._progress_signalled = not self._progress_signalled, True
+        if first:
+            self._wake.set()
+
     def _started(self, run: Running) -> None:
         """Called by an executor thread (or the event loop) as a handler begins."""
         self._event("started", run.job)
@@ -100,6 +110,15 @@ class Dispatching(WorkerState):
                 self.counters["stale_results"] += 1
                 self._event("discarded", run.job, outcome.state.value,
                                      "late result: the job is no longer held here")  # fmt: skip
+                if run.ctx.cancelled:
+                    log.info(
+                        "job %s (%s): the handler returned %.1f s after the job was "
+                        "cancelled; its outcome (%s) is discarded",
+                        run.job.id, run.job.task,
+                        time.monotonic() - (run.cancelled_at or time.monotonic()),
+                        outcome.state, extra=job_fields(run),
+                    )  # fmt: skip
+                    continue
                 log.warning(
                     "job %s: late result of attempt %s discarded (%s): the job is no "
                     "longer held by this worker",
@@ -123,6 +142,9 @@ class Dispatching(WorkerState):
                 self._finishing[outcome.job_id] = run.job
             if outcome.state is not JobState.DONE:
                 failed_attempt(run, outcome)
+            report = run.ctx.take_progress()
+            if report is not None:  # the last report goes out with the outcome
+                outcome = replace(outcome, progress=report)
             self._to_write.append(outcome)
         return freed
 

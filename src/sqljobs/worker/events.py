@@ -18,7 +18,14 @@ if TYPE_CHECKING:
     from ..jobs import ClaimedJob
 
 EventKind = Literal[
-    "claimed", "started", "finished", "released", "lease_lost", "timed_out", "discarded"
+    "claimed",
+    "started",
+    "finished",
+    "released",
+    "lease_lost",
+    "timed_out",
+    "discarded",
+    "cancelled",
 ]
 
 

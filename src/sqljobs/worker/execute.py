@@ -16,6 +16,7 @@ from typing import Any
 from ..context import JobContext
 from ..errors import Discard, RetryLater
 from ..jobs import ClaimedJob, JobState, Outcome
+from ..payload import encode_result
 from ..tasks import Task
 
 log = logging.getLogger("sqljobs.worker")
@@ -36,6 +37,8 @@ class Running:
     deadline: float | None = None
     closed: bool = False
     abandoned: bool = False
+    cancelled_at: float | None = None  # monotonic: when this worker learned of a cancel
+    overdue: bool = False  # cancelled and still running past the grace: said once
     prefetched: bool = False  # claimed into the buffer; the database is told once it began
     future: concurrent.futures.Future[Any] | None = None
 
@@ -54,8 +57,14 @@ def no_hook(_run: Running) -> None:
 Clock = Callable[[], float]
 
 
-def success(run: Running) -> Outcome:
-    return Outcome(run.job.id, run.job.token, JobState.DONE)
+def success(run: Running, value: Any = None) -> Outcome:
+    """The attempt succeeded; its return value is stored unless the task opts out.
+    Encoding it may raise PayloadError (not JSON, too big): the caller fails the attempt."""
+    task = run.task
+    if value is None or not task.store_result:
+        return Outcome(run.job.id, run.job.token, JobState.DONE)
+    result = encode_result(task.name, value, task.app.max_payload)
+    return Outcome(run.job.id, run.job.token, JobState.DONE, result=result)
 
 
 def failure(run: Running, exc: BaseException, now: float, outcome: str = "failed") -> Outcome:
@@ -117,22 +126,22 @@ def run_sync(run: Running, clock: Clock, started: Started = no_hook) -> Outcome:
     run.begun = time.monotonic()
     started(run)
     try:
-        run.task.fn(*run.call_args(), **run.kwargs)
+        value = run.task.fn(*run.call_args(), **run.kwargs)
+        return success(run, value)
     except BaseException as exc:
         return failure(run, exc, clock())
-    return success(run)
 
 
 async def run_async(run: Running, clock: Clock, started: Started = no_hook) -> Outcome:
     run.begun = time.monotonic()
     started(run)
     try:
-        await run.task.fn(*run.call_args(), **run.kwargs)
+        value = await run.task.fn(*run.call_args(), **run.kwargs)
+        return success(run, value)
     except asyncio.CancelledError:
         raise
     except BaseException as exc:
         return failure(run, exc, clock())
-    return success(run)
 
 
 class ThreadPool:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from ..app import App
     from ..backends.base import Backend
+    from ..context import JobContext
     from ..jobs import ClaimedJob, HeldJob, Outcome
     from ..maintenance import Pruner, Reaper, Scheduler
     from .config import WorkerConfig
@@ -60,6 +61,10 @@ class WorkerState:
     _signals_taken: int
     _relay_write: int | None
     _on_event: OnEvent | None
+    _progress_lock: threading.Lock  # handler threads report, the coordinator flushes
+    _progress_dirty: set[int]  # jobs with a ctx.progress() report not yet written
+    _progress_signalled: bool  # the coordinator was woken for them
+    replace_requested: bool  # a cancelled handler would not stop: replace this process
 
     if TYPE_CHECKING:  # implemented by the rooms; declared here for the others
 
@@ -84,5 +89,6 @@ class WorkerState:
         def _release_all(self, backend: Backend) -> None: ...
         def _close(self, run: Running, *, abandon: bool) -> None: ...
         def _began_since(self) -> list[HeldJob]: ...
+        def _progress_reported(self, ctx: JobContext) -> None: ...
         @property
         def lanes_busy(self) -> bool: ...

@@ -5,6 +5,10 @@ so they stop at once). When a child dies by itself, the supervisor hands that ch
 jobs back immediately, counted as a crash, instead of waiting for their leases to run
 out, and starts a replacement. A job that keeps killing its worker therefore reaches
 ``dead`` ("crashed its worker 3 times") quickly instead of cycling through the fleet.
+
+A child that exits with :data:`REPLACE_EXIT` asked to be replaced: a cancelled handler in
+it would not stop (threads cannot be killed), so it drained its other jobs and left; the
+supervisor starts a new one, and the stuck handler ends with the old process.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ if TYPE_CHECKING:
     from ..app import App
 
 log = logging.getLogger("sqljobs.supervisor")
+
+REPLACE_EXIT = 75
+"""A child's exit code for "replace me" (EX_TEMPFAIL): not a crash."""
 
 
 def run_supervised(app: App, config: WorkerConfig, processes: int) -> None:
@@ -63,6 +70,7 @@ class Supervisor:
                     signal.signal(signum, lambda sig, _frame: worker.handle_signal(sig))
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
                 worker.run()
+                code = REPLACE_EXIT if worker.replace_requested else 0
             except BaseException:
                 log.exception("worker %s failed", worker_id)
                 code = 1
@@ -97,7 +105,16 @@ class Supervisor:
                 worker_id = self.children.pop(pid, None)
                 if worker_id is None:
                     continue
-                crashed = not (os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0)
+                code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+                if code == REPLACE_EXIT:
+                    log.warning(
+                        "worker process %s left to end a cancelled handler that would not "
+                        "stop; starting a new one", worker_id,
+                    )  # fmt: skip
+                    if not self.signals:
+                        self._spawn()
+                    continue
+                crashed = code != 0
                 if crashed:
                     self._rescue(worker_id, status)
                 if crashed and not self.signals:

@@ -29,6 +29,7 @@ class Timers:
     marker: int | None = None
     want_claim: bool = True
     want_due: bool = False
+    progress: float = 0.0  # the next flush of ctx.progress() reports may go out then
 
     def __init__(self, now: float, heartbeat_interval: float, config: WorkerConfig) -> None:
         self.heartbeat = now + heartbeat_interval
@@ -45,3 +46,4 @@ class Timers:
         self.marker = None
         self.want_claim = True
         self.want_due = False
+        self.progress = now

@@ -1,10 +1,12 @@
-"""Upkeep on timers: heartbeat (one statement renews every held lease), timeouts, the
-reaper, the pruner and the scheduler; and what becomes of a handler that is given up."""
+"""Upkeep on timers: heartbeat (one statement renews every held lease, and finds the
+jobs cancelled meanwhile), progress reports, timeouts, the reaper, the pruner and the
+scheduler; and what becomes of a handler that is given up."""
 
 from __future__ import annotations
 
 import logging
 import os
+import time
 
 from ..backends.base import Backend
 from ..jobs import HeldJob
@@ -14,6 +16,9 @@ from .state import WorkerState
 from .timers import Timers
 
 log = logging.getLogger("sqljobs.worker")
+
+PROGRESS_INTERVAL = 0.25
+"""Seconds between two writes of handlers' ctx.progress() reports (one statement each)."""
 
 
 class Upkeep(WorkerState):
@@ -27,6 +32,11 @@ class Upkeep(WorkerState):
             self._heartbeat_requested = False
             self._heartbeat(backend)
             t.heartbeat = now + t.heartbeat_interval
+        if self._progress_signalled and now >= t.progress:
+            self._flush_progress(backend)
+            t.progress = now + PROGRESS_INTERVAL
+        if self._abandoned:
+            self._check_cancelled_handlers(now)
         if now >= t.reap:
             if self._reaper.run_once():
                 t.want_claim, t.suspect_check = True, now
@@ -53,7 +63,12 @@ class Upkeep(WorkerState):
             held = []
         renewed = backend.renew_leases(self.id, held)
         self.counters["heartbeats"] += 1
+        lost = [h.id for h in held if h.id not in renewed]
+        cancelled = backend.cancelled_among(lost) if lost else set()
         for h in held:
+            if h.id in cancelled and h.id in self.inflight:
+                self._cancelled(self.inflight[h.id])
+                continue
             if h.id not in renewed and self._suspect is not None and h.id == self._suspect.id:
                 self._suspect = None
                 self.counters["leases_lost"] += 1
@@ -69,6 +84,66 @@ class Upkeep(WorkerState):
                     "its result will be discarded",
                     h.id, run.job.task, run.job.attempt, extra=job_fields(run),
                 )  # fmt: skip
+
+    def _cancelled(self, run: Running) -> None:
+        """Someone cancelled a job this worker holds: tell its handler (``ctx.cancelled``;
+        an async task is cancelled) and let go of it. Its outcome, whenever the handler
+        returns, is discarded: the job is ``cancelled`` in the database already."""
+        run.ctx.cancelled = True
+        run.cancelled_at = time.monotonic()
+        started = run.begun is not None
+        self._close(run, abandon=True)
+        self.counters["cancelled_running"] += 1
+        self._event("cancelled", run.job)
+        log.info(
+            "job %s (%s): cancelled %s; %s",
+            run.job.id, run.job.task, "while running" if started else "before it started",
+            "the handler is told to stop (ctx.cancelled) and its outcome will be discarded"
+            if started else "it will not run",
+            extra=job_fields(run),
+        )  # fmt: skip
+
+    def _check_cancelled_handlers(self, now: float) -> None:
+        """A cancelled thread handler that runs on past ``cancel_grace``: said once; under a
+        supervisor, this process drains its other jobs and exits to be replaced."""
+        grace = self.config.cancel_grace
+        for run in list(self._abandoned):
+            if run.cancelled_at is None or run.overdue or now - run.cancelled_at < grace:
+                continue
+            run.overdue = True
+            replace = self.config.supervisor_pid is not None
+            log.error(
+                "job %s (%s): its handler still runs %.0f s after the job was cancelled "
+                "(it does not check ctx.cancelled); %s",
+                run.job.id, run.job.task, now - run.cancelled_at,
+                "this worker process drains its other jobs and is replaced to end it"
+                if replace else "it keeps its slot until it returns; its outcome will be "
+                "discarded (run with --processes to have such a process replaced)",
+                extra=job_fields(run),
+            )  # fmt: skip
+            if replace and not self._stopping:
+                self.replace_requested = True
+                self.stop()
+
+    def _flush_progress(self, backend: Backend) -> None:
+        """Write the latest ctx.progress() report of each job that has one, fenced, in
+        one statement. A refused report means the job is no longer ours: the heartbeat
+        that follows at once finds out why."""
+        with self._progress_lock:
+            dirty, self._progress_dirty = self._progress_dirty, set()
+            self._progress_signalled = False
+        reports = []
+        for job_id in dirty:
+            run = self.inflight.get(job_id)
+            report = None if run is None or run.closed else run.ctx.take_progress()
+            if run is not None and report is not None:
+                reports.append((HeldJob(job_id, run.job.token), report))
+        if not reports:
+            return
+        written = backend.save_progress(reports)
+        self.counters["progress_writes"] += 1
+        if any(held.id not in written for held, _ in reports):
+            self.request_heartbeat()
 
     def _expire_timeouts(self, now: float) -> None:
         for run in [r for r in self.inflight.values() if r.deadline and now >= r.deadline]:

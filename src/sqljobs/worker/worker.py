@@ -102,6 +102,10 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         self._timers: Timers | None = None
         self._began = time.monotonic()
         self._on_event = on_event
+        self._progress_lock = threading.Lock()
+        self._progress_dirty: set[int] = set()
+        self._progress_signalled = False
+        self.replace_requested = False
 
     # -- control -----------------------------------------------------------------------
 
@@ -169,6 +173,8 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
             return False
         self._backend = backend
         backend.subscribe(self._wake.set)
+        backend.notifier.watch_jobs(self._on_job_event)  # cancels, from any host
+        self.app.watch_jobs(self._on_job_event)  # cancels from this process
         self._backend_pushes = backend.pushes_changes
         self._lanes = Lanes(
             self.config.claim_lanes or backend.claim_lanes,
@@ -251,6 +257,8 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         if backend is None:
             return
         self.app.remove_wakeup(self._wake)
+        self.app.unwatch_jobs(self._on_job_event)
+        backend.notifier.unwatch_jobs(self._on_job_event)
         if self._lanes is not None:
             self._lanes.stop()
         if self._threads is not None:
@@ -282,6 +290,12 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
                 self._wake.wait(step.wait)
         finally:
             self.close()
+
+    def _on_job_event(self, kind: str, job_id: int | None) -> None:
+        """From the notifier's thread: a job was cancelled. If it may be one of ours, the
+        next pass runs a heartbeat, which finds out which and tells their handlers."""
+        if kind == "cancel" and (job_id is None or job_id in self.inflight):
+            self.request_heartbeat()
 
     def _event(
         self, kind: EventKind, job: ClaimedJob, state: str | None = None, detail: str | None = None
@@ -354,6 +368,10 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         for run in self.inflight.values():
             if run.deadline is not None:
                 timers.append(run.deadline - now)
+        if self._progress_signalled:
+            timers.append(t.progress - now)
+        if self._heartbeat_requested:
+            timers.append(0.0)
         return max(0.0, min(timers))
 
     # -- claiming and running ----------------------------------------------------------

@@ -3,6 +3,8 @@
 -- after the fields they fill (sqljobs.backends.rows reads them by name).
 -- {queue_filter} is empty (all queues) or filter_queues, then, for a worker, filter_tasks
 -- (the fragments at the end): a worker claims only the tasks it has registered.
+-- Jobs of a paused queue (sqljobs_queues) are never claimed: the ARRAY(...) of paused
+-- names is read once per statement, an empty array when nothing is paused.
 
 -- name: insert_jobs
 -- A batch arrives as one JSON array of [queue, task, payload, key, priority, run_at,
@@ -84,6 +86,7 @@ WITH began AS (
 ), picked AS MATERIALIZED (
     SELECT id, priority, run_at FROM {schema}.sqljobs_jobs
     WHERE state = 'pending' AND run_at <= now() AND crashes < 2 {queue_filter}
+      AND queue <> ALL(ARRAY(SELECT name FROM {schema}.sqljobs_queues WHERE paused))
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -105,13 +108,18 @@ RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts AS attempt, j
 -- name: complete_and_claim
 -- The hot path in one round trip and one commit: complete a batch, claim the next.
 -- Its picked/claimed CTEs repeat `claim` on purpose (one statement, one plan): change
--- both together.
+-- both together. %(results)s and %(progress)s map job ids to JSON texts (or are NULL);
+-- a job a caller waits on (`waited`) announces its end with a NOTIFY.
 WITH done AS (
     UPDATE {schema}.sqljobs_jobs AS j
-    SET state = 'done', finished_at = now(), lease_until = NULL
+    SET state = 'done', finished_at = now(), lease_until = NULL,
+        result = %(results)s::jsonb ->> j.id::text,
+        progress = coalesce(%(progress)s::jsonb ->> j.id::text, j.progress)
     FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS o(id, token)
     WHERE j.id = o.id AND j.token = o.token AND j.state = 'running'
-    RETURNING j.id
+    RETURNING j.id, j.waited
+), ended AS (
+    SELECT count(pg_notify(%(channel)s, '#end:' || id)) AS n FROM done WHERE waited
 ), began AS (
     UPDATE {schema}.sqljobs_jobs AS j SET prefetched = false
     FROM unnest(%(began_ids)s::bigint[], %(began_tokens)s::bigint[]) AS b(id, token)
@@ -120,6 +128,7 @@ WITH done AS (
 ), picked AS MATERIALIZED (
     SELECT id, priority, run_at FROM {schema}.sqljobs_jobs
     WHERE state = 'pending' AND run_at <= now() AND crashes < 2 {queue_filter}
+      AND queue <> ALL(ARRAY(SELECT name FROM {schema}.sqljobs_queues WHERE paused))
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -138,7 +147,8 @@ WITH done AS (
               extract(epoch FROM j.deadline_at)::float8 AS deadline_at, j.key,
               extract(epoch FROM j.run_at)::float8 AS run_at
 )
-SELECT d.ids, c.* FROM (SELECT array_agg(id) AS ids FROM done) AS d LEFT JOIN claimed AS c ON true
+SELECT d.ids, c.* FROM (SELECT array_agg(id) AS ids FROM done) AS d CROSS JOIN ended
+LEFT JOIN claimed AS c ON true
 
 -- name: claim_suspect
 WITH picked AS MATERIALIZED (
@@ -146,6 +156,7 @@ WITH picked AS MATERIALIZED (
     WHERE state = 'pending' AND run_at <= now() AND crashes >= 2
       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
       AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
+      AND queue <> ALL(ARRAY(SELECT name FROM {schema}.sqljobs_queues WHERE paused))
     ORDER BY priority DESC, run_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -166,11 +177,15 @@ RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts AS attempt, j
 -- In how many seconds the next delayed job falls due (by the server's clock, which claims
 -- read), and whether jobs from crashed workers wait.
 -- `run_at > '-infinity'` (true of every job) matches sqljobs_jobs_next_due's predicate.
+-- A paused queue's jobs count for neither: they wait for its resume.
 SELECT (SELECT extract(epoch FROM run_at - now())::float8 FROM {schema}.sqljobs_jobs
         WHERE state = 'pending' AND crashes < 2 AND run_at > '-infinity' {queue_filter}
+          AND queue <> ALL(ARRAY(SELECT name FROM {schema}.sqljobs_queues WHERE paused))
         ORDER BY run_at LIMIT 1) AS wait,
        EXISTS (SELECT 1 FROM {schema}.sqljobs_jobs
-               WHERE state = 'pending' AND crashes >= 2 {queue_filter}) AS suspects
+               WHERE state = 'pending' AND crashes >= 2 {queue_filter}
+                 AND queue <> ALL(ARRAY(SELECT name FROM {schema}.sqljobs_queues
+                                        WHERE paused))) AS suspects
 
 -- name: complete_jobs
 WITH began AS (
@@ -178,13 +193,18 @@ WITH began AS (
     FROM unnest(%(began_ids)s::bigint[], %(began_tokens)s::bigint[]) AS b(id, token)
     WHERE j.id = b.id AND j.token = b.token AND j.state = 'running'
     RETURNING 1
+), done AS (
+    UPDATE {schema}.sqljobs_jobs AS j
+    SET state = 'done', finished_at = now(), lease_until = NULL,
+        result = %(results)s::jsonb ->> j.id::text,
+        progress = coalesce(%(progress)s::jsonb ->> j.id::text, j.progress)
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS o(id, token)
+    WHERE j.id = o.id AND j.token = o.token AND j.state = 'running'
+    RETURNING j.id, j.waited
+), ended AS (
+    SELECT count(pg_notify(%(channel)s, '#end:' || id)) AS n FROM done WHERE waited
 )
-UPDATE {schema}.sqljobs_jobs AS j
-SET state = 'done', finished_at = now(), lease_until = NULL
-FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS o(id, token)
-WHERE j.id = o.id AND j.token = o.token AND j.state = 'running'
- 
-RETURNING j.id
+SELECT id FROM done CROSS JOIN ended
 
 -- name: mark_started
 UPDATE {schema}.sqljobs_jobs AS j SET prefetched = false
@@ -192,6 +212,7 @@ FROM unnest(%(began_ids)s::bigint[], %(began_tokens)s::bigint[]) AS b(id, token)
 WHERE j.id = b.id AND j.token = b.token AND j.state = 'running'
 
 -- name: finish_jobs
+WITH finished AS (
 UPDATE {schema}.sqljobs_jobs AS j
 SET state = o.state,
     run_at = CASE WHEN o.delay IS NULL THEN j.run_at
@@ -205,15 +226,22 @@ SET state = o.state,
     lease_expiries = j.lease_expiries + o.lease_expiries,
     crashes = j.crashes + o.crashes,
     history = CASE WHEN o.history IS NULL THEN j.history
-                   ELSE j.history || jsonb_build_array(o.history::jsonb) END
+                   ELSE j.history || jsonb_build_array(o.history::jsonb) END,
+    result = coalesce(o.result, j.result),
+    progress = coalesce(o.progress, j.progress)
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(states)s::text[], %(delays)s::float8[],
             %(uncharges)s::int[], %(errors_text)s::text[], %(tracebacks)s::text[],
             %(errors)s::int[], %(lease_expiries)s::int[], %(crashes)s::int[],
-            %(histories)s::text[])
+            %(histories)s::text[], %(results)s::text[], %(progresses)s::text[])
      AS o(id, token, state, delay, uncharge, error, traceback, errors, lease_expiries,
-          crashes, history)
+          crashes, history, result, progress)
 WHERE j.id = o.id AND j.token = o.token AND j.state = 'running'
-RETURNING j.id
+RETURNING j.id, j.waited, j.state
+), ended AS (
+    SELECT count(pg_notify(%(channel)s, '#end:' || id)) AS n FROM finished
+    WHERE waited AND state IN ('done', 'dead')
+)
+SELECT id FROM finished CROSS JOIN ended
 
 -- name: renew_leases
 WITH seen AS (
@@ -224,6 +252,29 @@ SET lease_until = now() + make_interval(secs => j.lease)
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
 WHERE j.id = h.id AND j.token = h.token AND j.state = 'running'
 RETURNING j.id
+
+-- name: save_progress
+-- What handlers reported with ctx.progress(), fenced like every other write about a
+-- claimed job: a stale worker's report is refused.
+UPDATE {schema}.sqljobs_jobs AS j SET progress = h.progress
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(progresses)s::text[])
+     AS h(id, token, progress)
+WHERE j.id = h.id AND j.token = h.token AND j.state = 'running'
+RETURNING j.id
+
+-- name: ended_among
+-- Of the jobs callers wait on, those that have ended (one query however many wait).
+SELECT id FROM {schema}.sqljobs_jobs
+WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('done', 'dead', 'cancelled')
+
+-- name: cancelled_among
+-- Of the jobs a heartbeat could not renew, those that were cancelled (not lost).
+SELECT id FROM {schema}.sqljobs_jobs WHERE id = ANY(%(ids)s::bigint[]) AND state = 'cancelled'
+
+-- name: watch_job
+-- A caller is about to wait on this job: its end will send a NOTIFY.
+UPDATE {schema}.sqljobs_jobs SET waited = true
+WHERE id = %(id)s AND NOT waited AND state IN ('pending', 'running')
 
 -- name: register_worker
 INSERT INTO {schema}.sqljobs_workers
@@ -314,13 +365,15 @@ extract(epoch FROM created_at)::float8 AS created_at, attempts, max_attempts, to
 extract(epoch FROM lease_until)::float8 AS lease_until, worker,
 extract(epoch FROM started_at)::float8 AS started_at,
 extract(epoch FROM finished_at)::float8 AS finished_at, errors, lease_expiries, crashes,
-last_error, last_traceback, extract(epoch FROM deadline_at)::float8 AS deadline_at, history
+last_error, last_traceback, extract(epoch FROM deadline_at)::float8 AS deadline_at, history,
+result, progress
 
 -- name: retry_job
 -- By hand: fresh attempts; the history keeps the old ones and notes the retry.
 UPDATE {schema}.sqljobs_jobs
 SET state = 'pending', run_at = now(), finished_at = NULL, attempts = 0,
     lease_expiries = 0, crashes = 0, last_error = NULL, last_traceback = NULL,
+    result = NULL, progress = NULL,
     history = history || jsonb_build_array(jsonb_build_object(
         'outcome', 'retried', 'from', state, 'started_at', extract(epoch FROM now()),
         'ended_at', extract(epoch FROM now()),
@@ -333,6 +386,7 @@ WHERE id = %(id)s AND state IN ('dead', 'cancelled')
 UPDATE {schema}.sqljobs_jobs
 SET state = 'pending', run_at = now(), finished_at = NULL, attempts = 0,
     lease_expiries = 0, crashes = 0, last_error = NULL, last_traceback = NULL,
+    result = NULL, progress = NULL,
     history = history || jsonb_build_array(jsonb_build_object(
         'outcome', 'retried', 'from', state, 'started_at', extract(epoch FROM now()),
         'ended_at', extract(epoch FROM now()),
@@ -342,14 +396,71 @@ SET state = 'pending', run_at = now(), finished_at = NULL, attempts = 0,
 WHERE state = 'dead' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 
 -- name: cancel_job
-UPDATE {schema}.sqljobs_jobs
-SET state = 'cancelled', finished_at = now(), lease_until = NULL
-WHERE id = %(id)s AND state IN ('pending', 'running')
+-- Pending: cancelled at once. Running: cancelled too, so the worker's outcome (fenced on
+-- `running`) can never be written; the NOTIFY tells the worker holding it (and anyone
+-- waiting on its result) at once. No attempt is charged; the history notes a run that
+-- was cut short.
+WITH cancelled AS (
+    UPDATE {schema}.sqljobs_jobs AS j
+    SET state = 'cancelled', finished_at = now(), lease_until = NULL, prefetched = false,
+        history = CASE WHEN j.state = 'running' THEN j.history || jsonb_build_array(
+            jsonb_build_object('attempt', j.attempts, 'outcome', 'cancelled',
+                'started_at', extract(epoch FROM j.started_at),
+                'ended_at', extract(epoch FROM now()), 'worker', j.worker,
+                'error', 'cancelled while running'))
+            ELSE j.history END
+    WHERE j.id = %(id)s AND j.state IN ('pending', 'running')
+    RETURNING j.id
+)
+SELECT id, pg_notify(%(channel)s, '#cancel:' || id) FROM cancelled
+
+-- name: cancel_many
+-- One bounded batch of a bulk cancel (the caller repeats it until a batch comes back
+-- short); one NOTIFY tells every worker to look at what it holds.
+WITH cancelled AS (
+    UPDATE {schema}.sqljobs_jobs AS j
+    SET state = 'cancelled', finished_at = now(), lease_until = NULL, prefetched = false,
+        history = CASE WHEN j.state = 'running' THEN j.history || jsonb_build_array(
+            jsonb_build_object('attempt', j.attempts, 'outcome', 'cancelled',
+                'started_at', extract(epoch FROM j.started_at),
+                'ended_at', extract(epoch FROM now()), 'worker', j.worker,
+                'error', 'cancelled while running'))
+            ELSE j.history END
+    WHERE j.id IN (
+        SELECT id FROM {schema}.sqljobs_jobs
+        WHERE state IN ('pending', 'running') AND (%(state)s::text IS NULL OR state = %(state)s)
+          AND (%(queue)s::text IS NULL OR queue = %(queue)s)
+          AND (%(task)s::text IS NULL OR task = %(task)s)
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED)
+    RETURNING j.id
+)
+SELECT (SELECT count(*) FROM cancelled) AS n,
+       (SELECT count(pg_notify(%(channel)s, '#cancel:*'))
+        FROM (SELECT 1 FROM cancelled LIMIT 1) AS one) AS notified
+
+-- name: pause_queue
+-- RETURNING tells whether this call paused it (an already paused queue keeps its time).
+INSERT INTO {schema}.sqljobs_queues AS q (name, paused, paused_at, updated_at)
+VALUES (%(name)s, true, now(), now())
+ON CONFLICT (name) DO UPDATE SET
+    paused_at = CASE WHEN q.paused THEN q.paused_at ELSE now() END,
+    paused = true, updated_at = now()
+RETURNING paused_at = now() AS changed
+
+-- name: resume_queue
+UPDATE {schema}.sqljobs_queues SET paused = false, paused_at = NULL, updated_at = now()
+WHERE name = %(name)s AND paused
+
+-- name: queue_states
+SELECT name, paused, extract(epoch FROM paused_at)::float8 AS paused_at
+FROM {schema}.sqljobs_queues
 
 -- name: prune_finished
+-- One bounded batch of jobs that ended in %(state)s before %(before)s.
 DELETE FROM {schema}.sqljobs_jobs WHERE id IN (
     SELECT id FROM {schema}.sqljobs_jobs
-    WHERE state IN ('done', 'cancelled') AND finished_at < to_timestamp(%(before)s)
+    WHERE state = %(state)s AND finished_at < to_timestamp(%(before)s)
     LIMIT %(limit)s)
 
 -- name: prune_idempotency

@@ -28,7 +28,10 @@ CREATE TABLE {schema}.sqljobs_jobs (
     history         jsonb            NOT NULL DEFAULT '[]',
     key_hold        double precision,
     released_key    text,
-    prefetched      boolean          NOT NULL DEFAULT false  -- in a worker's buffer (0005)
+    prefetched      boolean          NOT NULL DEFAULT false, -- in a worker's buffer (0005)
+    result          text,            -- the task's return value, JSON (0006)
+    progress        text,            -- the last ctx.progress(), JSON (0006)
+    waited          boolean          NOT NULL DEFAULT false  -- a caller waits: NOTIFY its end
 ) WITH (
     -- a queue table churns: vacuum it early and often so claims never wade through
     -- dead row versions
@@ -53,8 +56,8 @@ CREATE INDEX sqljobs_jobs_suspects ON {schema}.sqljobs_jobs (priority DESC, run_
 CREATE INDEX sqljobs_jobs_next_due ON {schema}.sqljobs_jobs (run_at)
     WHERE state = 'pending' AND crashes < 2 AND run_at > '-infinity';
 CREATE INDEX sqljobs_jobs_lease ON {schema}.sqljobs_jobs (lease_until) WHERE state = 'running';
-CREATE INDEX sqljobs_jobs_finished ON {schema}.sqljobs_jobs (finished_at)
-    WHERE state IN ('done', 'cancelled');
+CREATE INDEX sqljobs_jobs_finished ON {schema}.sqljobs_jobs (state, finished_at)
+    WHERE finished_at IS NOT NULL;
 
 CREATE TABLE {schema}.sqljobs_workers (
     id                 text             PRIMARY KEY,
@@ -132,5 +135,13 @@ CREATE TABLE {schema}.sqljobs_effects (
     held_until timestamptz,
     attempts   integer     NOT NULL DEFAULT 0,
     created_at timestamptz NOT NULL,
+    updated_at timestamptz NOT NULL
+);
+
+-- 0006: paused queues. Claims skip the jobs of a paused queue; enqueues still add to it.
+CREATE TABLE {schema}.sqljobs_queues (
+    name       text        PRIMARY KEY,
+    paused     boolean     NOT NULL DEFAULT false,
+    paused_at  timestamptz,
     updated_at timestamptz NOT NULL
 );

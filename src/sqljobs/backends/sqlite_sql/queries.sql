@@ -22,6 +22,7 @@ SELECT id FROM sqljobs_jobs WHERE key = ?
 -- {queue_filter} is empty (all queues) or a condition on queue (filter_one_queue, which
 -- uses the (queue, ...) indexes directly, or filter_queues), then, for a worker,
 -- filter_tasks: it claims only the tasks it has registered. The fragments are at the end.
+-- Jobs of a paused queue (sqljobs_queues) are never claimed; the subquery is read once.
 UPDATE sqljobs_jobs
 SET state = 'running', attempts = attempts + 1, token = token + 1,
     worker = :worker, started_at = :now, prefetched = :all_buffered,
@@ -30,6 +31,7 @@ SET state = 'running', attempts = attempts + 1, token = token + 1,
 WHERE id IN (
     SELECT id FROM sqljobs_jobs
     WHERE state = 'pending' AND run_at <= :now AND crashes < 2 {queue_filter}
+      AND queue NOT IN (SELECT name FROM sqljobs_queues WHERE paused = 1)
     ORDER BY priority DESC, run_at, id
     LIMIT :limit)
 RETURNING id, task, payload, queue, priority, attempts AS attempt, token, lease,
@@ -48,6 +50,7 @@ WHERE id IN (
     WHERE state = 'pending' AND run_at <= :now AND crashes >= 2
       AND (:queues IS NULL OR queue IN (SELECT value FROM json_each(:queues)))
       AND (:tasks IS NULL OR task IN (SELECT value FROM json_each(:tasks)))
+      AND queue NOT IN (SELECT name FROM sqljobs_queues WHERE paused = 1)
     ORDER BY priority DESC, run_at, id
     LIMIT 1)
 RETURNING id, task, payload, queue, priority, attempts AS attempt, token, lease,
@@ -55,16 +58,21 @@ RETURNING id, task, payload, queue, priority, attempts AS attempt, token, lease,
 
 -- name: next_due
 -- In how many seconds the next delayed job falls due, and whether jobs from crashed
--- workers wait.
+-- workers wait (neither counts a paused queue's jobs: they wait for its resume).
 SELECT (SELECT run_at FROM sqljobs_jobs INDEXED BY sqljobs_jobs_due
-        WHERE state = 'pending' AND crashes < 2 {queue_filter} ORDER BY run_at LIMIT 1)
+        WHERE state = 'pending' AND crashes < 2 {queue_filter}
+          AND queue NOT IN (SELECT name FROM sqljobs_queues WHERE paused = 1)
+        ORDER BY run_at LIMIT 1)
        - :now AS wait,
        EXISTS (SELECT 1 FROM sqljobs_jobs INDEXED BY sqljobs_jobs_suspects
-               WHERE state = 'pending' AND crashes >= 2 {queue_filter}) AS suspects
+               WHERE state = 'pending' AND crashes >= 2 {queue_filter}
+                 AND queue NOT IN (SELECT name FROM sqljobs_queues WHERE paused = 1))
+           AS suspects
 
 -- name: complete_job
 UPDATE sqljobs_jobs
-SET state = 'done', finished_at = :now, lease_until = NULL
+SET state = 'done', finished_at = :now, lease_until = NULL, result = :result,
+    progress = coalesce(:progress, progress)
 WHERE id = :id AND token = :token AND state = 'running'
 
 -- name: finish_job
@@ -80,7 +88,9 @@ SET state = :state,
     lease_expiries = lease_expiries + :lease_expiries,
     crashes = crashes + :crashes,
     history = CASE WHEN :history IS NULL THEN history
-                   ELSE json_insert(history, '$[#]', json(:history)) END
+                   ELSE json_insert(history, '$[#]', json(:history)) END,
+    result = coalesce(:result, result),
+    progress = coalesce(:progress, progress)
 WHERE id = :id AND token = :token AND state = 'running'
 
 -- name: mark_prefetched
@@ -104,6 +114,27 @@ FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS t
 WHERE sqljobs_jobs.id = held.id AND sqljobs_jobs.token = held.token
   AND sqljobs_jobs.state = 'running'
 RETURNING sqljobs_jobs.id
+
+-- name: save_progress
+-- What handlers reported with ctx.progress(), a batch of [id, token, progress] fenced
+-- like every other write about a claimed job: a stale worker's report is refused.
+UPDATE sqljobs_jobs SET progress = held.progress
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token,
+             json_extract(value, '$[2]') AS progress
+      FROM json_each(:held)) AS held
+WHERE sqljobs_jobs.id = held.id AND sqljobs_jobs.token = held.token
+  AND sqljobs_jobs.state = 'running'
+RETURNING sqljobs_jobs.id
+
+-- name: ended_among
+-- Of the jobs callers wait on, those that have ended (one query however many wait).
+SELECT id FROM sqljobs_jobs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('done', 'dead', 'cancelled')
+
+-- name: cancelled_among
+-- Of the jobs a heartbeat could not renew, those that were cancelled (not lost).
+SELECT id FROM sqljobs_jobs
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'cancelled'
 
 -- name: touch_worker
 UPDATE sqljobs_workers SET last_seen = :now WHERE id = :worker
@@ -167,13 +198,15 @@ SELECT task, count(*) AS pending FROM sqljobs_jobs WHERE state = 'pending' GROUP
 -- name: get_job
 SELECT id, queue, task, payload, key, state, priority, run_at, created_at, attempts,
        max_attempts, token, lease, lease_until, worker, started_at, finished_at, errors,
-       lease_expiries, crashes, last_error, last_traceback, deadline_at, history
+       lease_expiries, crashes, last_error, last_traceback, deadline_at, history, result,
+       progress
 FROM sqljobs_jobs WHERE id = :id
 
 -- name: list_jobs
 SELECT id, queue, task, payload, key, state, priority, run_at, created_at, attempts,
        max_attempts, token, lease, lease_until, worker, started_at, finished_at, errors,
-       lease_expiries, crashes, last_error, last_traceback, deadline_at, history
+       lease_expiries, crashes, last_error, last_traceback, deadline_at, history, result,
+       progress
 FROM sqljobs_jobs
 WHERE (:state IS NULL OR state = :state) AND (:queue IS NULL OR queue = :queue)
 ORDER BY id DESC
@@ -184,6 +217,7 @@ LIMIT :limit
 UPDATE sqljobs_jobs
 SET state = 'pending', run_at = :now, finished_at = NULL, attempts = 0,
     lease_expiries = 0, crashes = 0, last_error = NULL, last_traceback = NULL,
+    result = NULL, progress = NULL,
     history = json_insert(history, '$[#]', json_object(
         'outcome', 'retried', 'from', state, 'started_at', :now, 'ended_at', :now,
         'error', 'sent back to pending by hand: attempts start again')),
@@ -195,6 +229,7 @@ WHERE id = :id AND state IN ('dead', 'cancelled')
 UPDATE sqljobs_jobs
 SET state = 'pending', run_at = :now, finished_at = NULL, attempts = 0,
     lease_expiries = 0, crashes = 0, last_error = NULL, last_traceback = NULL,
+    result = NULL, progress = NULL,
     history = json_insert(history, '$[#]', json_object(
         'outcome', 'retried', 'from', state, 'started_at', :now, 'ended_at', :now,
         'error', 'sent back to pending by hand: attempts start again')),
@@ -203,14 +238,52 @@ SET state = 'pending', run_at = :now, finished_at = NULL, attempts = 0,
 WHERE state = 'dead' AND (:queue IS NULL OR queue = :queue)
 
 -- name: cancel_job
+-- Pending: cancelled at once. Running: cancelled too, so the worker's outcome (fenced on
+-- `running`) can never be written; the worker learns of it at its next heartbeat. No
+-- attempt is charged; the history notes a run that was cut short.
 UPDATE sqljobs_jobs
-SET state = 'cancelled', finished_at = :now, lease_until = NULL
+SET state = 'cancelled', finished_at = :now, lease_until = NULL, prefetched = 0,
+    history = CASE WHEN state = 'running' THEN json_insert(history, '$[#]', json_object(
+        'attempt', attempts, 'outcome', 'cancelled', 'started_at', started_at,
+        'ended_at', :now, 'worker', worker, 'error', 'cancelled while running'))
+        ELSE history END
 WHERE id = :id AND state IN ('pending', 'running')
 
--- name: prune_finished
-DELETE FROM sqljobs_jobs WHERE id IN (
+-- name: cancel_many
+-- One bounded batch of a bulk cancel (the caller repeats it until a batch comes back
+-- short), so no single statement holds the write lock for long.
+UPDATE sqljobs_jobs
+SET state = 'cancelled', finished_at = :now, lease_until = NULL, prefetched = 0,
+    history = CASE WHEN state = 'running' THEN json_insert(history, '$[#]', json_object(
+        'attempt', attempts, 'outcome', 'cancelled', 'started_at', started_at,
+        'ended_at', :now, 'worker', worker, 'error', 'cancelled while running'))
+        ELSE history END
+WHERE id IN (
     SELECT id FROM sqljobs_jobs
-    WHERE state IN ('done', 'cancelled') AND finished_at < :before
+    WHERE state IN ('pending', 'running') AND (:state IS NULL OR state = :state)
+      AND (:queue IS NULL OR queue = :queue) AND (:task IS NULL OR task = :task)
+    LIMIT :limit)
+
+-- name: pause_queue
+-- RETURNING tells whether this call paused it (an already paused queue keeps its time).
+INSERT INTO sqljobs_queues (name, paused, paused_at, updated_at) VALUES (:name, 1, :now, :now)
+ON CONFLICT (name) DO UPDATE SET
+    paused_at = CASE WHEN paused = 1 THEN paused_at ELSE :now END,
+    paused = 1, updated_at = :now
+RETURNING paused_at = :now AS changed
+
+-- name: resume_queue
+UPDATE sqljobs_queues SET paused = 0, paused_at = NULL, updated_at = :now
+WHERE name = :name AND paused = 1
+
+-- name: queue_states
+SELECT name, paused, paused_at FROM sqljobs_queues
+
+-- name: prune_finished
+-- One bounded batch of jobs that ended in :state before :before.
+DELETE FROM sqljobs_jobs WHERE id IN (
+    SELECT id FROM sqljobs_jobs INDEXED BY sqljobs_jobs_finished
+    WHERE state = :state AND finished_at < :before AND finished_at IS NOT NULL
     LIMIT :limit)
 
 -- name: prune_idempotency

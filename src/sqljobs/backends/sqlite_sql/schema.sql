@@ -28,7 +28,9 @@ CREATE TABLE sqljobs_jobs (
     history         TEXT    NOT NULL DEFAULT '[]',
     key_hold        REAL,
     released_key    TEXT,
-    prefetched      INTEGER NOT NULL DEFAULT 0  -- in a worker's buffer, not started (0004)
+    prefetched      INTEGER NOT NULL DEFAULT 0, -- in a worker's buffer, not started (0004)
+    result          TEXT,                       -- the task's return value, JSON (0005)
+    progress        TEXT                        -- the last ctx.progress(), JSON (0005)
 );
 
 -- A business key names one job (sqljobs enqueue keys); unkeyed jobs cost no index entry.
@@ -47,9 +49,9 @@ CREATE INDEX sqljobs_jobs_due ON sqljobs_jobs (run_at)
     WHERE state = 'pending' AND crashes < 2;
 -- The reaper looks for expired leases.
 CREATE INDEX sqljobs_jobs_lease ON sqljobs_jobs (lease_until) WHERE state = 'running';
--- The pruner deletes finished jobs by age.
-CREATE INDEX sqljobs_jobs_finished ON sqljobs_jobs (finished_at)
-    WHERE state IN ('done', 'cancelled');
+-- The pruner deletes finished jobs by state and age (0005).
+CREATE INDEX sqljobs_jobs_finished ON sqljobs_jobs (state, finished_at)
+    WHERE finished_at IS NOT NULL;
 
 -- Live worker processes. last_seen tells a crashed worker from a slow job.
 CREATE TABLE sqljobs_workers (
@@ -129,4 +131,12 @@ CREATE TABLE sqljobs_effects (
     attempts   INTEGER NOT NULL DEFAULT 0,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL
+);
+
+-- 0005: paused queues. Claims skip the jobs of a paused queue; enqueues still add to it.
+CREATE TABLE sqljobs_queues (
+    name       TEXT    PRIMARY KEY,
+    paused     INTEGER NOT NULL DEFAULT 0,
+    paused_at  REAL,
+    updated_at REAL    NOT NULL
 );

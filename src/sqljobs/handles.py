@@ -1,0 +1,132 @@
+"""JobHandle: what an enqueue returns, and ``app.job(id)`` gives for any job: read its
+state, wait for its result, cancel it.
+
+Waiting never polls tightly: the App's :class:`~sqljobs.waiting.JobWatcher` wakes a
+waiter when its job may have ended, and a waiter looks on its own once a second
+(:data:`~sqljobs.waiting.FALLBACK_LOOK`) in case an announcement was lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from .errors import ConfigurationError, JobCancelled, JobFailed, JobNotFound, ResultTimeout
+from .jobs import Job, JobState
+from .waiting import FALLBACK_LOOK
+
+if TYPE_CHECKING:
+    from .app import App
+
+
+@dataclass(frozen=True)
+class JobHandle:
+    """A job by id. ``created`` is False when an enqueue's key already named a job (and
+    for a handle from ``app.job(id)``, which creates nothing)."""
+
+    id: int
+    created: bool
+    app: App | None = field(default=None, repr=False, compare=False)
+
+    def _bound(self) -> App:
+        if self.app is None:
+            raise ConfigurationError(
+                f"handle {self.id} is not bound to an app: use the handle an enqueue "
+                "returned, or app.job(id)"
+            )
+        return self.app
+
+    def job(self) -> Job | None:
+        """The job as stored now (None if there is no such job, e.g. pruned)."""
+        return self._bound().get_job(self.id)
+
+    def refresh(self) -> Job:
+        """The job as stored now: its state, attempts, progress and result."""
+        job = self.job()
+        if job is None:
+            raise JobNotFound(f"job {self.id} does not exist (never created, or pruned)")
+        return job
+
+    def cancel(self) -> bool:
+        """Cancel the job (see ``App.cancel``); True if this call cancelled it."""
+        return self._bound().cancel(self.id)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Block until the job ends and return its result (the task's return value).
+
+        Raises :class:`~sqljobs.JobFailed` if it ended ``dead``,
+        :class:`~sqljobs.JobCancelled` if it was cancelled, and
+        :class:`~sqljobs.ResultTimeout` (a ``TimeoutError``) after ``timeout`` seconds.
+        """
+        app = self._bound()
+        deadline = _deadline(timeout)
+        woken = threading.Event()
+        watcher = app.job_watcher()
+        watcher.add(self.id, woken.set)
+        try:
+            while True:
+                job = self.refresh()
+                if job.finished:
+                    return _outcome(job)
+                woken.wait(_pause(deadline, self.id, job))
+                woken.clear()
+        finally:
+            watcher.remove(self.id, woken.set)
+
+    async def result_async(self, timeout: float | None = None) -> Any:
+        """:meth:`result` for asyncio callers: the event loop is never blocked (database
+        reads run in a thread; the wake-up arrives through the loop)."""
+        app = self._bound()
+        deadline = _deadline(timeout)
+        loop = asyncio.get_running_loop()
+        woken = asyncio.Event()
+
+        def wake() -> None:
+            if not loop.is_closed():
+                loop.call_soon_threadsafe(woken.set)
+
+        watcher = app.job_watcher()
+        await asyncio.to_thread(watcher.add, self.id, wake)
+        try:
+            while True:
+                job = await asyncio.to_thread(self.refresh)
+                if job.finished:
+                    return _outcome(job)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), _pause(deadline, self.id, job))
+                woken.clear()
+        finally:
+            watcher.remove(self.id, wake)
+
+
+def _deadline(timeout: float | None) -> float | None:
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        raise ConfigurationError(f"timeout must be a number of seconds or None, got {timeout!r}")
+    if math.isnan(timeout) or timeout < 0:
+        raise ConfigurationError(f"timeout must be >= 0 seconds or None, got {timeout!r}")
+    return time.monotonic() + timeout
+
+
+def _pause(deadline: float | None, job_id: int, job: Job) -> float:
+    """How long to sleep before looking again; raises once the deadline has passed."""
+    if deadline is None:
+        return FALLBACK_LOOK
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise ResultTimeout(f"job {job_id} ({job.task}) is still {job.state} after the timeout")
+    return min(FALLBACK_LOOK, left)
+
+
+def _outcome(job: Job) -> Any:
+    if job.state is JobState.DONE:
+        return job.result
+    if job.state is JobState.CANCELLED:
+        raise JobCancelled(job.id, job.task)
+    raise JobFailed(job.id, job.task, job.state.value, job.last_error)
