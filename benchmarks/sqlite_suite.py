@@ -103,6 +103,9 @@ def latency(runs: int) -> list[Row]:
         r.row("sqljobs", "enqueue -> start p50", "p50_ms", "ms", Target("<", 5), note),
         r.row("sqljobs", "enqueue -> start p99", "p99_ms", "ms"),
         r.row("sqljobs", "enqueue() call p50", "enqueue_p50_ms", "ms", note="durable commit"),
+        r.row("sqljobs", "done -> result() p50", "result_p50_ms", "ms", Target("<", 5),
+              f"{LATENCY_JOBS // 4} jobs, a caller here waiting on each"),
+        r.row("sqljobs", "done -> result() p99", "result_p99_ms", "ms"),
         r.row("sqljobs", "idle worker: CPU", "idle_cpu_pct", "%",
               note=f"over {IDLE_SECONDS:g} s; reads PRAGMA data_version every 2 ms"),
     ]  # fmt: skip

@@ -217,6 +217,7 @@ def idle_then_latency(url: str, n: int = 200, gap: float = 0.02, idle: float = 3
                 time.sleep(gap)
             worker.wait_delays(n + 1)
             delays = worker.delays()[1:]
+            lags = _result_lags(app, n // 4)
         finally:
             worker.stop()
             app.close()
@@ -225,7 +226,25 @@ def idle_then_latency(url: str, n: int = 200, gap: float = 0.02, idle: float = 3
         "p99_ms": percentile(delays, 99) * 1000,
         "max_ms": max(delays) * 1000,
         "enqueue_p50_ms": percentile(calls, 50) * 1000,
+        "result_p50_ms": percentile(lags, 50) * 1000,
+        "result_p99_ms": percentile(lags, 99) * 1000,
     }
+
+
+def _result_lags(app: sqljobs.App, n: int) -> list[float]:
+    """How long after its completion committed a caller blocked on ``result()`` in this
+    process had the value: woken by the notifier, not by its once-a-second look."""
+    echo = app.tasks["echo"]
+    lags = []
+    for i in range(n):
+        handle = echo.enqueue(i)
+        value = handle.result(timeout=30)
+        returned = time.time()
+        finished = handle.refresh().finished_at
+        if value != i or finished is None:
+            raise RuntimeError(f"job {handle.id}: result {value!r}, finished at {finished}")
+        lags.append(returned - finished)
+    return lags
 
 
 def _idle(worker: WorkerProcess, seconds: float, queries: Callable[[], float] | None) -> Sample:

@@ -3,6 +3,7 @@
 The benchmark process registers the same tasks on its own App to enqueue them. ``stamp(sent)``
 appends ``time.time() - sent`` to the file named by ``BENCH_OUT``: the delay from just
 before the enqueue call to the start of the handler, which is what latency means here.
+``echo(value)`` returns its argument, for a caller that waits on the result.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ def register(app: sqljobs.App, on_noop: Callable[[], None] | None = None) -> Non
     @app.task(name="stamp")
     def stamp(sent: float) -> None:
         _record(time.time() - sent)  # first thing: the start time is what is measured
+
+    @app.task(name="echo")
+    def echo(value: int) -> int:
+        return value  # stored as the job's result, for a caller waiting on it
 
 
 app = sqljobs.App()  # the URL comes from the command line's --url

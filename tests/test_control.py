@@ -269,6 +269,33 @@ def test_a_task_that_ignores_the_cancel_runs_on_but_its_outcome_is_discarded(app
     assert worker.counters["stale_results"] == 1
 
 
+def test_a_buffered_job_that_is_cancelled_never_starts(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Claimed into the worker's buffer behind a running job, then cancelled: it is let
+    go without running, and not taken for a handler that will not stop."""
+    release = threading.Event()
+    ran: list[str] = []
+
+    @app.task
+    def step(name: str) -> None:
+        ran.append(name)
+        if name == "first":
+            release.wait(30)
+
+    first, second = step.enqueue("first"), step.enqueue("second")
+    options = {"concurrency": 1, "prefetch": 1, "cancel_grace": 0.05}
+    with worker_thread(app, on_event=(log := EventLog()), **options):
+        log.wait("claimed", job_id=second.id, timeout=10)
+        app.cancel(second.id)
+        log.wait("cancelled", job_id=second.id, timeout=10)
+        release.set()
+        log.wait("finished", job_id=first.id, timeout=10)
+    assert ran == ["first"]
+    assert second.refresh().state is JobState.CANCELLED
+    assert not [r for r in caplog.records if "still runs" in r.getMessage()]
+
+
 def test_a_running_job_is_found_cancelled_at_the_next_heartbeat(url: str) -> None:
     """A cancel from another App (another process) reaches the worker by its heartbeat
     where nothing pushes (SQLite), and by the notifier where it does."""
@@ -489,3 +516,20 @@ def test_retention_settings(url: str) -> None:
         App(url, retention=-1)
     with pytest.raises(ConfigurationError, match=r"Retention\(dead=\.\.\.\)"):
         Retention(dead="soon")  # type: ignore[arg-type]
+
+
+def test_the_worker_banner_names_paused_queues_and_the_retention(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    @app.task(queue="mail")
+    def send() -> None: ...
+
+    app.pause_queue("mail")
+    with (
+        caplog.at_level("INFO", logger="sqljobs.worker"),
+        Worker(app, install_signal_handlers=False),
+    ):
+        pass
+    banner = next(r.getMessage() for r in caplog.records if "started on" in r.getMessage())
+    assert "queues all (paused: mail)" in banner
+    assert "retention done 1 d, cancelled 7 d, dead 7 d" in banner

@@ -32,11 +32,15 @@ def banner(worker: Worker, backend: Backend, heartbeat_interval: float) -> str:
     tasks = sorted(app.tasks)
     shown = ", ".join(tasks[:8]) + (f", ... ({len(tasks)} in all)" if len(tasks) > 8 else "")
     queues = ",".join(cfg.queues) if cfg.queues else "all"
+    paused = sorted(name for name, (on, _) in backend.queue_states().items() if on)
+    if paused:  # said at start: "why does this worker take nothing?" has an answer here
+        queues += f" (paused: {','.join(paused)})"
     return (
         f"sqljobs {version()} worker {worker.id} started on {redact_url(backend.url)}: "
         f"queues {queues}, concurrency {cfg.concurrency}, {len(tasks)} tasks ({shown}); "
         f"shortest lease {worker.shortest_lease:g} s, heartbeat every "
-        f"{heartbeat_interval:.3g} s, drain timeout {worker.drain_timeout:g} s"
+        f"{heartbeat_interval:.3g} s, drain timeout {worker.drain_timeout:g} s; "
+        f"retention {app.retention.describe()}"
     )
 
 
@@ -51,6 +55,8 @@ def summary(worker: Worker, ran_for: float) -> str:
         f"{c['leases_lost']} leases lost",
         f"{c['timed_out']} timed out",
     ]
+    if c["cancelled_running"]:
+        parts.append(f"{c['cancelled_running']} cancelled while held")
     return f"worker {worker.id} stopped after {duration(ran_for)}: " + ", ".join(parts)
 
 

@@ -110,10 +110,12 @@ class Upkeep(WorkerState):
         for run in list(self._abandoned):
             if run.cancelled_at is None or run.overdue or now - run.cancelled_at < grace:
                 continue
+            if run.begun is None:  # buffered, never started: its thread will skip it
+                continue
             run.overdue = True
             replace = self.config.supervisor_pid is not None
             log.error(
-                "job %s (%s): its handler still runs %.0f s after the job was cancelled "
+                "job %s (%s): its handler still runs %.1f s after the job was cancelled "
                 "(it does not check ctx.cancelled); %s",
                 run.job.id, run.job.task, now - run.cancelled_at,
                 "this worker process drains its other jobs and is replaced to end it"

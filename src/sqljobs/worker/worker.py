@@ -370,6 +370,9 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
                 timers.append(run.deadline - now)
         if self._progress_signalled:
             timers.append(t.progress - now)
+        for run in self._abandoned:  # a cancelled handler's grace runs out
+            if run.cancelled_at is not None and not run.overdue and run.begun is not None:
+                timers.append(run.cancelled_at + self.config.cancel_grace - now)
         if self._heartbeat_requested:
             timers.append(0.0)
         return max(0.0, min(timers))

@@ -3,8 +3,9 @@
 -- after the fields they fill (sqljobs.backends.rows reads them by name).
 -- {queue_filter} is empty (all queues) or filter_queues, then, for a worker, filter_tasks
 -- (the fragments at the end): a worker claims only the tasks it has registered.
--- Jobs of a paused queue (sqljobs_queues) are never claimed: the ARRAY(...) of paused
--- names is read once per statement, an empty array when nothing is paused.
+-- Jobs of a paused queue (sqljobs_queues) are never claimed: NOT IN (subquery) is one
+-- hashed subplan, read once per statement, and leaves the claim's ordered index scan
+-- alone (`<> ALL(ARRAY(...))` made the planner expect one row and sort 100k on disk).
 
 -- name: insert_jobs
 -- A batch arrives as one JSON array of [queue, task, payload, key, priority, run_at,
@@ -86,7 +87,7 @@ WITH began AS (
 ), picked AS MATERIALIZED (
     SELECT id, priority, run_at FROM {schema}.sqljobs_jobs
     WHERE state = 'pending' AND run_at <= now() AND crashes < 2 {queue_filter}
-      AND queue <> ALL(ARRAY(SELECT name FROM {schema}.sqljobs_queues WHERE paused))
+      AND queue NOT IN (SELECT name FROM {schema}.sqljobs_queues WHERE paused)
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -128,7 +129,7 @@ WITH done AS (
 ), picked AS MATERIALIZED (
     SELECT id, priority, run_at FROM {schema}.sqljobs_jobs
     WHERE state = 'pending' AND run_at <= now() AND crashes < 2 {queue_filter}
-      AND queue <> ALL(ARRAY(SELECT name FROM {schema}.sqljobs_queues WHERE paused))
+      AND queue NOT IN (SELECT name FROM {schema}.sqljobs_queues WHERE paused)
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -156,7 +157,7 @@ WITH picked AS MATERIALIZED (
     WHERE state = 'pending' AND run_at <= now() AND crashes >= 2
       AND (%(queues)s::text[] IS NULL OR queue = ANY(%(queues)s::text[]))
       AND (%(tasks)s::text[] IS NULL OR task = ANY(%(tasks)s::text[]))
-      AND queue <> ALL(ARRAY(SELECT name FROM {schema}.sqljobs_queues WHERE paused))
+      AND queue NOT IN (SELECT name FROM {schema}.sqljobs_queues WHERE paused)
     ORDER BY priority DESC, run_at, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -180,12 +181,12 @@ RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts AS attempt, j
 -- A paused queue's jobs count for neither: they wait for its resume.
 SELECT (SELECT extract(epoch FROM run_at - now())::float8 FROM {schema}.sqljobs_jobs
         WHERE state = 'pending' AND crashes < 2 AND run_at > '-infinity' {queue_filter}
-          AND queue <> ALL(ARRAY(SELECT name FROM {schema}.sqljobs_queues WHERE paused))
+          AND queue NOT IN (SELECT name FROM {schema}.sqljobs_queues WHERE paused)
         ORDER BY run_at LIMIT 1) AS wait,
        EXISTS (SELECT 1 FROM {schema}.sqljobs_jobs
                WHERE state = 'pending' AND crashes >= 2 {queue_filter}
-                 AND queue <> ALL(ARRAY(SELECT name FROM {schema}.sqljobs_queues
-                                        WHERE paused))) AS suspects
+                 AND queue NOT IN (SELECT name FROM {schema}.sqljobs_queues WHERE paused))
+           AS suspects
 
 -- name: complete_jobs
 WITH began AS (
