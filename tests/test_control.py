@@ -369,6 +369,18 @@ def test_a_paused_queue_is_not_claimed_from_and_resumes(app: App) -> None:
         app.pause_queue("")
 
 
+def test_schedules_still_enqueue_into_a_paused_queue(app: App) -> None:
+    @app.task(queue="mail")
+    def digest() -> None: ...
+
+    app.pause_queue("mail")
+    app.schedule("digest", every=0.05, task="digest")
+    with Worker(app, install_signal_handlers=False) as worker:
+        worker.run_until(lambda: app.stats().counts.get("mail", {}).get("pending", 0) >= 1)
+        worker.run_once()
+    assert worker.counters["claimed"] == 0, "the tick's job waits for the resume"
+
+
 def test_an_idle_worker_does_not_spin_on_a_paused_queue(app: App) -> None:
     @app.task(queue="mail")
     def send(n: int) -> None: ...
