@@ -265,8 +265,11 @@ def test_tables_fit_80_columns_and_keep_names_whole(url: str) -> None:
     assert LONG_TASK in listed and "send_report" in listed
     assert '"acme", day="2026-12-01"' in listed  # the arguments, previewed
     assert not RAW_TIME.search(listed)
-    for command in (["stats"], ["schedules"], ["jobs", "list", "--state", "dead"]):
-        assert_fits(run_cli(*command, url=url).stdout)
+    app.pause_queue("default")
+    for command in (["stats"], ["schedules"], ["jobs", "list", "--state", "dead"], ["queues"]):
+        out = run_cli(*command, url=url).stdout
+        assert_fits(out)
+        assert not RAW_TIME.search(out), out
     narrow = run_cli("jobs", "list", url=url, env={"COLUMNS": "60"}).stdout
     assert_fits(narrow, 60)
     assert LONG_TASK in narrow and "not shown at this width" in narrow

@@ -4,10 +4,12 @@ every refusal says why, to a script and to a person."""
 
 from __future__ import annotations
 
+import json
 import re
 import socket
 import subprocess
 import sys
+import threading
 import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,15 +20,16 @@ import httpx2
 import pytest
 from starlette.testclient import TestClient
 
-from sqljobs import App, JobState, Retry
+from sqljobs import App, JobContext, JobState, Retry
 from sqljobs.dashboard import create_app, is_loopback
 from sqljobs.humanize import iso_local, iso_utc, preview
+from sqljobs.worker import EventLog
 
 from .conftest import wait_until, worker_thread
 
 READ_ONLY = (
     "read-only: this dashboard is reachable beyond this machine and has no token; "
-    "restart it with --token to allow retry and cancel"
+    "restart it with --token to allow its actions (retry, cancel, pause, resume)"
 )
 BAD_TOKEN = "a valid token is required"
 
@@ -149,7 +152,8 @@ def test_actions_retry_and_cancel_without_a_token_on_loopback(app: App) -> None:
     client = TestClient(create_app(app))
     assert client.post(f"/api/jobs/{jobs.dead}/retry").json() == {"ok": True}
     assert _state(app, jobs.dead) is JobState.PENDING
-    assert client.post(f"/api/jobs/{jobs.pending}/cancel").json() == {"ok": True}
+    cancelled = client.post(f"/api/jobs/{jobs.pending}/cancel").json()
+    assert cancelled == {"ok": True, "was_running": False}
     assert _state(app, jobs.pending) is JobState.CANCELLED
     again = client.post(f"/api/jobs/{jobs.pending}/cancel")
     assert again.status_code == 200, "cancelling is idempotent"
@@ -283,6 +287,9 @@ BAD_REQUESTS = [
     ("POST", "/api/dead/retry", {"queue": ""}, "queue must be a queue name"),
     ("POST", "/api/dead/retry", {"queue": "\x00"}, "queue must be a queue name"),
     ("POST", "/api/dead/retry", {"queu": "x"}, "unknown parameter 'queu': /api/dead/retry"),
+    ("GET", "/api/queues", {"queue": "x"}, "unknown parameter 'queue': /api/queues takes no"),
+    ("POST", "/api/queues/bad name/pause", {}, "queue name 'bad name' (in the path) is not"),
+    ("POST", f"/api/queues/{'q' * 65}/resume", {}, "use 1-64 letters, digits"),
 ]
 
 
@@ -299,6 +306,166 @@ def test_a_bad_parameter_is_a_400_that_says_what_is_allowed(
     assert says in body["error"]
     assert body.get("ok", False) is False and (method == "POST") == ("ok" in body)
     assert _state(app, job.id) is JobState.PENDING, "nothing changed"
+
+
+# -- control over work in flight -----------------------------------------------------------
+
+
+def _metric(text: str, name: str, queue: str) -> float:
+    line = next(x for x in text.splitlines() if x.startswith(f'{name}{{queue="{queue}"}}'))
+    return float(line.split()[-1])
+
+
+def test_queues_are_paused_and_resumed_and_shown_so(app: App) -> None:
+    app.task(name="send", queue="mail")(lambda: None)
+    app.enqueue("send")
+    app.enqueue("report", queue="reports", known=False)
+    client = TestClient(create_app(app))
+    html = client.get("/").text
+    for queue in ("mail", "reports"):
+        assert f'action="/api/queues/{queue}/pause"' in html
+    assert "/resume" not in html and "paused since" not in html
+    assert _metric(client.get("/metrics").text, "sqljobs_queue_paused", "mail") == 0.0
+
+    paused = client.post("/api/queues/mail/pause")
+    assert paused.status_code == 200 and paused.json() == {"ok": True}
+    assert [q.name for q in app.queues() if q.paused] == ["mail"]
+    again = client.post("/api/queues/mail/pause")
+    assert again.json() == {"ok": True, "note": "already paused"}, "pausing is idempotent"
+
+    html = client.get("/").text
+    mail = re.search(r"<tr><td>mail</td>.*?</tr>", html, re.S)
+    assert mail is not None and "paused</span> since <time datetime=" in mail[0]
+    assert 'action="/api/queues/mail/resume"' in mail[0] and "/pause" not in mail[0]
+    assert 'action="/api/queues/reports/pause"' in html
+    assert "paused: mail</span>" in html, "the summary line names the paused queues"
+    queues = {q["name"]: q for q in client.get("/api/queues").json()}
+    assert queues["mail"]["paused"] is True and queues["mail"]["counts"]["pending"] == 1
+    paused_at = datetime.fromisoformat(queues["mail"]["paused_at"])
+    assert paused_at.utcoffset() == UTC.utcoffset(None)
+    assert queues["reports"] == {**queues["reports"], "paused": False, "paused_at": None}
+    assert client.get("/api/stats").json()["paused"] == ["mail"]
+    metrics = client.get("/metrics").text
+    assert _metric(metrics, "sqljobs_queue_paused", "mail") == 1.0
+    assert _metric(metrics, "sqljobs_queue_paused", "reports") == 0.0
+
+    form = _submit(client, "/api/queues/mail/resume")
+    assert form.status_code == 303
+    said = "queue mail resumed: workers take its jobs again"
+    assert _flash(form.headers["location"]) == {"message": [said]}
+    assert not any(q.paused for q in app.queues())
+    assert client.post("/api/queues/mail/resume").json() == {"ok": True, "note": "not paused"}
+    assert _metric(client.get("/metrics").text, "sqljobs_queue_paused", "mail") == 0.0
+
+
+def test_a_paused_queue_with_no_jobs_is_still_shown(app: App) -> None:
+    client = TestClient(create_app(app))
+    form = _submit(client, "/api/queues/nightly/pause")
+    said = "queue nightly paused: workers take no new jobs from it; running jobs finish"
+    assert _flash(form.headers["location"]) == {"message": [said]}
+    assert escape(said) in client.get(form.headers["location"]).text
+    assert [q["name"] for q in client.get("/api/queues").json()] == ["nightly"]
+    assert _metric(client.get("/metrics").text, "sqljobs_queue_paused", "nightly") == 1.0
+
+
+def test_pausing_needs_the_token_like_every_action(app: App) -> None:
+    app.enqueue("send", queue="mail", known=False)
+    read_only = TestClient(create_app(app, exposed=True))
+    assert "/api/queues/" not in read_only.get("/").text, "no pause button"
+    refused = read_only.post("/api/queues/mail/pause")
+    assert refused.status_code == 403 and refused.json() == {"ok": False, "error": READ_ONLY}
+    guarded = TestClient(create_app(app, token="s3cret", exposed=True))
+    assert guarded.post("/api/queues/mail/pause").status_code == 401
+    assert not any(q.paused for q in app.queues())
+    ok = guarded.post("/api/queues/mail/pause", headers={"Authorization": "Bearer s3cret"})
+    assert ok.json() == {"ok": True} and app.queues()[0].paused
+
+
+def test_progress_while_running_and_the_result_when_done(app: App) -> None:
+    go_on = threading.Event()
+
+    @app.task
+    def export(ctx: JobContext, pages: int) -> dict[str, str]:
+        ctx.progress(3, total=pages, note="page <3>")
+        go_on.wait(20)
+        return {"file": "<b>report</b>.pdf", "pages": "x" * 200}
+
+    handle = export.enqueue(10)
+    client = TestClient(create_app(app))
+    with worker_thread(app):
+        progress = wait_until(lambda: app.job(handle.id).refresh().progress)
+        body = client.get(f"/api/jobs/{handle.id}").json()
+        assert body["state"] == "running" and body["result"] is None
+        assert body["progress"] == {
+            "done": 3,
+            "total": 10,
+            "note": "page <3>",
+            "updated_at": iso_utc(progress.updated_at),
+        }
+        html = client.get("/").text
+        running = html.split("<h2>Running jobs</h2>")[1].split("<h2>")[0]
+        (row,) = _rows(running, handle.id)
+        assert '<progress value="3" max="10"></progress> 3/10 (30%) page &lt;3&gt;' in row
+        go_on.set()
+        handle.result(timeout=10)
+
+    body = client.get(f"/api/jobs/{handle.id}").json()
+    assert body["result"] == {"file": "<b>report</b>.pdf", "pages": "x" * 200}
+    assert body["progress"]["done"] == 3, "the last report stays with the job"
+    html = client.get("/").text
+    assert "<h2>Running jobs</h2><p>none</p>" in html
+    (row,) = _rows(html, handle.id)
+    shown = json.dumps(body["result"])[:79] + "…"
+    assert f"<code>{escape(shown)}</code>" in row, "a long result is cut; the JSON has it all"
+    assert "<progress" not in row and "<b>report" not in row
+
+
+def test_cancelling_a_running_job_says_its_outcome_is_discarded(app: App) -> None:
+    started = threading.Event()
+
+    @app.task(lease=0.9)  # on SQLite the worker learns at its heartbeat, every 0.3 s
+    def crawl(ctx: JobContext) -> None:
+        started.set()
+        while not ctx.cancelled:
+            started.wait(0.01)
+
+    handle = crawl.enqueue()
+    client = TestClient(create_app(app))
+    with worker_thread(app, on_event=(log := EventLog())):
+        assert started.wait(10)
+        assert "<h2>Running jobs</h2><p>none</p>" not in client.get("/").text
+        form = _submit(client, f"/api/jobs/{handle.id}/cancel")
+        said = _flash(form.headers["location"])["message"][0]
+        assert said == (
+            f"job {handle.id} cancelled while running: its worker is told to stop within a "
+            "heartbeat (the handler sees ctx.cancelled), and its outcome will be discarded"
+        )
+        log.wait("cancelled", job_id=handle.id, timeout=10)
+        log.wait("discarded", job_id=handle.id, timeout=10)
+    assert _state(app, handle.id) is JobState.CANCELLED
+    again = client.post(f"/api/jobs/{handle.id}/cancel").json()
+    assert again == {"ok": True, "note": "already cancelled"}
+
+
+def test_a_cancel_by_script_says_whether_a_run_was_cut_short(app: App) -> None:
+    started, release = threading.Event(), threading.Event()
+
+    @app.task
+    def stubborn() -> None:
+        started.set()
+        release.wait(20)
+
+    handle = stubborn.enqueue()
+    client = TestClient(create_app(app))
+    with worker_thread(app, on_event=(log := EventLog())):
+        assert started.wait(10)
+        answer = client.post(f"/api/jobs/{handle.id}/cancel")
+        assert answer.json() == {"ok": True, "was_running": True}
+        log.wait("cancelled", job_id=handle.id, timeout=10)
+        release.set()
+        log.wait("discarded", job_id=handle.id, timeout=10)
+    job = app.job(handle.id).refresh()
+    assert job.state is JobState.CANCELLED and job.history[-1]["outcome"] == "cancelled"
 
 
 def test_the_ends_of_each_range_are_taken(app: App) -> None:

@@ -15,6 +15,7 @@ from .errors import ConfigurationError, JobNotFound, PayloadError, SqljobsError
 from .handles import JobHandle
 from .humanize import redact_url
 from .jobs import Job, JobState, NewJob, QueueInfo
+from .limits import ConcurrencyLimit, arguments_by_name, define_limit
 from .notifiers import LocalNotifier
 from .notifiers.base import JobEventCallback
 from .retention import Retention
@@ -171,6 +172,8 @@ class App:
         priority: int = 0,
         timeout: float | timedelta | None = None,
         store_result: bool = True,
+        concurrency: int | None = None,
+        concurrency_key: Callable[..., Any] | None = None,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -185,11 +188,15 @@ class App:
         priority: int = 0,
         timeout: float | timedelta | None = None,
         store_result: bool = True,
+        concurrency: int | None = None,
+        concurrency_key: Callable[..., Any] | None = None,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a task. ``lease`` (seconds) is how long a claim lasts without renewal;
         ``timeout`` how long one attempt may run before it is given up as timed out.
         The task's return value is stored with its job (it must be JSON) for
-        ``handle.result()``, unless ``store_result=False``."""
+        ``handle.result()``, unless ``store_result=False``. ``concurrency=N`` lets at most
+        N of its jobs run at once across every worker, per key if ``concurrency_key`` (a
+        function of the job's arguments) is given (see :mod:`sqljobs.limits`)."""
 
         def register(func: Callable[..., Any]) -> Task:
             task_name = name or func.__name__
@@ -209,6 +216,7 @@ class App:
                 priority=priority,
                 timeout=seconds(timeout, "timeout"),
                 store_result=store_result,
+                limit=define_limit(concurrency, concurrency_key, task_name),
             )
             self.tasks[task_name] = task
             return task
@@ -231,6 +239,7 @@ class App:
         connection: Any = None,
         key_scope: KeyScope = "retained",
         known: bool = True,
+        concurrency_key: str | None = None,
     ) -> JobHandle:
         """Enqueue by task name, e.g. from a service that does not import the task.
 
@@ -256,6 +265,7 @@ class App:
             queue,
             connection,
             key_hold(key_scope),
+            concurrency_key,
         )
         registered = self.tasks.get(task)
         now = self.clock()
@@ -295,6 +305,7 @@ class App:
         run_at = opts.run_at if opts.run_at is not None else now + (opts.delay or 0.0)
         if opts.key is not None and (not isinstance(opts.key, str) or not opts.key):
             raise ConfigurationError(f"key must be a non-empty string, got {opts.key!r}")
+        limit_key = _limit_key(name, args, kwargs, opts, task, info)
         return NewJob(
             task=name,
             payload=payload.encode(name, args, kwargs, names, self.max_payload),
@@ -307,6 +318,8 @@ class App:
             key=opts.key,
             key_hold=opts.key_hold,
             delay=(opts.delay or 0.0) if opts.run_at is None else None,
+            limit_key=limit_key,
+            limit_max=None if limit_key is None else info.concurrency,
         )
 
     def _default_info(self, name: str) -> TaskInfo:
@@ -682,3 +695,34 @@ class App:
             run_supervised(self, config, processes)
         else:
             Worker(self, config).run()
+
+
+def _limit_key(
+    name: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    opts: EnqueueOptions,
+    task: Task | TaskInfo | None,
+    info: TaskInfo,
+) -> str | None:
+    """The concurrency-limit key of a new job: from the task here (its key function, or
+    the key given at enqueue), or, for a task only a worker elsewhere registered, from the
+    catalogue (a key function lives in that service's code: the key must be given)."""
+    if isinstance(task, Task):
+        if task.limit is None:
+            return None
+        arguments = arguments_by_name(task.signature, list(args), kwargs)
+        return task.limit.key_for(name, arguments, opts.concurrency_key)
+    if info.concurrency is None:
+        if opts.concurrency_key is not None:
+            raise ConfigurationError(
+                f"task {name!r} has no concurrency limit that this app or a worker knows of: "
+                "concurrency_key means nothing without one"
+            )
+        return None
+    if info.keyed and opts.concurrency_key is None:
+        raise ConfigurationError(
+            f"task {name!r} limits its concurrency per key, by a function in the service that "
+            "defines it: pass concurrency_key=... with this enqueue"
+        )
+    return ConcurrencyLimit(info.concurrency).key_for(name, {}, opts.concurrency_key)

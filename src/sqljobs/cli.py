@@ -16,6 +16,7 @@ import math
 import os
 import signal
 import sys
+import time
 from importlib import metadata
 from typing import Any
 
@@ -24,18 +25,23 @@ from rich.text import Text
 
 from .app import App
 from .cli_format import (
+    RUNNING_CANCELLED,
+    cancelled_while_running,
     job_parts,
     jobs_columns,
+    paused_lines,
+    queues_columns,
     schedules_columns,
     show,
     stats_columns,
     table_parts,
     width,
 )
-from .errors import ConfigurationError, ScheduleNotFound, SqljobsError
+from .errors import ConfigurationError, JobNotFound, ScheduleNotFound, SqljobsError
 from .humanize import duration, iso_local, redact_url
-from .jobs import Job, JobState
+from .jobs import Job, JobState, QueueInfo
 from .logs import LogFormat, configure_logging
+from .tasks import check_queue_name
 from .url import DEFAULT_URL
 
 NO_DATABASE = (
@@ -108,12 +114,13 @@ pass_ctx = click.make_pass_decorator(Ctx)
 
 
 class Seconds(click.FloatRange):
-    """A duration in seconds: finite and not negative (``nan`` and ``inf`` are refused)."""
+    """A duration in seconds: finite and not negative (``nan`` and ``inf`` are refused);
+    ``positive`` refuses 0 too."""
 
     name = "seconds"
 
-    def __init__(self) -> None:
-        super().__init__(min=0)
+    def __init__(self, positive: bool = False) -> None:
+        super().__init__(min=0, min_open=positive)
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         seconds = super().convert(value, param, ctx)
@@ -230,7 +237,7 @@ def cli(
 )
 @click.option(
     "--cancel-grace",
-    type=Seconds(),
+    type=Seconds(positive=True),
     default=30.0,
     show_default=True,
     help="Seconds a cancelled handler that ignores ctx.cancelled may run on before it is "
@@ -363,6 +370,8 @@ def stats(ctx: Ctx, as_json: bool) -> None:
     if st.unserved:
         waiting = ", ".join(f"{task} ({n})" for task, n in sorted(st.unserved.items()))
         lines.append(Text(f"pending for a task no live worker runs: {waiting}"))
+    if st.paused:
+        lines.append(Text(f"paused queues (no new jobs taken): {', '.join(st.paused)}"))
     show(*lines)
 
 
@@ -411,7 +420,9 @@ def jobs_show(ctx: Ctx, job_id: int, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(job.to_dict(), indent=2, default=str))
         return
-    show(*job_parts(job, width(), ctx.app.waiting_reason(job)))
+    task = ctx.app.tasks.get(job.task)  # only a task registered here is known not to store
+    stores = task is None or task.store_result
+    show(*job_parts(job, width(), ctx.app.waiting_reason(job), stores))
 
 
 @jobs.command("retry")
@@ -438,26 +449,194 @@ def jobs_retry(ctx: Ctx, job_id: int | None, all_dead: bool, queue: str | None) 
 
 
 @jobs.command("cancel")
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=int, required=False)
+@click.option("--queue", default=None, help="Cancel every job of this queue (with the others).")
+@click.option("--task", default=None, help="Cancel every job of this task (with the others).")
+@click.option(
+    "--state",
+    type=click.Choice(["pending", "running"]),
+    default=None,
+    show_default="both",
+    help="Cancel only jobs in this state (with the others).",
+)
+@click.option("--yes", is_flag=True, help="Do not ask before cancelling many jobs.")
 @pass_ctx
-def jobs_cancel(ctx: Ctx, job_id: int) -> None:
-    """Cancel a pending job, or a running one (its handler sees ctx.lease_lost).
-    Cancelling a cancelled job is not an error."""
-    job = _get(ctx, job_id)
-    if job.state in (JobState.PENDING, JobState.RUNNING) and ctx.app.cancel_job(job.id):
-        running = job.state is JobState.RUNNING
-        click.echo(
-            f"job {job.id} cancelled"
-            + ("; it was running: its handler sees ctx.lease_lost" if running else "")
-        )
+def jobs_cancel(
+    ctx: Ctx,
+    job_id: int | None,
+    queue: str | None,
+    task: str | None,
+    state: str | None,
+    yes: bool,
+) -> None:
+    """Cancel one job by id, or every pending or running job matching --queue, --task and
+    --state (asks first, with the count, unless --yes).
+
+    A pending job never runs; a running one's worker is told to stop (its handler sees
+    ctx.cancelled) and its outcome is discarded. Cancelling a cancelled job is not an
+    error."""
+    filters = queue is not None or task is not None or state is not None
+    if job_id is not None and filters:
+        raise click.UsageError("give a job id, or --queue/--task/--state: not both")
+    if job_id is None:
+        if not filters:
+            raise click.UsageError("give a job id, or --queue, --task or --state for many")
+        _cancel_many(ctx.app, queue, task, state, yes)
         return
-    state = _get(ctx, job_id).state  # it may have changed since
-    if state is JobState.CANCELLED:
-        click.echo(f"job {job.id} was already cancelled")
+    try:
+        cancelled = ctx.app.cancel(job_id)
+    except JobNotFound:
+        raise click.ClickException(f"no job with id {job_id}") from None
+    job = _get(ctx, job_id)
+    if cancelled:
+        if cancelled_while_running(job):
+            click.echo(f"job {job_id} cancelled while running: {RUNNING_CANCELLED}")
+        else:
+            click.echo(f"job {job_id} cancelled")
+        return
+    if job.state is JobState.CANCELLED:
+        click.echo(f"job {job_id} was already cancelled")
         return
     raise click.ClickException(
-        f"job {job.id} is {state.value}; only pending or running jobs can be cancelled"
+        f"job {job_id} is {job.state.value}; only pending or running jobs can be cancelled"
     )
+
+
+def _cancel_many(
+    app: App, queue: str | None, task: str | None, state: str | None, yes: bool
+) -> None:
+    if queue is not None:
+        _queue_name(queue, "jobs cancel --queue", "--queue")
+    what = _describe_filters(queue, task, state)
+    count, exact = _count_cancellable(app, queue, task, state)
+    if count == 0:
+        click.echo(f"no {what}: nothing to cancel")
+        return
+    if not yes:
+        amount = str(count) if exact else f"up to {count}"
+        click.confirm(f"cancel {amount} {what}?", abort=True, err=True)
+    cancelled = app.cancel_many(queue=queue, task=task, state=state)
+    running = (
+        ""
+        if state == "pending"
+        else "; the workers of those that were running are told to stop within a heartbeat "
+        "(their handlers see ctx.cancelled), and their outcomes will be discarded"
+    )
+    click.echo(f"{cancelled} job(s) cancelled{running}")
+
+
+def _describe_filters(queue: str | None, task: str | None, state: str | None) -> str:
+    """``pending or running jobs of task 'send' in queue 'mail'``."""
+    text = f"{state or 'pending or running'} jobs"
+    if task is not None:
+        text += f" of task {task!r}"
+    if queue is not None:
+        text += f" in queue {queue!r}"
+    return text
+
+
+CANCEL_COUNT_LIMIT = 1000
+"""The most jobs read to count a bulk cancel by task (the stats count by queue and state
+only); beyond it the prompt gives the count of every task as an upper bound."""
+
+
+def _count_cancellable(
+    app: App, queue: str | None, task: str | None, state: str | None
+) -> tuple[int, bool]:
+    """How many jobs a bulk cancel would take now, and whether that count is exact."""
+    states = [state] if state else ["pending", "running"]
+    counts = app.stats().counts
+    queues = [queue] if queue is not None else list(counts)
+    bound = sum(counts.get(q, {}).get(s, 0) for q in queues for s in states)
+    if task is None or bound == 0:
+        return bound, True
+    if bound > CANCEL_COUNT_LIMIT:
+        return bound, False
+    jobs = [j for s in states for j in app.list_jobs(s, queue, CANCEL_COUNT_LIMIT)]
+    return sum(1 for j in jobs if j.task == task), True
+
+
+def _queue_name(name: str, where: str, hint: str) -> str:
+    """A queue name as the app would check it, refused as a bad parameter (with what a
+    name may hold) before anything is read or written."""
+    try:
+        return check_queue_name(name, where)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc), param_hint=hint) from exc
+
+
+@cli.group(invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def queues(click_ctx: click.Context, as_json: bool) -> None:
+    """List queues (paused or not, jobs by state, the age of the oldest due job), or
+    pause or resume one."""
+    if click_ctx.invoked_subcommand is None:
+        _list_queues(click_ctx.find_object(Ctx).app, as_json)  # type: ignore[union-attr]
+
+
+@queues.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def queues_list(ctx: Ctx, as_json: bool) -> None:
+    """Every queue that has jobs, tasks of this app or a setting, by name."""
+    _list_queues(ctx.app, as_json)
+
+
+def _list_queues(app: App, as_json: bool) -> None:
+    rows = app.queues()
+    # the moment of a pause is a setting the backend keeps beside the flag
+    paused_at = {name: at for name, (paused, at) in app.backend.queue_states().items() if paused}
+    if as_json:
+        click.echo(json.dumps([_queue_json(q, paused_at) for q in rows], indent=2))
+        return
+    parts: list[Any] = table_parts(
+        queues_columns(rows, paused_at, time.time()), width(), "no queues"
+    )
+    parts += [Text(line) for line in paused_lines(rows, paused_at)]
+    show(*parts)
+
+
+def _queue_json(queue: QueueInfo, paused_at: dict[str, float | None]) -> dict[str, Any]:
+    return {
+        "name": queue.name,
+        "paused": queue.paused,
+        "paused_at": paused_at.get(queue.name) if queue.paused else None,
+        "counts": dict(queue.counts),
+        "oldest_due_age": queue.oldest_due_age,
+    }
+
+
+@queues.command("pause")
+@click.argument("name")
+@pass_ctx
+def queues_pause(ctx: Ctx, name: str) -> None:
+    """Stop every worker, on every host, from taking new jobs of queue NAME; running jobs
+    finish, and enqueues and schedules still add to it."""
+    _queue_name(name, "queues pause", "NAME")
+    known = {q.name for q in ctx.app.queues()}
+    if ctx.app.pause_queue(name):
+        click.echo(f"queue {name} paused: workers take no new jobs from it; running jobs finish")
+    else:
+        click.echo(f"queue {name} was already paused")
+    if name not in known:
+        click.echo(
+            f"note: no job or task of this app uses queue {name!r} yet (a typo?); "
+            "it stays paused until resumed",
+            err=True,
+        )
+
+
+@queues.command("resume")
+@click.argument("name")
+@pass_ctx
+def queues_resume(ctx: Ctx, name: str) -> None:
+    """Let workers take jobs of queue NAME again (they are woken at once)."""
+    _queue_name(name, "queues resume", "NAME")
+    if ctx.app.resume_queue(name):
+        click.echo(f"queue {name} resumed: workers take its jobs again")
+    else:
+        click.echo(f"queue {name} was not paused")
 
 
 @cli.group(invoke_without_command=True)
@@ -537,8 +716,8 @@ cli.add_command(
     envvar="SQLJOBS_DASHBOARD_TOKEN",
     default=None,
     show_default="none: read-only beyond loopback",
-    help="Needed by actions (retry, cancel); required for them beyond loopback "
-    "(or SQLJOBS_DASHBOARD_TOKEN).",
+    help="Needed by actions (retry, cancel, pause, resume); required for them beyond "
+    "loopback (or SQLJOBS_DASHBOARD_TOKEN).",
 )
 @pass_ctx
 def dashboard(ctx: Ctx, host: str, port: int, token: str | None) -> None:
@@ -552,7 +731,7 @@ def dashboard(ctx: Ctx, host: str, port: int, token: str | None) -> None:
     if not is_loopback(host) and token is None:
         click.echo(
             f"dashboard on {host}, beyond this machine, without a token: read-only "
-            "(give --token to allow retry and cancel)",
+            "(give --token to allow retry, cancel, pause and resume)",
             err=True,
         )
     click.echo(f"sqljobs dashboard on http://{host}:{port}/ (metrics at /metrics)", err=True)

@@ -1,4 +1,4 @@
-"""How the command line lays out jobs, schedules and stats for a person.
+"""How the command line lays out jobs, queues, schedules and stats for a person.
 
 Tables fit the terminal (80 columns when it is not one): names stay whole, free text
 (arguments, errors) is cut with an ellipsis, and when even that does not fit the least
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -22,7 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from .humanize import ago, duration, iso_local, preview
-from .jobs import Job, JobState
+from .jobs import Job, JobState, QueueInfo
 from .schedules import ScheduleState
 from .stats import Stats
 
@@ -119,26 +119,41 @@ def one_line(text: str | None) -> str:
 
 
 def jobs_columns(jobs: Sequence[Job]) -> list[Column]:
-    return [
+    """The jobs table; a progress column only when a running job has reported some (a
+    finished job's last report says little a state does not)."""
+    columns = [
         Column("id", [str(j.id) for j in jobs], 0, justify="right"),
         Column("task", [j.task for j in jobs], 0),
         Column("queue", [j.queue for j in jobs], 5),
         Column("state", [j.state.value for j in jobs], 1),
+    ]
+    progress = [str(j.progress) if _running_progress(j) else "-" for j in jobs]
+    if any(cell != "-" for cell in progress):
+        columns.append(Column("progress", progress, 3, flex=True))
+    columns += [
         Column("attempts", [f"{j.attempts}/{j.max_attempts}" for j in jobs], 4),
         Column("run at", [iso_local(j.run_at) for j in jobs], 3),
         Column("args", [preview(j.args, j.kwargs, 200) or "-" for j in jobs], 2, flex=True),
         Column("last error", [one_line(j.last_error) for j in jobs], 6, flex=True),
     ]
+    return columns
 
 
-def job_parts(job: Job, width: int, note: str | None = None) -> list[RenderableType]:
+def _running_progress(job: Job) -> bool:
+    return job.state is JobState.RUNNING and job.progress is not None
+
+
+def job_parts(
+    job: Job, width: int, note: str | None = None, stores_result: bool = True
+) -> list[RenderableType]:
     """``jobs show``: the job's fields, its attempt history, and its last traceback.
-    ``note`` says why a pending job is not running yet, when the app knows."""
+    ``note`` says why a pending job is not running yet, when the app knows;
+    ``stores_result`` is False when the task is known not to store its return value."""
     now = time.time()
     fields = Table.grid(padding=(0, 2))
     fields.add_column(style="bold", no_wrap=True)
     fields.add_column(overflow="fold")
-    for label, value in _fields(job, now, note):
+    for label, value in _fields(job, now, note, stores_result):
         fields.add_row(label, Text(value))
     parts: list[RenderableType] = [fields]
     if job.history:
@@ -160,7 +175,7 @@ def history_columns(history: Sequence[Any]) -> list[Column]:
     ]
 
 
-def _fields(job: Job, now: float, note: str | None) -> list[tuple[str, str]]:
+def _fields(job: Job, now: float, note: str | None, stores_result: bool) -> list[tuple[str, str]]:
     state = job.state.value
     if job.state is JobState.RUNNING and job.lease_until is not None:
         state += f" (lease until {iso_local(job.lease_until)})"
@@ -182,6 +197,10 @@ def _fields(job: Job, now: float, note: str | None) -> list[tuple[str, str]]:
         ("queue", job.queue),
         ("state", state),
         ("attempts", attempts),
+    ]
+    if job.progress is not None:
+        rows.append(("progress", f"{job.progress}; reported {_when(job.progress.updated_at, now)}"))
+    rows += [
         ("key", job.key or "-"),
         ("priority", str(job.priority)),
         ("run at", _when(job.run_at, now)),
@@ -195,9 +214,20 @@ def _fields(job: Job, now: float, note: str | None) -> list[tuple[str, str]]:
         ("worker", job.worker or "-"),
         ("args", _pretty(job.args)),
         ("kwargs", _pretty(job.kwargs)),
+        ("result", _result(job, stores_result)),
         ("last error", job.last_error or "-"),
     ]
     return rows
+
+
+def _result(job: Job, stores_result: bool) -> str:
+    """The stored return value; for a done job without one, why there may be none (the
+    task returned None, does not store results, or completed in ``ctx.transaction()``)."""
+    if job.result is not None:
+        return _pretty(job.result)
+    if job.state is not JobState.DONE:
+        return "-"
+    return "(none)" if stores_result else "(not stored: the task has store_result=False)"
 
 
 def _when(ts: float | None, now: float) -> str:
@@ -240,6 +270,28 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
+RUNNING_CANCELLED = (
+    "its worker is told to stop within a heartbeat (the handler sees ctx.cancelled), "
+    "and its outcome will be discarded"
+)
+"""What cancelling a running job means, as the CLI and the dashboard say it."""
+
+
+def cancelled_while_running(job: Job) -> bool:
+    """Whether the cancel that ended ``job`` cut a run short: that cancel wrote a
+    ``cancelled`` history entry ending when the job did (a pending job gets none)."""
+    last = job.history[-1] if job.history else None
+    if job.state is not JobState.CANCELLED or not isinstance(last, dict):
+        return False
+    ended, finished = last.get("ended_at"), job.finished_at
+    return (
+        last.get("outcome") == "cancelled"
+        and isinstance(ended, int | float)
+        and finished is not None
+        and abs(ended - finished) < 0.001
+    )
+
+
 # -- schedules and stats -----------------------------------------------------------------
 
 
@@ -271,7 +323,8 @@ def _outcome(state: ScheduleState) -> str:
 
 def stats_columns(st: Stats) -> list[Column]:
     queues = sorted(st.counts)
-    columns = [Column("queue", queues, 0)]
+    paused = set(st.paused)
+    columns = [Column("queue", [f"{q} (paused)" if q in paused else q for q in queues], 0)]
     columns += [
         Column(s.value, [str(st.counts[q].get(s.value, 0)) for q in queues], 1, justify="right")
         for s in JobState
@@ -279,3 +332,38 @@ def stats_columns(st: Stats) -> list[Column]:
     ages = [duration(st.oldest_pending_age_by_queue.get(q)) for q in queues]
     columns.append(Column("oldest pending", ages, 2, justify="right"))
     return columns
+
+
+def queues_columns(
+    queues: Sequence[QueueInfo], paused_at: Mapping[str, float | None], now: float
+) -> list[Column]:
+    """``sqljobs queues``: one row a queue; a paused one says for how long (the moment
+    it was paused goes below the table: :func:`paused_lines`)."""
+    columns = [
+        Column("queue", [q.name for q in queues], 0),
+        Column("paused", [_paused(q, paused_at, now) for q in queues], 0),
+    ]
+    keep = {"pending": 1, "running": 1}  # the rest go first on a narrow terminal
+    for state in JobState:
+        counts = [str(q.counts.get(state.value, 0)) for q in queues]
+        columns.append(Column(state.value, counts, keep.get(state.value, 3), justify="right"))
+    ages = [duration(q.oldest_due_age) for q in queues]
+    columns.append(Column("oldest due", ages, 2, justify="right"))
+    return columns
+
+
+def _paused(queue: QueueInfo, paused_at: Mapping[str, float | None], now: float) -> str:
+    if not queue.paused:
+        return "no"
+    since = paused_at.get(queue.name)
+    return "yes" if since is None else f"yes, {duration(max(0.0, now - since))}"
+
+
+def paused_lines(queues: Sequence[QueueInfo], paused_at: Mapping[str, float | None]) -> list[str]:
+    """When each paused queue was paused (in this machine's zone), and what that means."""
+    lines = [
+        f"{q.name} paused since {iso_local(paused_at.get(q.name))}" for q in queues if q.paused
+    ]
+    if lines:
+        lines.append("workers take no new jobs from a paused queue: sqljobs queues resume NAME")
+    return lines

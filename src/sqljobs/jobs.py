@@ -42,6 +42,9 @@ class NewJob:
     """Seconds from now when no ``run_at`` was asked for: a database many hosts share
     (PostgreSQL) counts them from its own clock, the one claims read, so a host whose
     clock is off cannot make its jobs wait or jump the queue."""
+    limit_key: str | None = None
+    """At most ``limit_max`` jobs with this key run at once (see sqljobs.limits)."""
+    limit_max: int | None = None
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,17 @@
-"""Backlog health in one call: counts by queue and state, and the age of the oldest due job."""
+"""Backlog health in one call: counts by queue and state, and the age of the oldest due job.
+
+What it costs. ``app.stats()`` runs on every ``/metrics`` scrape, every dashboard refresh
+and every ``sqljobs stats``, while the jobs table keeps every finished job until the pruner
+takes it: a million retained ``done`` jobs are normal. So nothing scans the table: every
+figure is read through a partial index, and what each costs is bounded by what it is for:
+
+- ``pending`` and ``running`` (the working set) and ``dead`` (jobs that need a person) are
+  exact; their cost grows with those jobs only, not with the finished ones kept.
+- ``done`` and ``cancelled`` grow with retention, and nobody acts on their exact number, so
+  each queue's are counted only up to :data:`COUNT_CAP`. A count that reached the cap is
+  named in :attr:`Stats.capped`: it holds the cap and the queue has more (shown "10000+").
+  Below the cap every number is exact, as it always was.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +21,23 @@ from typing import Any
 
 from .jobs import JobState
 
+COUNT_CAP = 10_000
+"""How many ``done`` (and ``cancelled``) jobs of one queue are counted before the count
+stops and says "more": high enough that a small or young queue's numbers stay exact, low
+enough that counting them is cheap (a stretch of one index, about a millisecond a queue)."""
+
+CAPPED_STATES = (JobState.DONE, JobState.CANCELLED)
+"""The states whose counts stop at :data:`COUNT_CAP`: the ones that grow with retention."""
+
 
 @dataclass(frozen=True)
 class Stats:
     """A snapshot of the queue.
 
-    ``oldest_pending_age`` is how long the oldest *due* pending job has waited, in
-    seconds (None when nothing is waiting). It is the number to alert on: a count says
-    how much work there is, the age says whether workers keep up.
+    ``counts[queue][state]`` is the number of jobs, exact except where :attr:`capped` says
+    it stopped at :attr:`count_cap`. ``oldest_pending_age`` is how long the oldest *due*
+    pending job has waited, in seconds (None when nothing is waiting). It is the number to
+    alert on: a count says how much work there is, the age says whether workers keep up.
     """
 
     counts: dict[str, dict[str, int]]
@@ -27,15 +49,37 @@ class Stats:
     worker that runs the task starts (a worker claims only the tasks it has)."""
     paused: list[str] = field(default_factory=list)
     """Queues paused with ``app.pause_queue``: workers claim none of their jobs."""
+    capped: dict[str, list[str]] = field(default_factory=dict)
+    """The counts that are lower bounds, queue → states (``done``, ``cancelled``): that
+    queue has more than :attr:`count_cap` jobs in that state, and ``counts`` holds the cap.
+    Empty when every count is exact."""
+    count_cap: int = COUNT_CAP
+    """Where ``done`` and ``cancelled`` counts stop, per queue."""
 
     def total(self, state: JobState | str) -> int:
-        """Jobs in ``state`` across all queues."""
+        """Jobs in ``state`` across all queues: a lower bound when ``is_capped(state)``."""
         key = str(state)
         return sum(by_state.get(key, 0) for by_state in self.counts.values())
+
+    def is_capped(self, state: JobState | str, queue: str | None = None) -> bool:
+        """Whether ``counts[queue][state]`` (or, with no queue, ``total(state)``) stopped
+        at the cap: the true number is larger."""
+        key = str(state)
+        if queue is not None:
+            return key in self.capped.get(queue, ())
+        return any(key in states for states in self.capped.values())
+
+    def count_text(self, state: JobState | str, queue: str | None = None) -> str:
+        """The count as a person should read it: ``"42"``, or ``"10000+"`` where it is a
+        lower bound (of ``queue``, or with no queue the total)."""
+        n = self.total(state) if queue is None else self.counts.get(queue, {}).get(str(state), 0)
+        return f"{n}+" if self.is_capped(state, queue) else str(n)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "counts": {q: dict(s) for q, s in self.counts.items()},
+            "capped": {q: list(s) for q, s in self.capped.items()},
+            "count_cap": self.count_cap,
             "oldest_pending_age": self.oldest_pending_age,
             "oldest_pending_age_by_queue": dict(self.oldest_pending_age_by_queue),
             "workers": self.workers,
@@ -44,9 +88,44 @@ class Stats:
         }
 
 
+def capped_counts(
+    rows: Iterable[Sequence[Any]], cap: int
+) -> tuple[dict[str, dict[str, int]], dict[str, list[str]]]:
+    """Counts by queue and state from ``(queue, state, jobs)`` rows (a state may come in
+    several rows; they add up), with every state present for every queue, and which counts
+    are capped: a ``done`` or ``cancelled`` row over ``cap`` (counted up to ``cap + 1``
+    only) becomes ``cap`` and is named in the second dictionary."""
+    counts: dict[str, dict[str, int]] = {}
+    capped: dict[str, list[str]] = {}
+    for queue, state, jobs in rows:
+        n = int(jobs)
+        if state in CAPPED_STATES and n > cap:
+            n = cap
+            capped.setdefault(queue, []).append(state)
+        by_state = counts.setdefault(queue, {s.value: 0 for s in JobState})
+        by_state[state] += n
+    by_queue = {q: counts[q] for q in sorted(counts)}
+    return by_queue, {q: sorted(capped[q]) for q in sorted(capped)}
+
+
+def oldest_due_ages(rows: Iterable[Sequence[Any]]) -> dict[str, float]:
+    """Each queue's age of its oldest due pending job, in seconds and never below zero,
+    from ``(queue, age)`` rows: a queue may come in several, and age None (nothing due)."""
+    ages: dict[str, float] = {}
+    for queue, age in rows:
+        if age is not None:
+            ages[queue] = max(ages.get(queue, 0.0), float(age))
+    return ages
+
+
 def unserved_tasks(
     pending_by_task: Iterable[Sequence[Any]], live_worker_tasks: Iterable[Iterable[str]]
 ) -> dict[str, int]:
-    """Pending counts of the tasks that no live worker runs."""
+    """Pending counts of the tasks that no live worker runs, from ``(task, pending)`` rows
+    (a task may come in several, which add up)."""
     served = {name for tasks in live_worker_tasks for name in tasks}
-    return {task: int(n) for task, n in pending_by_task if task not in served}
+    unserved: dict[str, int] = {}
+    for task, n in pending_by_task:
+        if task not in served:
+            unserved[task] = unserved.get(task, 0) + int(n)
+    return unserved

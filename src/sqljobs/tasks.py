@@ -17,6 +17,7 @@ from . import payload
 from .errors import ConfigurationError, PayloadError, UnknownTask
 from .handles import JobHandle
 from .jobs import NewJob
+from .limits import ConcurrencyLimit
 from .retry import Retry, seconds
 
 if TYPE_CHECKING:
@@ -34,6 +35,7 @@ class EnqueueOptions:
     queue: str | None = None
     connection: Any = None
     key_hold: float | None = None
+    concurrency_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,9 @@ class TaskInfo:
     lease: float
     max_attempts: int
     deadline: float | None
+    concurrency: int | None = None
+    """At most this many of its jobs run at once (per key if ``keyed``), cluster-wide."""
+    keyed: bool = False
 
 
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
@@ -153,6 +158,7 @@ class Task:
         priority: int,
         timeout: float | None,
         store_result: bool = True,
+        limit: ConcurrencyLimit | None = None,
     ) -> None:
         if lease <= 0:
             raise ConfigurationError(f"task {name!r}: lease must be > 0 seconds, got {lease}")
@@ -167,6 +173,7 @@ class Task:
         self.priority = int(priority)
         self.timeout = timeout
         self.store_result = store_result
+        self.limit = limit
         self.is_async = inspect.iscoroutinefunction(fn)
         self.takes_context = _first_param_is_context(fn)
         sig = inspect.signature(fn)
@@ -194,6 +201,8 @@ class Task:
             self.lease,
             self.retry.max_attempts,
             self.retry.deadline,
+            None if self.limit is None else self.limit.limit,
+            self.limit is not None and self.limit.key is not None,
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -210,13 +219,21 @@ class Task:
         queue: str | None = None,
         connection: Any = None,
         key_scope: KeyScope = "retained",
+        concurrency_key: str | None = None,
     ) -> BoundTask:
         """Options for the next enqueue: a business ``key`` (a second enqueue with it
         returns the existing job), a ``delay`` or ``run_at``, a ``priority`` (higher runs
         first), a ``queue``, or a ``connection`` to enqueue inside the caller's transaction.
-        ``key_scope`` says how long the key refuses duplicates (see :func:`key_hold`)."""
+        ``key_scope`` says how long the key refuses duplicates (see :func:`key_hold`).
+        ``concurrency_key`` names the key a task's concurrency limit counts this job by,
+        instead of its ``concurrency_key`` function."""
         if delay is not None and run_at is not None:
             raise ConfigurationError("give either delay or run_at, not both")
+        if concurrency_key is not None and self.limit is None:
+            raise ConfigurationError(
+                f"task {self.name!r} has no concurrency limit: concurrency_key means nothing "
+                "without @app.task(concurrency=N)"
+            )
         opts = EnqueueOptions(
             key=key,
             delay=seconds(delay, "delay"),
@@ -225,6 +242,7 @@ class Task:
             queue=None if queue is None else check_queue_name(queue, "with_options(queue=...)"),
             connection=connection,
             key_hold=key_hold(key_scope),
+            concurrency_key=concurrency_key,
         )
         return BoundTask(self, opts)
 

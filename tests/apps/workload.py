@@ -82,3 +82,11 @@ async def patient(label: str, seconds: float = 30.0) -> str:
         raise
     log_run(label, "end")
     return label
+
+
+@app.task(lease=LEASE, concurrency=2, concurrency_key=lambda tenant, *_, **__: tenant)
+def sync_tenant(tenant: str, label: str, seconds: float = 0.01) -> None:
+    """At most two per tenant at once, across every worker."""
+    log_run(label, "start")
+    time.sleep(seconds)
+    log_run(label, "end")

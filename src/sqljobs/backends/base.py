@@ -85,6 +85,7 @@ class Backend(Protocol):
         leases: Mapping[str, float] | None = None,
         start_now: int | None = None,
         started: Sequence[HeldJob] = (),
+        limited: bool = False,
     ) -> list[ClaimedJob]:
         """Atomically take up to ``limit`` due jobs, highest priority, then oldest first.
 
@@ -95,7 +96,10 @@ class Backend(Protocol):
 
         ``leases`` maps the claiming worker's task names to the lease it gives them (the
         task as registered where it runs decides). Given, only jobs of those tasks are
-        claimed: a worker never takes a job it cannot run. None claims any task."""
+        claimed: a worker never takes a job it cannot run. None claims any task.
+
+        Jobs under a concurrency limit are claimed only if ``limited`` (first, each key up
+        to its free slots; see :mod:`sqljobs.limits`)."""
 
     def finish_and_claim(
         self,
@@ -106,6 +110,7 @@ class Backend(Protocol):
         leases: Mapping[str, float] | None = None,
         start_now: int | None = None,
         started: Sequence[HeldJob] = (),
+        limited: bool = False,
     ) -> tuple[list[int], list[ClaimedJob]]:
         """``finish_jobs`` then ``claim_jobs`` in one commit where the backend can: the
         worker's hot path, one round trip per batch instead of two."""
@@ -116,9 +121,16 @@ class Backend(Protocol):
         """Take one job that was held by a worker that crashed (normal claims skip these),
         to be run alone: if it crashes its worker again, it alone is blamed."""
 
-    def next_due(self, queues: Sequence[str] | None, tasks: Collection[str] | None = None) -> Due:
+    def next_due(
+        self,
+        queues: Sequence[str] | None,
+        tasks: Collection[str] | None = None,
+        limited: bool = False,
+    ) -> Due:
         """The earliest ``run_at`` among pending jobs of these queues (and, given, of these
-        tasks), and whether jobs from crashed workers wait (one cheap statement)."""
+        tasks), and whether jobs from crashed workers wait (one cheap statement). With
+        ``limited``, also the next delayed job under a concurrency limit (one that is due
+        already waits for a slot: a completion announces that, not the clock)."""
 
     def finish_jobs(
         self, outcomes: Sequence[Outcome], started: Sequence[HeldJob] = ()

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from typing import Any
 
-from ..jobs import ClaimedJob, Due, HeldJob, Job, JobState, Outcome
-from ..stats import Stats, unserved_tasks
+from ..jobs import ClaimedJob, Due, HeldJob, Job, Outcome
+from ..stats import COUNT_CAP, Stats, capped_counts, oldest_due_ages, unserved_tasks
 from ..tasks import TaskInfo
 from .base import Decide, EffectRecord, WorkerInfo
 from .dialect import Claim, Dialect
@@ -71,8 +71,11 @@ class BackendCore(Dialect):
         leases: Mapping[str, float] | None = None,
         start_now: int | None = None,
         started: Sequence[HeldJob] = (),
+        limited: bool = False,
     ) -> list[ClaimedJob]:
-        return self.finish_and_claim([], worker, queues, limit, leases, start_now, started)[1]
+        return self.finish_and_claim(
+            [], worker, queues, limit, leases, start_now, started, limited
+        )[1]
 
     def finish_and_claim(
         self,
@@ -83,11 +86,12 @@ class BackendCore(Dialect):
         leases: Mapping[str, float] | None = None,
         start_now: int | None = None,
         started: Sequence[HeldJob] = (),
+        limited: bool = False,
     ) -> tuple[list[int], list[ClaimedJob]]:
         if limit <= 0:
             return self.finish_jobs(outcomes, started), []
         at_once = limit if start_now is None else start_now
-        claim = Claim(worker, queues, limit, leases, at_once, started)
+        claim = Claim(worker, queues, limit, leases, at_once, started, limited)
         return self._finish_and_claim(outcomes, claim)
 
     def claim_suspect(
@@ -104,11 +108,22 @@ class BackendCore(Dialect):
         jobs = claimed_jobs(found.names, found.rows)
         return jobs[0] if jobs else None
 
-    def next_due(self, queues: Sequence[str] | None, tasks: Collection[str] | None = None) -> Due:
+    def next_due(
+        self,
+        queues: Sequence[str] | None,
+        tasks: Collection[str] | None = None,
+        limited: bool = False,
+    ) -> Due:
         sql, params = self._filtered("next_due", queues, tasks)
         params["now"] = self.now()
         due = self._read(lambda conn: result(conn.execute(sql, params)))
         wait, suspects = due.first("wait", "suspects") or (None, False)
+        if limited:  # a delayed limited job: its slot may be free when it falls due
+            sql, params = self._filtered("next_limited_due", queues, tasks)
+            params["now"] = self.now()
+            later = self._read(lambda conn: result(conn.execute(sql, params))).first("wait")
+            if later and later[0] is not None:
+                wait = later[0] if wait is None else min(wait, later[0])
         return Due(None if wait is None else float(wait), bool(suspects))
 
     def finish_jobs(
@@ -184,17 +199,22 @@ class BackendCore(Dialect):
     # -- inspection and admin -------------------------------------------------------------
 
     def stats(self) -> Stats:
+        """Counts, ages, workers and unserved tasks, each read through a partial index and
+        none by a scan of the jobs table: this runs on every metrics scrape, and the table
+        keeps every finished job until the pruner takes it. Done and cancelled jobs are
+        counted up to ``COUNT_CAP`` per queue, and the counts that stopped there are named
+        (``Stats.capped``); see :mod:`sqljobs.stats`."""
         now = self.now()
-        counts: dict[str, dict[str, int]] = {}
-        for queue, state, n in self._query("count_by_queue_state").pick("queue", "state", "jobs"):
-            counts.setdefault(queue, {s.value: 0 for s in JobState})[state] = n
-        due = self._query("oldest_due_by_queue", {"now": now}).pick("queue", "age")
-        ages = {queue: max(0.0, age) for queue, age in due}
+        counted = self._query("count_by_queue_state", {"cap": COUNT_CAP})
+        pending = self._query("pending_by_queue", {"now": now}).pick("queue", "pending", "age")
+        rows = counted.pick("queue", "state", "jobs") + [(q, "pending", n) for q, n, _ in pending]
+        counts, capped = capped_counts(rows, COUNT_CAP)
+        ages = oldest_due_ages((queue, age) for queue, _, age in pending)
         live = [json.loads(t) for (t,) in self._query("live_workers", {"now": now}).pick("tasks")]
         unserved = unserved_tasks(self._query("pending_by_task").pick("task", "pending"), live)
         paused = sorted(name for name, (on, _) in self.queue_states().items() if on)
         oldest = max(ages.values()) if ages else None
-        return Stats(counts, oldest, ages, len(live), unserved, paused)
+        return Stats(counts, oldest, ages, len(live), unserved, paused, capped, COUNT_CAP)
 
     def get_job(self, job_id: int) -> Job | None:
         found = self._query("get_job", {"id": job_id})

@@ -35,6 +35,10 @@ class Claim:
     leases: Mapping[str, float] | None
     start_now: int
     started: Sequence[HeldJob]
+    limited: bool = False
+    """Also claim jobs under a concurrency limit (first: they are few by definition), but
+    only as many as start at once: a limited job waiting in a worker's buffer would hold a
+    slot that another worker's idle thread could use."""
 
 
 class Dialect(ABC):

@@ -16,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import psycopg
@@ -35,7 +36,10 @@ from .schedule_store import ScheduleStore
 from .sqlfile import load_migrations, load_statements
 
 _PACKAGE = "sqljobs.backends.postgres_sql"
-_FILES = ("queries.sql", "schedules.sql", "migrate.sql", "session.sql", "notify.sql")
+_FILES = ("queries.sql", "schedules.sql", "migrate.sql", "session.sql", "notify.sql", "limits.sql")
+LIMITED_KEYS = 256
+"""At most this many limit keys are locked and looked at per claim (starting where the
+last claim left off, so every key gets its turn)."""
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _RETRYABLE = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
 _SESSION_ENDED = (
@@ -106,6 +110,7 @@ class PostgresBackend(PostgresEnqueue, BackendCore, ScheduleStore):
         )
         self._pool: psycopg_pool.ConnectionPool | None = None
         self._lock = threading.Lock()
+        self._limit_cursor = ""  # where the next limited claim starts its key scan
 
     # -- connections -------------------------------------------------------------------
 
@@ -266,7 +271,43 @@ class PostgresBackend(PostgresEnqueue, BackendCore, ScheduleStore):
         self, outcomes: Sequence[Outcome], claim: Claim
     ) -> tuple[list[int], list[ClaimedJob]]:
         """Plain completions and the claim are one statement (one round trip, one
-        commit); other outcomes are written first, then the claim."""
+        commit); other outcomes are written first, then the claim. Jobs under a
+        concurrency limit are claimed first, in a transaction of their own."""
+        limited = self._claim_limited(claim) if claim.limited and claim.start_now else []
+        if limited:
+            claim = replace(claim, limit=claim.limit - len(limited),
+                            start_now=max(0, claim.start_now - len(limited)))  # fmt: skip
+            if claim.limit <= 0:
+                return self.finish_jobs(outcomes, claim.started), limited
+        written, jobs = self._finish_and_claim_unlimited(outcomes, claim)
+        return written, limited + jobs
+
+    def _claim_limited(self, claim: Claim) -> list[ClaimedJob]:
+        """Lock the limit keys that have pending jobs (skipping those another worker holds),
+        then, in a new snapshot, claim each key's free slots (see sqljobs.limits)."""
+        claim = replace(claim, limit=min(claim.limit, claim.start_now))  # none buffered
+        sql, params = self._claim_statement("claim_limited", claim)
+        scan = self.sql["lock_limited_keys"]
+
+        def work(conn: psycopg.Connection[Any]) -> list[ClaimedJob]:
+            after = self._limit_cursor
+            found = result(conn.execute(scan, {"after": after, "max_keys": LIMITED_KEYS}))
+            rows = found.pick("key", "locked")
+            if len(rows) < LIMITED_KEYS and after:  # wrap around to the first keys
+                more = conn.execute(scan, {"after": "", "max_keys": LIMITED_KEYS - len(rows)})
+                rows += [r for r in result(more).pick("key", "locked") if r[0] <= after]
+            self._limit_cursor = rows[-1][0] if len(rows) >= LIMITED_KEYS else ""
+            keys = [key for key, locked in rows if locked]
+            if not keys:
+                return []
+            claimed = result(conn.execute(sql, {**params, "keys": keys}))
+            return claimed_jobs(claimed.names, claimed.rows)
+
+        return self._run(work)
+
+    def _finish_and_claim_unlimited(
+        self, outcomes: Sequence[Outcome], claim: Claim
+    ) -> tuple[list[int], list[ClaimedJob]]:
         plain = all(o.state is JobState.DONE and o.history is None for o in outcomes)
         if not outcomes or not plain:
             written = self.finish_jobs(outcomes)

@@ -127,6 +127,8 @@ class PostgresEnqueue(PostgresPart):
                     j.lease,
                     j.key_hold,
                     j.delay if server_clock else None,
+                    j.limit_key,
+                    j.limit_max,
                 ]
                 for j in jobs
             ]

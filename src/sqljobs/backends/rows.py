@@ -154,7 +154,9 @@ def progress(text: str | None) -> Progress | None:
 
 
 def task_info(names: Names, row: Row) -> TaskInfo:
-    return TaskInfo(*picker(names, TASK_INFO)(row))
+    values = dict(zip(TASK_INFO, picker(names, TASK_INFO)(row), strict=True))
+    values["keyed"] = bool(values["keyed"])  # SQLite gives the flag as 0/1
+    return TaskInfo(**values)
 
 
 def schedule_state(names: Names, row: Row) -> ScheduleState:

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from ..errors import BackendError, ConfigurationError
@@ -32,7 +33,12 @@ from .schedule_store import ScheduleStore
 from .sqlfile import load_migrations, load_statements
 
 _PACKAGE = "sqljobs.backends.sqlite_sql"
-Q = load_statements(_PACKAGE, "queries.sql", "schedules.sql", "migrate.sql", "session.sql")
+Q = load_statements(
+    _PACKAGE, "queries.sql", "schedules.sql", "migrate.sql", "session.sql", "limits.sql"
+)
+LIMITED_KEYS = 256
+"""At most this many limit keys are looked at per claim (starting where the last claim
+left off, so every key gets its turn)."""
 MIGRATIONS = load_migrations(_PACKAGE + ".migrations")
 T = TypeVar("T")
 
@@ -68,6 +74,7 @@ class SqliteBackend(BackendCore, ScheduleStore):
         self.notifier = SqliteNotifier(self._data_version)
         self._local = threading.local()
         self._migrate_lock = threading.Lock()
+        self._limit_cursor = ""  # where the next limited claim starts its key scan
 
     # -- connections -------------------------------------------------------------------
 
@@ -221,6 +228,8 @@ class SqliteBackend(BackendCore, ScheduleStore):
                     job.max_attempts,
                     job.lease,
                     job.key_hold,
+                    job.limit_key,
+                    job.limit_max,
                 ),
             )
             if cur.rowcount == 1:
@@ -235,16 +244,55 @@ class SqliteBackend(BackendCore, ScheduleStore):
     def _finish_and_claim(
         self, outcomes: Sequence[Outcome], claim: Claim
     ) -> tuple[list[int], list[ClaimedJob]]:
-        """One write transaction: the outcomes row by row, then the claim, one statement."""
-        sql, params = self._claim_statement("claim", claim)
+        """One write transaction: the outcomes row by row, then the claim, one statement
+        (jobs under a concurrency limit first, by their own statements)."""
         with self._writing() as conn:
             written = self._finish(conn, outcomes, claim.started)
-            cur = conn.execute(sql, params)
-            jobs = claimed_jobs(columns(cur) or (), cur.fetchall())
+            jobs = self._claim_limited(conn, claim) if claim.limited and claim.start_now else []
+            rest = replace(claim, limit=claim.limit - len(jobs),
+                           start_now=max(0, claim.start_now - len(jobs)))  # fmt: skip
+            if rest.limit > 0:
+                sql, params = self._claim_statement("claim", rest)
+                cur = conn.execute(sql, params)
+                jobs += claimed_jobs(columns(cur) or (), cur.fetchall())
             if 0 < claim.start_now < len(jobs):  # (all or none buffered: marked above)
                 buffered = json.dumps([j.id for j in jobs[claim.start_now :]])
                 conn.execute(Q["mark_prefetched"], {"ids": buffered})
         return written, jobs
+
+    def _claim_limited(self, conn: sqlite3.Connection, claim: Claim) -> list[ClaimedJob]:
+        """Jobs under a concurrency limit, in the caller's write transaction: for each key
+        with pending jobs, as many as it has free slots (see sqljobs.limits), and no more
+        than start at once."""
+        claim = replace(claim, limit=min(claim.limit, claim.start_now))
+        keys = self._limited_keys(conn)
+        if not keys:
+            return []
+        running = dict(conn.execute(Q["limit_running"], {"keys": json.dumps(keys)}).fetchall())
+        sql, params = self._claim_statement("limited_candidates", claim)
+        params["most"] = claim.limit
+        candidates = []
+        for key in keys:
+            rows = conn.execute(sql, {**params, "key": key}).fetchall()
+            free = (rows[0][3] - running.get(key, 0)) if rows else 0
+            candidates += rows[: max(0, free)]
+        if not candidates:
+            return []
+        candidates.sort(key=lambda row: (-row[1], row[2], row[0]))
+        params["ids"] = json.dumps([row[0] for row in candidates[: claim.limit]])
+        cur = conn.execute(Q["claim_ids"], params)
+        return claimed_jobs(columns(cur) or (), cur.fetchall())
+
+    def _limited_keys(self, conn: sqlite3.Connection) -> list[str]:
+        """Up to LIMITED_KEYS keys with pending jobs, from where the last scan stopped."""
+        scan = Q["limited_keys"]
+        after = self._limit_cursor
+        keys = [k for (k,) in conn.execute(scan, {"after": after, "max_keys": LIMITED_KEYS})]
+        if len(keys) < LIMITED_KEYS and after:  # wrap around to the first keys
+            more = conn.execute(scan, {"after": "", "max_keys": LIMITED_KEYS - len(keys)})
+            keys += [k for (k,) in more if k <= after]
+        self._limit_cursor = keys[-1] if len(keys) >= LIMITED_KEYS else ""
+        return keys
 
     def _finish(
         self, conn: Any, outcomes: Sequence[Outcome], started: Sequence[HeldJob] = ()

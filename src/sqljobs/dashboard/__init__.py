@@ -1,5 +1,6 @@
 """``sqljobs dashboard``: backlog health in a browser, JSON for scripts, ``/metrics`` for
-Prometheus, and the few actions an operator needs (retry, cancel).
+Prometheus, and the few actions an operator needs (retry, cancel, pause and resume a
+queue).
 
 Reads come straight from the database on every request, so every dashboard, scraper and
 ``sqljobs stats`` agrees. It binds to 127.0.0.1 unless told otherwise. Actions are POSTs;
@@ -11,15 +12,21 @@ The JSON API:
 
 - ``GET /api/stats``: counts by queue and state, live workers, and the ages of the oldest
   due pending jobs in float seconds (ages are durations, so they stay numbers).
+- ``GET /api/queues``: every queue with ``paused``, ``paused_at``, its ``counts`` by state
+  and ``oldest_due_age`` (float seconds).
 - ``GET /api/jobs?state=S&queue=Q&limit=N``: the newest jobs first, ``limit`` from 1 to
-  1000 (default 50). ``GET /api/jobs/ID``: one job. In jobs, the times ``run_at``,
-  ``created_at``, ``lease_until``, ``started_at``, ``finished_at``, ``deadline_at`` and,
-  in ``history`` entries, ``started_at`` and ``ended_at`` are ISO 8601 strings in UTC
+  1000 (default 50). ``GET /api/jobs/ID``: one job, with its ``result`` (the task's
+  return value, or null) and ``progress`` (``done``, ``total``, ``note``, ``updated_at``,
+  or null). In jobs, the times ``run_at``, ``created_at``, ``lease_until``,
+  ``started_at``, ``finished_at``, ``deadline_at``, ``progress.updated_at`` and, in
+  ``history`` entries, ``started_at`` and ``ended_at`` are ISO 8601 strings in UTC
   (``2026-12-03T08:14:05.123+00:00``) or null: a person reading the JSON sees when, and
-  every language parses them.
+  every language parses them; so is a queue's ``paused_at``.
 - ``POST /api/jobs/ID/retry`` (a dead or cancelled job), ``POST /api/jobs/ID/cancel`` (a
-  pending or running one; cancelling a cancelled job succeeds with a note) and
-  ``POST /api/dead/retry?queue=Q`` answer ``{"ok": true, ...}``, or ``{"ok": false,
+  pending or running one, ``app.cancel``: ``was_running`` says whether a handler was cut
+  short; cancelling a cancelled job succeeds with a note), ``POST /api/dead/retry?queue=Q``
+  and ``POST /api/queues/NAME/pause`` or ``/resume`` (pausing a paused queue, or resuming
+  one that is not, succeeds with a note) answer ``{"ok": true, ...}``, or ``{"ok": false,
   "error": why}`` with 401 (token missing or wrong), 403 (read-only), 404 (no such job) or
   409 (the job's state rules it out). The page's own form posts get a 303 back to the page
   instead, which shows the same sentence.
@@ -50,7 +57,7 @@ __all__ = ["create_app", "is_loopback", "serve"]
 
 READ_ONLY = (
     "read-only: this dashboard is reachable beyond this machine and has no token; "
-    "restart it with --token to allow retry and cancel"
+    "restart it with --token to allow its actions (retry, cancel, pause, resume)"
 )
 BAD_TOKEN = (
     "a valid token is required: the one this dashboard was started with (--token), "
@@ -117,12 +124,23 @@ def create_app(app: App, *, token: str | None = None, exposed: bool = False) -> 
             message=request.query_params.get("message"),
             error=request.query_params.get("error"),
         )
-        dead = app.list_jobs(state=JobState.DEAD.value, limit=50)
-        recent = app.list_jobs(limit=50)
-        return HTMLResponse(page.render(app.stats(), dead, recent, view))
+        board = page.Board(
+            stats=app.stats(),
+            queues=app.queues(),
+            paused_at=_paused_at(app),
+            dead=app.list_jobs(state=JobState.DEAD.value, limit=50),
+            running=app.list_jobs(state=JobState.RUNNING.value, limit=50),
+            recent=app.list_jobs(limit=50),
+        )
+        return HTMLResponse(page.render(board, view))
 
     def stats(request: Request) -> Response:
         return JSONResponse(app.stats().to_dict())
+
+    def queues(request: Request) -> Response:
+        api.only(request.query_params, (), "/api/queues")
+        paused_at = _paused_at(app)
+        return JSONResponse([api.queue_json(q, paused_at.get(q.name)) for q in app.queues()])
 
     def jobs(request: Request) -> Response:
         params = request.query_params
@@ -149,6 +167,18 @@ def create_app(app: App, *, token: str | None = None, exposed: bool = False) -> 
         job_id = api.job_id(request.path_params["job_id"])
         return _reply(request, await run_in_threadpool(actions.cancel, app, job_id))
 
+    async def pause_queue(request: Request) -> Response:
+        if (refused := await refusal(request)) is not None:
+            return _reply(request, refused)
+        name = api.queue_name(request.path_params["name"])
+        return _reply(request, await run_in_threadpool(actions.pause_queue, app, name))
+
+    async def resume_queue(request: Request) -> Response:
+        if (refused := await refusal(request)) is not None:
+            return _reply(request, refused)
+        name = api.queue_name(request.path_params["name"])
+        return _reply(request, await run_in_threadpool(actions.resume_queue, app, name))
+
     async def retry_dead(request: Request) -> Response:
         if (refused := await refusal(request)) is not None:
             return _reply(request, refused)
@@ -164,15 +194,24 @@ def create_app(app: App, *, token: str | None = None, exposed: bool = False) -> 
             Route("/", home),
             Route("/metrics", scrape),
             Route("/api/stats", stats),
+            Route("/api/queues", queues),
             Route("/api/jobs", jobs),
             # the id is checked by api.job_id, which says what is wrong with a bad one
             Route("/api/jobs/{job_id}", job),
             Route("/api/jobs/{job_id}/retry", retry, methods=["POST"]),
             Route("/api/jobs/{job_id}/cancel", cancel, methods=["POST"]),
             Route("/api/dead/retry", retry_dead, methods=["POST"]),
+            # the name is checked by api.queue_name, which says what a name may hold
+            Route("/api/queues/{name}/pause", pause_queue, methods=["POST"]),
+            Route("/api/queues/{name}/resume", resume_queue, methods=["POST"]),
         ],
         exception_handlers={api.BadParameter: _bad_parameter},
     )
+
+
+def _paused_at(app: App) -> dict[str, float | None]:
+    """When each paused queue was paused: a setting the backend keeps beside the flag."""
+    return {name: at for name, (paused, at) in app.backend.queue_states().items() if paused}
 
 
 def serve(app: App, host: str = "127.0.0.1", port: int = 8080, token: str | None = None) -> None:

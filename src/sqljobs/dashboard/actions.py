@@ -1,7 +1,7 @@
-"""Retry and cancel as the dashboard offers them. Every answer says what happened or why
-not, once for a script (a status and a JSON body) and once for a person (a sentence the
-page shows): a bare "no" leaves an operator guessing whether the job is gone, finished,
-or the token was wrong."""
+"""Retry, cancel, pause and resume as the dashboard offers them. Every answer says what
+happened or why not, once for a script (a status and a JSON body) and once for a person (a
+sentence the page shows): a bare "no" leaves an operator guessing whether the job is gone,
+finished, or the token was wrong."""
 
 from __future__ import annotations
 
@@ -10,10 +10,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..app import App
+from ..cli_format import RUNNING_CANCELLED, cancelled_while_running
+from ..errors import JobNotFound
 from ..jobs import Job, JobState
 
 _RETRIABLE = (JobState.DEAD, JobState.CANCELLED)
-_CANCELLABLE = (JobState.PENDING, JobState.RUNNING)
 
 
 @dataclass(frozen=True)
@@ -61,12 +62,20 @@ def retry(app: App, job_id: int) -> Outcome:
 
 
 def cancel(app: App, job_id: int) -> Outcome:
-    """Cancel a pending or running job. Cancelling a cancelled job succeeds with a note, so
-    a script that retries its request after a timeout does not see a failure."""
-    changed, job = _apply(app, job_id, _CANCELLABLE, app.cancel_job)
+    """Cancel a pending or running job (``app.cancel``). Cancelling a cancelled job
+    succeeds with a note, so a script that retries its request after a timeout does not
+    see a failure. ``was_running`` tells a script whether a handler was cut short."""
+    try:
+        changed = app.cancel(job_id)
+    except JobNotFound:
+        return refused(404, f"no job with id {job_id}")
+    job = app.get_job(job_id)
     if changed:
-        return done(f"job {job_id} cancelled")
-    if job is None:
+        if job is not None and cancelled_while_running(job):
+            return done(f"job {job_id} cancelled while running: {RUNNING_CANCELLED}",
+                        was_running=True)  # fmt: skip
+        return done(f"job {job_id} cancelled", was_running=False)
+    if job is None:  # pruned since it ended
         return refused(404, f"no job with id {job_id}")
     if job.state is JobState.CANCELLED:
         return done(f"job {job_id} was already cancelled", note="already cancelled")
@@ -80,3 +89,19 @@ def retry_dead(app: App, queue: str | None) -> Outcome:
     retried = app.retry_dead(queue)
     where = "" if queue is None else f" in queue {queue!r}"
     return done(f"{retried} dead job(s){where} pending again", retried=retried)
+
+
+def pause_queue(app: App, name: str) -> Outcome:
+    """Stop every worker from taking new jobs of queue ``name``. Pausing a paused queue
+    succeeds with a note, like cancelling a cancelled job."""
+    if app.pause_queue(name):
+        return done(f"queue {name} paused: workers take no new jobs from it; running jobs finish")
+    return done(f"queue {name} was already paused", note="already paused")
+
+
+def resume_queue(app: App, name: str) -> Outcome:
+    """Let workers take jobs of queue ``name`` again; resuming one that was not paused
+    succeeds with a note."""
+    if app.resume_queue(name):
+        return done(f"queue {name} resumed: workers take its jobs again")
+    return done(f"queue {name} was not paused", note="not paused")

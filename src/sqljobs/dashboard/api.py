@@ -1,5 +1,5 @@
 """What the JSON API reads and writes: request parameters checked before they reach the
-database, and jobs with their times as ISO 8601 UTC strings.
+database, and jobs and queues with their times as ISO 8601 UTC strings.
 
 A parameter the database would choke on (``limit=-1`` is an error in PostgreSQL and "no
 limit" in SQLite; ``limit`` past 64 bits overflows both; a NUL byte in ``queue`` is refused
@@ -12,8 +12,10 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
+from ..errors import ConfigurationError
 from ..humanize import iso_utc
-from ..jobs import Job, JobState
+from ..jobs import Job, JobState, QueueInfo
+from ..tasks import check_queue_name
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
@@ -82,6 +84,14 @@ def queue(params: Mapping[str, str]) -> str | None:
     return text
 
 
+def queue_name(text: str) -> str:
+    """A queue name from the path (``/api/queues/NAME/pause``), as the app checks them."""
+    try:
+        return check_queue_name(text, "the path")
+    except ConfigurationError as exc:
+        raise BadParameter(str(exc)) from exc
+
+
 def job_id(text: str) -> int:
     """A job id from the path: a positive whole number."""
     value = _whole_number(text, 1, _MAX_ID)
@@ -97,7 +107,21 @@ def job_json(job: Job) -> dict[str, Any]:
     for name in _TIME_FIELDS:
         out[name] = iso_utc(out[name])
     out["history"] = [_history_entry_json(entry) for entry in job.history]
+    if job.progress is not None:
+        out["progress"] = {**out["progress"], "updated_at": iso_utc(job.progress.updated_at)}
     return out
+
+
+def queue_json(queue: QueueInfo, paused_at: float | None) -> dict[str, Any]:
+    """One queue for ``/api/queues``: ``paused_at`` an ISO 8601 UTC string (or null), the
+    oldest due age in float seconds like the ages of ``/api/stats``."""
+    return {
+        "name": queue.name,
+        "paused": queue.paused,
+        "paused_at": iso_utc(paused_at) if queue.paused else None,
+        "counts": dict(queue.counts),
+        "oldest_due_age": queue.oldest_due_age,
+    }
 
 
 def _history_entry_json(entry: dict[str, Any]) -> dict[str, Any]:

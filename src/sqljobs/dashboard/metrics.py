@@ -39,6 +39,16 @@ class StatsCollector(Collector):
         yield GaugeMetricFamily(
             "sqljobs_workers", "Worker processes seen within their heartbeat.", value=stats.workers
         )
+        paused = GaugeMetricFamily(
+            "sqljobs_queue_paused",
+            "1 while the queue is paused (workers take no new jobs from it), else 0.",
+            labels=["queue"],
+        )
+        # the queues that have jobs, are paused, or that this app's tasks use
+        names = set(stats.counts) | set(stats.paused) | {t.queue for t in self.app.tasks.values()}
+        for queue in sorted(names):
+            paused.add_metric([queue], 1.0 if queue in stats.paused else 0.0)
+        yield paused
 
 
 def render(app: App) -> bytes:

@@ -1,4 +1,6 @@
-"""The dashboard's one HTML page: backlog health first, then what needs a hand.
+"""The dashboard's one HTML page: backlog health first (queues, paused or not), then what
+needs a hand (dead jobs), what runs (with its progress), and the latest jobs (with the
+results of done ones).
 
 Times are written on the server in its own zone (``iso_local``) inside
 ``<time datetime="…UTC…">``, and a few lines of script rewrite them in the reader's zone:
@@ -9,11 +11,13 @@ string is escaped.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 
 from ..humanize import duration, iso_local, iso_utc, preview
-from ..jobs import Job, JobState
+from ..jobs import Job, JobState, QueueInfo
 from ..stats import Stats
 
 _STYLE = (
@@ -35,8 +39,12 @@ for (const t of document.querySelectorAll("time[datetime]")) {
     `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())} ${zone}`;
 }
 </script>"""
-_JOB_COLUMNS = ("id", "queue", "task", "arguments", "state", "attempts", "created", "run at")
-_JOB_HEAD = "".join(f"<th>{c}</th>" for c in (*_JOB_COLUMNS, "finished", "last error", ""))
+_JOB_COLUMNS = ("id", "queue", "task", "arguments", "state", "progress / result", "attempts")
+_JOB_HEAD = "".join(
+    f"<th>{c}</th>" for c in (*_JOB_COLUMNS, "created", "run at", "finished", "last error", "")
+)
+RESULT_PREVIEW = 80
+"""Characters of a done job's result shown in a table; ``/api/jobs/ID`` has all of it."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +88,21 @@ def _buttons(job: Job, view: View) -> str:
     return ""
 
 
+def _outcome(job: Job) -> str:
+    """A running job's last progress report (a bar when it has a total); a done job's
+    result, previewed."""
+    if job.state is JobState.RUNNING and job.progress is not None:
+        p = job.progress
+        bar = "" if not p.total else f'<progress value="{p.done:g}" max="{p.total:g}"></progress> '
+        return f"{bar}{escape(str(p))}"
+    if job.state is JobState.DONE and job.result is not None:
+        text = json.dumps(job.result, ensure_ascii=False, default=str)
+        if len(text) > RESULT_PREVIEW:
+            text = text[: RESULT_PREVIEW - 1] + "…"
+        return f"<code>{escape(text)}</code>"
+    return ""
+
+
 def _jobs_table(jobs: list[Job], view: View) -> str:
     if not jobs:
         return "<p>none</p>"
@@ -87,7 +110,8 @@ def _jobs_table(jobs: list[Job], view: View) -> str:
         f"<tr><td class=n><a href='/api/jobs/{job.id}'>{job.id}</a></td>"
         f"<td>{escape(job.queue)}</td><td>{escape(job.task)}</td>"
         f"<td><code>{escape(preview(job.args, job.kwargs))}</code></td>"
-        f"<td>{escape(job.state.value)}</td><td class=n>{job.attempts}/{job.max_attempts}</td>"
+        f"<td>{escape(job.state.value)}</td><td>{_outcome(job)}</td>"
+        f"<td class=n>{job.attempts}/{job.max_attempts}</td>"
         f"<td>{_time(job.created_at)}</td><td>{_time(job.run_at)}</td>"
         f"<td>{_time(job.finished_at)}</td>"
         f"<td>{escape(job.last_error or '')}</td><td>{_buttons(job, view)}</td></tr>"
@@ -107,27 +131,67 @@ def _notices(view: View) -> str:
     return out
 
 
-def render(stats: Stats, dead: list[Job], recent: list[Job], view: View) -> str:
-    """The page: counts and oldest due age per queue, dead jobs, the latest jobs."""
+def _queues_table(
+    queues: Sequence[QueueInfo], paused_at: Mapping[str, float | None], view: View
+) -> str:
+    """Counts and the oldest due age per queue; whether it is paused, since when, and the
+    button that pauses or resumes it."""
     states = [s.value for s in JobState]
     head = "".join(f"<th>{s}</th>" for s in states)
-    rows = "".join(
-        f"<tr><td>{escape(q)}</td>"
-        + "".join(f"<td class=n>{by_state.get(s, 0):,}</td>" for s in states)
-        + f"<td class=n>{duration(stats.oldest_pending_age_by_queue.get(q))}</td></tr>"
-        for q, by_state in sorted(stats.counts.items())
+    rows = ""
+    for q in queues:
+        name = escape(q.name)
+        if q.paused:
+            paused = f"<span class=warn>paused</span> since {_time(paused_at.get(q.name))}"
+            button = _action(f"/api/queues/{q.name}/resume", "resume", view)
+        else:
+            paused, button = "-", _action(f"/api/queues/{q.name}/pause", "pause", view)
+        rows += (
+            f"<tr><td>{name}</td><td>{paused}</td>"
+            + "".join(f"<td class=n>{q.counts.get(s, 0):,}</td>" for s in states)
+            + f"<td class=n>{duration(q.oldest_due_age)}</td><td>{button}</td></tr>"
+        )
+    return (
+        f"<table><tr><th>queue</th><th>paused</th>{head}<th>oldest due</th><th></th></tr>"
+        f"{rows}</table>"
     )
+
+
+@dataclass(frozen=True)
+class Board:
+    """What the page shows, read once per request: ``paused_at`` is when each paused queue
+    was paused (Unix seconds)."""
+
+    stats: Stats
+    queues: Sequence[QueueInfo]
+    paused_at: Mapping[str, float | None]
+    dead: list[Job]
+    running: list[Job]
+    recent: list[Job]
+
+
+def render(board: Board, view: View) -> str:
+    """The page: queues (counts, oldest due age, paused), dead jobs, running jobs with
+    their progress, the latest jobs."""
+    stats = board.stats
     oldest = stats.oldest_pending_age
-    retry_all = _action("/api/dead/retry", "retry every dead job", view) if dead else ""
+    retry_all = _action("/api/dead/retry", "retry every dead job", view) if board.dead else ""
+    paused = (
+        f" · <span class=warn>paused: {escape(', '.join(stats.paused))}</span>"
+        if stats.paused
+        else ""
+    )
     return (
         "<!doctype html><html><head><meta charset=utf-8><title>sqljobs</title>"
         f"<style>{_STYLE}</style></head><body><h1>sqljobs</h1>{_notices(view)}"
         f"<p>{stats.workers} live worker(s); oldest due job waiting: "
-        f"<b{' class=warn' if oldest and oldest > 60 else ''}>{duration(oldest)}</b> · "
+        f"<b{' class=warn' if oldest and oldest > 60 else ''}>{duration(oldest)}</b>{paused} · "
         f"as of {_time(view.now)} · "
-        "<a href='/metrics'>metrics</a> · <a href='/api/stats'>stats JSON</a></p>"
-        f"<table><tr><th>queue</th>{head}<th>oldest due</th></tr>{rows}</table>"
-        f"<h2>Dead jobs</h2>{retry_all}{_jobs_table(dead, view)}"
-        f"<h2>Latest jobs</h2>{_jobs_table(recent, view)}"
+        "<a href='/metrics'>metrics</a> · <a href='/api/stats'>stats JSON</a> · "
+        "<a href='/api/queues'>queues JSON</a></p>"
+        f"{_queues_table(board.queues, board.paused_at, view)}"
+        f"<h2>Dead jobs</h2>{retry_all}{_jobs_table(board.dead, view)}"
+        f"<h2>Running jobs</h2>{_jobs_table(board.running, view)}"
+        f"<h2>Latest jobs</h2>{_jobs_table(board.recent, view)}"
         f"{_SCRIPT}</body></html>"
     )

@@ -79,12 +79,12 @@ class Claiming(WorkerState):
         if trip.limit:
             trip.written, trip.jobs = backend.finish_and_claim(
                 trip.outcomes, self.id, cfg.queues, trip.limit, self._leases,
-                trip.start_now, trip.started,
+                trip.start_now, trip.started, self._limited,
             )  # fmt: skip
             return
         trip.written = backend.finish_jobs(trip.outcomes, trip.started)
         if trip.ask_due:
-            trip.due = backend.next_due(cfg.queues, self._leases)
+            trip.due = backend.next_due(cfg.queues, self._leases, self._limited)
 
     def _take_trips(self, backend: Backend, t: Timers | None) -> None:
         """Account for the round trips that came back and start the jobs they claimed."""

@@ -77,6 +77,7 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         )
         self.runtime: float | None = None  # moving average of handler run time, seconds
         self._leases = {name: task.lease for name, task in app.tasks.items()}
+        self._limited = any(task.limit is not None for task in app.tasks.values())
         self.inflight: dict[int, Running] = {}
         self._abandoned: set[Running] = set()  # given up, but their threads still run them
         self.stopped = threading.Event()

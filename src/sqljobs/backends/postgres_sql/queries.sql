@@ -6,10 +6,11 @@
 -- Jobs of a paused queue (sqljobs_queues) are never claimed: NOT IN (subquery) is one
 -- hashed subplan, read once per statement, and leaves the claim's ordered index scan
 -- alone (`<> ALL(ARRAY(...))` made the planner expect one row and sort 100k on disk).
+-- Jobs under a concurrency limit are claimed by limits.sql's statements, not these.
 
 -- name: insert_jobs
 -- A batch arrives as one JSON array of [queue, task, payload, key, priority, run_at,
--- deadline_at, max_attempts, lease, key_hold, delay] rows: one parameter, parsed by the
+-- deadline_at, max_attempts, lease, key_hold, delay, limit_key, limit_max] rows: one parameter, parsed by the
 -- server, is far cheaper than typed arrays built element by element in Python. A delay,
 -- if given, counts from the server's now() and wins over run_at (the client's clock).
 WITH input AS (
@@ -18,15 +19,15 @@ WITH input AS (
            (e.j ->> 4)::int AS priority, (e.j ->> 5)::float8 AS run_at,
            (e.j ->> 6)::float8 AS deadline_at, (e.j ->> 7)::int AS max_attempts,
            (e.j ->> 8)::float8 AS lease, (e.j ->> 9)::float8 AS key_hold,
-           (e.j ->> 10)::float8 AS delay
+           (e.j ->> 10)::float8 AS delay, e.j ->> 11 AS limit_key, (e.j ->> 12)::int AS limit_max
     FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS e(j, ord)
 ), inserted AS (
     INSERT INTO {schema}.sqljobs_jobs
         (id, queue, task, payload, key, priority, run_at, deadline_at, max_attempts, lease,
-         key_hold)
+         key_hold, limit_key, limit_max)
     SELECT new_id, queue, task, payload, key, priority,
            coalesce(now() + make_interval(secs => delay), to_timestamp(run_at)),
-           to_timestamp(deadline_at), max_attempts, lease, key_hold
+           to_timestamp(deadline_at), max_attempts, lease, key_hold, limit_key, limit_max
     FROM input ORDER BY ord
     ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING
     RETURNING id, key
@@ -51,14 +52,15 @@ WITH input AS (
            (e.j ->> 4)::int AS priority, (e.j ->> 5)::float8 AS run_at,
            (e.j ->> 6)::float8 AS deadline_at, (e.j ->> 7)::int AS max_attempts,
            (e.j ->> 8)::float8 AS lease, (e.j ->> 9)::float8 AS key_hold,
-           (e.j ->> 10)::float8 AS delay
+           (e.j ->> 10)::float8 AS delay, e.j ->> 11 AS limit_key, (e.j ->> 12)::int AS limit_max
     FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS e(j, ord)
 ), inserted AS (
     INSERT INTO {schema}.sqljobs_jobs
-        (id, queue, task, payload, priority, run_at, deadline_at, max_attempts, lease)
+        (id, queue, task, payload, priority, run_at, deadline_at, max_attempts, lease,
+         limit_key, limit_max)
     SELECT new_id, queue, task, payload, priority,
            coalesce(now() + make_interval(secs => delay), to_timestamp(run_at)),
-           to_timestamp(deadline_at), max_attempts, lease
+           to_timestamp(deadline_at), max_attempts, lease, limit_key, limit_max
     FROM input ORDER BY ord
 ), notified AS (
     SELECT count(pg_notify(%(channel)s, queue)) AS n FROM unnest(%(notify)s::text[]) AS queue
@@ -86,7 +88,8 @@ WITH began AS (
     RETURNING 1
 ), picked AS MATERIALIZED (
     SELECT id, priority, run_at FROM {schema}.sqljobs_jobs
-    WHERE state = 'pending' AND run_at <= now() AND crashes < 2 {queue_filter}
+    WHERE state = 'pending' AND run_at <= now() AND crashes < 2 AND limit_key IS NULL
+      {queue_filter}
       AND queue NOT IN (SELECT name FROM {schema}.sqljobs_queues WHERE paused)
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
@@ -118,9 +121,11 @@ WITH done AS (
         progress = coalesce(%(progress)s::jsonb ->> j.id::text, j.progress)
     FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS o(id, token)
     WHERE j.id = o.id AND j.token = o.token AND j.state = 'running'
-    RETURNING j.id, j.waited
-), ended AS (
-    SELECT count(pg_notify(%(channel)s, '#end:' || id)) AS n FROM done WHERE waited
+    RETURNING j.id, j.waited, j.queue, j.limit_key
+), ended AS (  -- and a limited job's end frees a slot: wake the workers of its queue
+    SELECT (SELECT count(pg_notify(%(channel)s, '#end:' || id)) FROM done WHERE waited)
+           + (SELECT count(pg_notify(%(channel)s, queue)) FROM done WHERE limit_key IS NOT NULL)
+           AS n
 ), began AS (
     UPDATE {schema}.sqljobs_jobs AS j SET prefetched = false
     FROM unnest(%(began_ids)s::bigint[], %(began_tokens)s::bigint[]) AS b(id, token)
@@ -128,7 +133,8 @@ WITH done AS (
     RETURNING 1
 ), picked AS MATERIALIZED (
     SELECT id, priority, run_at FROM {schema}.sqljobs_jobs
-    WHERE state = 'pending' AND run_at <= now() AND crashes < 2 {queue_filter}
+    WHERE state = 'pending' AND run_at <= now() AND crashes < 2 AND limit_key IS NULL
+      {queue_filter}
       AND queue NOT IN (SELECT name FROM {schema}.sqljobs_queues WHERE paused)
     ORDER BY priority DESC, run_at, id
     LIMIT %(limit)s
@@ -180,7 +186,8 @@ RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts AS attempt, j
 -- `run_at > '-infinity'` (true of every job) matches sqljobs_jobs_next_due's predicate.
 -- A paused queue's jobs count for neither: they wait for its resume.
 SELECT (SELECT extract(epoch FROM run_at - now())::float8 FROM {schema}.sqljobs_jobs
-        WHERE state = 'pending' AND crashes < 2 AND run_at > '-infinity' {queue_filter}
+        WHERE state = 'pending' AND crashes < 2 AND run_at > '-infinity' AND limit_key IS NULL
+          {queue_filter}
           AND queue NOT IN (SELECT name FROM {schema}.sqljobs_queues WHERE paused)
         ORDER BY run_at LIMIT 1) AS wait,
        EXISTS (SELECT 1 FROM {schema}.sqljobs_jobs
@@ -201,9 +208,11 @@ WITH began AS (
         progress = coalesce(%(progress)s::jsonb ->> j.id::text, j.progress)
     FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS o(id, token)
     WHERE j.id = o.id AND j.token = o.token AND j.state = 'running'
-    RETURNING j.id, j.waited
-), ended AS (
-    SELECT count(pg_notify(%(channel)s, '#end:' || id)) AS n FROM done WHERE waited
+    RETURNING j.id, j.waited, j.queue, j.limit_key
+), ended AS (  -- and a limited job's end frees a slot: wake the workers of its queue
+    SELECT (SELECT count(pg_notify(%(channel)s, '#end:' || id)) FROM done WHERE waited)
+           + (SELECT count(pg_notify(%(channel)s, queue)) FROM done WHERE limit_key IS NOT NULL)
+           AS n
 )
 SELECT id FROM done CROSS JOIN ended
 
@@ -237,10 +246,12 @@ FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(states)s::text[], %(delay
      AS o(id, token, state, delay, uncharge, error, traceback, errors, lease_expiries,
           crashes, history, result, progress)
 WHERE j.id = o.id AND j.token = o.token AND j.state = 'running'
-RETURNING j.id, j.waited, j.state
-), ended AS (
-    SELECT count(pg_notify(%(channel)s, '#end:' || id)) AS n FROM finished
-    WHERE waited AND state IN ('done', 'dead')
+RETURNING j.id, j.waited, j.state, j.queue, j.limit_key
+), ended AS (  -- and a limited job that left `running` freed a slot
+    SELECT (SELECT count(pg_notify(%(channel)s, '#end:' || id)) FROM finished
+            WHERE waited AND state IN ('done', 'dead'))
+           + (SELECT count(pg_notify(%(channel)s, queue)) FROM finished
+              WHERE limit_key IS NOT NULL) AS n
 )
 SELECT id FROM finished CROSS JOIN ended
 
@@ -287,19 +298,21 @@ ON CONFLICT (id) DO UPDATE SET last_seen = now()
 -- name: save_task
 -- A worker's task as its code defines it: what an enqueue by name elsewhere should use.
 INSERT INTO {schema}.sqljobs_tasks
-    (name, queue, priority, lease, max_attempts, deadline, updated_at)
-VALUES (%(name)s, %(queue)s, %(priority)s, %(lease)s, %(max_attempts)s, %(deadline)s, now())
+    (name, queue, priority, lease, max_attempts, deadline, concurrency, keyed, updated_at)
+VALUES (%(name)s, %(queue)s, %(priority)s, %(lease)s, %(max_attempts)s, %(deadline)s,
+        %(concurrency)s, %(keyed)s, now())
 ON CONFLICT (name) DO UPDATE SET
     queue = excluded.queue, priority = excluded.priority, lease = excluded.lease,
     max_attempts = excluded.max_attempts, deadline = excluded.deadline,
+    concurrency = excluded.concurrency, keyed = excluded.keyed,
     updated_at = excluded.updated_at
 
 -- name: task_names
 SELECT name FROM {schema}.sqljobs_tasks
 
 -- name: task_info
-SELECT name, queue, priority, lease, max_attempts, deadline FROM {schema}.sqljobs_tasks
-WHERE name = %(name)s
+SELECT name, queue, priority, lease, max_attempts, deadline, concurrency, keyed
+FROM {schema}.sqljobs_tasks WHERE name = %(name)s
 
 -- name: unregister_worker
 DELETE FROM {schema}.sqljobs_workers WHERE id = %(worker)s
@@ -333,21 +346,73 @@ LIMIT %(limit)s
 FOR UPDATE OF j SKIP LOCKED
 
 -- name: count_by_queue_state
-SELECT queue, state, count(*) AS jobs FROM {schema}.sqljobs_jobs GROUP BY queue, state
+-- Jobs by queue and state, but for pending ones (pending_by_queue), each part read
+-- from a partial index and none from the table, which keeps every finished job until the
+-- pruner takes it: running from the lease index, dead from sqljobs_jobs_ended, both exact.
+-- Done and cancelled jobs grow with retention, so each queue's are counted only up to
+-- cap + 1 (a row more than the cap says "more than the cap"), and the queues that have
+-- any are found by a skip scan of sqljobs_jobs_ended (the next queue after the last one
+-- found), a few index seeks each. The repeated `state <> 'pending' AND state <> 'running'`
+-- (done, dead or cancelled) is sqljobs_jobs_ended's predicate: the planner cannot prove
+-- that `state = e.state` implies it.
+WITH RECURSIVE ended (state, queue) AS (
+    SELECT s.state, (SELECT min(queue) FROM {schema}.sqljobs_jobs
+                     WHERE state = s.state AND state <> 'pending' AND state <> 'running')
+    FROM (VALUES ('done'), ('cancelled')) AS s (state)
+    UNION ALL
+    SELECT e.state, (SELECT min(queue) FROM {schema}.sqljobs_jobs
+                     WHERE state = e.state AND queue > e.queue
+                       AND state <> 'pending' AND state <> 'running')
+    FROM ended AS e WHERE e.queue IS NOT NULL
+)
+SELECT queue, state,
+       (SELECT count(*) FROM (SELECT 1 FROM {schema}.sqljobs_jobs
+                              WHERE state = e.state AND queue = e.queue
+                                AND state <> 'pending' AND state <> 'running'
+                              LIMIT %(cap)s + 1) AS upto) AS jobs
+FROM ended AS e WHERE queue IS NOT NULL
+UNION ALL
+SELECT queue, 'dead', count(*) FROM {schema}.sqljobs_jobs
+WHERE state = 'dead' AND state <> 'pending' AND state <> 'running' GROUP BY queue
+UNION ALL
+SELECT queue, 'running', count(*) FROM {schema}.sqljobs_jobs
+WHERE state = 'running' GROUP BY queue
 
--- name: oldest_due_by_queue
-SELECT queue, extract(epoch FROM now() - min(run_at))::float8 AS age
-FROM {schema}.sqljobs_jobs
-WHERE state = 'pending' AND run_at <= now() GROUP BY queue
+-- name: pending_by_queue
+-- Pending jobs by queue, and how long the oldest due one has waited (by the server's
+-- clock), from the claim index (it holds queue and run_at, in queue order) and the suspects
+-- index (usually empty); a queue may come in two rows, which add up. Their predicates
+-- together are `state = 'pending'`, which no partial index has on its own.
+SELECT queue, count(*) AS pending,
+       extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8 AS age
+FROM {schema}.sqljobs_jobs WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL
+GROUP BY queue
+UNION ALL  -- jobs under a concurrency limit, from their own index
+SELECT queue, count(*) AS pending,
+       extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8 AS age
+FROM {schema}.sqljobs_jobs WHERE state = 'pending' AND limit_key IS NOT NULL GROUP BY queue
+UNION ALL
+SELECT queue, count(*) AS pending,
+       extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8 AS age
+FROM {schema}.sqljobs_jobs WHERE state = 'pending' AND crashes >= 2 AND limit_key IS NULL
+GROUP BY queue
+
+-- name: pending_by_task
+-- Pending jobs by task, through the same two indexes; a task may come in two rows, which
+-- add up.
+SELECT task, count(*) AS pending FROM {schema}.sqljobs_jobs
+WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL GROUP BY task
+UNION ALL
+SELECT task, count(*) AS pending FROM {schema}.sqljobs_jobs
+WHERE state = 'pending' AND limit_key IS NOT NULL GROUP BY task
+UNION ALL
+SELECT task, count(*) AS pending FROM {schema}.sqljobs_jobs
+WHERE state = 'pending' AND crashes >= 2 AND limit_key IS NULL GROUP BY task
 
 -- name: live_workers
 -- The task names each live worker runs (a JSON list per worker).
 SELECT tasks FROM {schema}.sqljobs_workers
 WHERE last_seen >= now() - make_interval(secs => 2.5 * heartbeat_interval)
-
--- name: pending_by_task
-SELECT task, count(*) AS pending FROM {schema}.sqljobs_jobs WHERE state = 'pending'
-GROUP BY task
 
 -- name: get_job
 -- The job_columns fragment (below) fills in a whole job, named as Job's fields.

@@ -31,7 +31,9 @@ CREATE TABLE {schema}.sqljobs_jobs (
     prefetched      boolean          NOT NULL DEFAULT false, -- in a worker's buffer (0005)
     result          text,            -- the task's return value, JSON (0006)
     progress        text,            -- the last ctx.progress(), JSON (0006)
-    waited          boolean          NOT NULL DEFAULT false  -- a caller waits: NOTIFY its end
+    waited          boolean          NOT NULL DEFAULT false, -- a caller waits: NOTIFY its end
+    limit_key       text,            -- its concurrency limit's key (0007)
+    limit_max       integer          -- and that limit
 ) WITH (
     -- a queue table churns: vacuum it early and often so claims never wade through
     -- dead row versions
@@ -43,21 +45,33 @@ CREATE TABLE {schema}.sqljobs_jobs (
 
 -- A business key names one job (sqljobs enqueue keys); unkeyed jobs cost no index entry.
 CREATE UNIQUE INDEX sqljobs_jobs_key ON {schema}.sqljobs_jobs (key) WHERE key IS NOT NULL;
--- Claims read pending work in this order; the partial index holds pending rows only.
+-- Claims read pending work in this order; the partial index holds pending rows only, and
+-- no jobs under a concurrency limit (0007): their backlog never slows the others.
 CREATE INDEX sqljobs_jobs_claim ON {schema}.sqljobs_jobs (queue, priority DESC, run_at, id)
-    WHERE state = 'pending' AND crashes < 2;
+    WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL;
 CREATE INDEX sqljobs_jobs_claim_any ON {schema}.sqljobs_jobs (priority DESC, run_at, id)
-    WHERE state = 'pending' AND crashes < 2;
+    WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL;
 -- Jobs that were in two workers that crashed: usually none, so finding them is free.
 CREATE INDEX sqljobs_jobs_suspects ON {schema}.sqljobs_jobs (priority DESC, run_at, id)
     WHERE state = 'pending' AND crashes >= 2;
 -- When the next delayed job falls due. The predicate's `run_at > '-infinity'` is stated by
 -- next_due only, so no claim can take this index for `run_at <= now()` (0004).
 CREATE INDEX sqljobs_jobs_next_due ON {schema}.sqljobs_jobs (run_at)
-    WHERE state = 'pending' AND crashes < 2 AND run_at > '-infinity';
+    WHERE state = 'pending' AND crashes < 2 AND run_at > '-infinity' AND limit_key IS NULL;
+-- Jobs under a concurrency limit (0007): by key in claim order (the loose scan over keys,
+-- each key's first jobs), their running jobs per key, when the next delayed one is due.
+CREATE INDEX sqljobs_jobs_limited ON {schema}.sqljobs_jobs (limit_key, priority DESC, run_at, id)
+    WHERE state = 'pending' AND limit_key IS NOT NULL;
+CREATE INDEX sqljobs_jobs_limit_running ON {schema}.sqljobs_jobs (limit_key)
+    WHERE state = 'running' AND limit_key IS NOT NULL;
+CREATE INDEX sqljobs_jobs_limited_due ON {schema}.sqljobs_jobs (run_at)
+    WHERE state = 'pending' AND limit_key IS NOT NULL;
 CREATE INDEX sqljobs_jobs_lease ON {schema}.sqljobs_jobs (lease_until) WHERE state = 'running';
 CREATE INDEX sqljobs_jobs_finished ON {schema}.sqljobs_jobs (state, finished_at)
     WHERE finished_at IS NOT NULL;
+-- Stats count ended jobs per state and queue from here, never from the table (0006).
+CREATE INDEX sqljobs_jobs_ended ON {schema}.sqljobs_jobs (state, queue)
+    WHERE state <> 'pending' AND state <> 'running';
 
 CREATE TABLE {schema}.sqljobs_workers (
     id                 text             PRIMARY KEY,
@@ -80,7 +94,9 @@ CREATE TABLE {schema}.sqljobs_tasks (
     lease        double precision NOT NULL,
     max_attempts integer          NOT NULL,
     deadline     double precision,
-    updated_at   timestamptz      NOT NULL
+    updated_at   timestamptz      NOT NULL,
+    concurrency  integer,          -- its concurrency limit, if any (0007)
+    keyed        boolean          NOT NULL DEFAULT false  -- counted per key, by a key function
 );
 
 CREATE TABLE {schema}.sqljobs_idempotency (

@@ -5,8 +5,8 @@
 -- name: insert_job
 INSERT INTO sqljobs_jobs
     (queue, task, payload, key, priority, run_at, created_at, deadline_at, max_attempts, lease,
-     key_hold)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+     key_hold, limit_key, limit_max)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING
 
 -- name: release_key
@@ -23,6 +23,7 @@ SELECT id FROM sqljobs_jobs WHERE key = ?
 -- uses the (queue, ...) indexes directly, or filter_queues), then, for a worker,
 -- filter_tasks: it claims only the tasks it has registered. The fragments are at the end.
 -- Jobs of a paused queue (sqljobs_queues) are never claimed; the subquery is read once.
+-- Jobs under a concurrency limit are claimed by limits.sql's statements, not this one.
 UPDATE sqljobs_jobs
 SET state = 'running', attempts = attempts + 1, token = token + 1,
     worker = :worker, started_at = :now, prefetched = :all_buffered,
@@ -30,7 +31,8 @@ SET state = 'running', attempts = attempts + 1, token = token + 1,
     lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
 WHERE id IN (
     SELECT id FROM sqljobs_jobs
-    WHERE state = 'pending' AND run_at <= :now AND crashes < 2 {queue_filter}
+    WHERE state = 'pending' AND run_at <= :now AND crashes < 2 AND limit_key IS NULL
+      {queue_filter}
       AND queue NOT IN (SELECT name FROM sqljobs_queues WHERE paused = 1)
     ORDER BY priority DESC, run_at, id
     LIMIT :limit)
@@ -60,7 +62,7 @@ RETURNING id, task, payload, queue, priority, attempts AS attempt, token, lease,
 -- In how many seconds the next delayed job falls due, and whether jobs from crashed
 -- workers wait (neither counts a paused queue's jobs: they wait for its resume).
 SELECT (SELECT run_at FROM sqljobs_jobs INDEXED BY sqljobs_jobs_due
-        WHERE state = 'pending' AND crashes < 2 {queue_filter}
+        WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL {queue_filter}
           AND queue NOT IN (SELECT name FROM sqljobs_queues WHERE paused = 1)
         ORDER BY run_at LIMIT 1)
        - :now AS wait,
@@ -146,19 +148,21 @@ VALUES (:id, :host, :pid, :queues, :concurrency, :heartbeat_interval, :now, :now
 
 -- name: save_task
 -- A worker's task as its code defines it: what an enqueue by name elsewhere should use.
-INSERT INTO sqljobs_tasks (name, queue, priority, lease, max_attempts, deadline, updated_at)
-VALUES (:name, :queue, :priority, :lease, :max_attempts, :deadline, :now)
+INSERT INTO sqljobs_tasks
+    (name, queue, priority, lease, max_attempts, deadline, concurrency, keyed, updated_at)
+VALUES (:name, :queue, :priority, :lease, :max_attempts, :deadline, :concurrency, :keyed, :now)
 ON CONFLICT (name) DO UPDATE SET
     queue = excluded.queue, priority = excluded.priority, lease = excluded.lease,
     max_attempts = excluded.max_attempts, deadline = excluded.deadline,
+    concurrency = excluded.concurrency, keyed = excluded.keyed,
     updated_at = excluded.updated_at
 
 -- name: task_names
 SELECT name FROM sqljobs_tasks
 
 -- name: task_info
-SELECT name, queue, priority, lease, max_attempts, deadline FROM sqljobs_tasks
-WHERE name = :name
+SELECT name, queue, priority, lease, max_attempts, deadline, concurrency, keyed
+FROM sqljobs_tasks WHERE name = :name
 
 -- name: unregister_worker
 DELETE FROM sqljobs_workers WHERE id = :worker
@@ -182,18 +186,69 @@ WHERE j.state = 'running' AND j.worker = :worker
 LIMIT :limit
 
 -- name: count_by_queue_state
-SELECT queue, state, count(*) AS jobs FROM sqljobs_jobs GROUP BY queue, state
+-- Jobs by queue and state, but for pending ones (pending_by_queue), each part read
+-- from a partial index and none from the table, which keeps every finished job until the
+-- pruner takes it: running from the lease index, dead from sqljobs_jobs_ended, both exact.
+-- Done and cancelled jobs grow with retention, so each queue's are counted only up to
+-- :cap + 1 (a row more than the cap says "more than :cap"), and the queues that have any
+-- are found by a skip scan of sqljobs_jobs_ended (the next queue after the last one found),
+-- a few index seeks each.
+-- `state <> 'pending' AND state <> 'running'` (done, dead or cancelled) repeats
+-- sqljobs_jobs_ended's predicate: SQLite takes a partial index only for a query that states
+-- its predicate's terms.
+WITH RECURSIVE ended (state, queue) AS (
+    SELECT s.state, (SELECT min(queue) FROM sqljobs_jobs
+                     WHERE state = s.state AND state <> 'pending' AND state <> 'running')
+    FROM (SELECT 'done' AS state UNION ALL SELECT 'cancelled') AS s
+    UNION ALL
+    SELECT e.state, (SELECT min(queue) FROM sqljobs_jobs
+                     WHERE state = e.state AND queue > e.queue
+                       AND state <> 'pending' AND state <> 'running')
+    FROM ended AS e WHERE e.queue IS NOT NULL
+)
+SELECT queue, state,
+       (SELECT count(*) FROM (SELECT 1 FROM sqljobs_jobs
+                              WHERE state = e.state AND queue = e.queue
+                                AND state <> 'pending' AND state <> 'running'
+                              LIMIT :cap + 1)) AS jobs
+FROM ended AS e WHERE queue IS NOT NULL
+UNION ALL
+SELECT queue, 'dead', count(*) FROM sqljobs_jobs
+WHERE state = 'dead' AND state <> 'pending' AND state <> 'running' GROUP BY queue
+UNION ALL
+SELECT queue, 'running', count(*) FROM sqljobs_jobs WHERE state = 'running' GROUP BY queue
 
--- name: oldest_due_by_queue
-SELECT queue, :now - min(run_at) AS age FROM sqljobs_jobs
-WHERE state = 'pending' AND run_at <= :now GROUP BY queue
+-- name: pending_by_queue
+-- Pending jobs by queue, and how long the oldest due one has waited, from the claim index
+-- alone (it holds queue and run_at, in queue order: no row is read, nothing is sorted) and
+-- the suspects index (usually empty), and, for jobs under a concurrency limit, the limited
+-- index (their rows are read for the queue); a queue may come in several rows, which add
+-- up. Their predicates together are `state = 'pending'`, which no partial index has alone.
+SELECT queue, count(*) AS pending, :now - min(CASE WHEN run_at <= :now THEN run_at END) AS age
+FROM sqljobs_jobs WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL GROUP BY queue
+UNION ALL
+SELECT queue, count(*) AS pending, :now - min(CASE WHEN run_at <= :now THEN run_at END) AS age
+FROM sqljobs_jobs WHERE state = 'pending' AND limit_key IS NOT NULL GROUP BY queue
+UNION ALL
+SELECT queue, count(*) AS pending, :now - min(CASE WHEN run_at <= :now THEN run_at END) AS age
+FROM sqljobs_jobs WHERE state = 'pending' AND crashes >= 2 AND limit_key IS NULL GROUP BY queue
+
+-- name: pending_by_task
+-- Pending jobs by task, through the same two indexes (each job's row is read for its task);
+-- a task may come in two rows, which add up. Kept apart from pending_by_queue: grouping by
+-- queue and task at once sorts every pending job, and costs more than both.
+SELECT task, count(*) AS pending FROM sqljobs_jobs
+WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL GROUP BY task
+UNION ALL
+SELECT task, count(*) AS pending FROM sqljobs_jobs
+WHERE state = 'pending' AND limit_key IS NOT NULL GROUP BY task
+UNION ALL
+SELECT task, count(*) AS pending FROM sqljobs_jobs
+WHERE state = 'pending' AND crashes >= 2 AND limit_key IS NULL GROUP BY task
 
 -- name: live_workers
 -- The task names each live worker runs (a JSON list per worker).
 SELECT tasks FROM sqljobs_workers WHERE last_seen >= :now - 2.5 * heartbeat_interval
-
--- name: pending_by_task
-SELECT task, count(*) AS pending FROM sqljobs_jobs WHERE state = 'pending' GROUP BY task
 
 -- name: get_job
 SELECT id, queue, task, payload, key, state, priority, run_at, created_at, attempts,

@@ -30,28 +30,42 @@ CREATE TABLE sqljobs_jobs (
     released_key    TEXT,
     prefetched      INTEGER NOT NULL DEFAULT 0, -- in a worker's buffer, not started (0004)
     result          TEXT,                       -- the task's return value, JSON (0005)
-    progress        TEXT                        -- the last ctx.progress(), JSON (0005)
+    progress        TEXT,                       -- the last ctx.progress(), JSON (0005)
+    limit_key       TEXT,                       -- its concurrency limit's key (0006)
+    limit_max       INTEGER                     -- and that limit
 );
 
 -- A business key names one job (sqljobs enqueue keys); unkeyed jobs cost no index entry.
 CREATE UNIQUE INDEX sqljobs_jobs_key ON sqljobs_jobs (key) WHERE key IS NOT NULL;
 -- Claims read pending work in this order; the partial index holds pending rows only,
--- so finished rows never slow a claim down.
+-- so finished rows never slow a claim down, and no jobs under a concurrency limit (0006),
+-- so a backlog of those waiting for slots never slows the others.
 CREATE INDEX sqljobs_jobs_claim ON sqljobs_jobs (queue, priority DESC, run_at, id)
-    WHERE state = 'pending' AND crashes < 2;
+    WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL;
 CREATE INDEX sqljobs_jobs_claim_any ON sqljobs_jobs (priority DESC, run_at, id)
-    WHERE state = 'pending' AND crashes < 2;
+    WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL;
 -- Jobs that were in two workers that crashed: usually none, so finding them is free.
 CREATE INDEX sqljobs_jobs_suspects ON sqljobs_jobs (priority DESC, run_at, id)
     WHERE state = 'pending' AND crashes >= 2;
 -- When the next delayed job falls due.
 CREATE INDEX sqljobs_jobs_due ON sqljobs_jobs (run_at)
-    WHERE state = 'pending' AND crashes < 2;
+    WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL;
+-- Jobs under a concurrency limit (0006): by key in claim order (the loose scan over keys,
+-- each key's first jobs), their running jobs per key, when the next delayed one is due.
+CREATE INDEX sqljobs_jobs_limited ON sqljobs_jobs (limit_key, priority DESC, run_at, id)
+    WHERE state = 'pending' AND limit_key IS NOT NULL;
+CREATE INDEX sqljobs_jobs_limit_running ON sqljobs_jobs (limit_key)
+    WHERE state = 'running' AND limit_key IS NOT NULL;
+CREATE INDEX sqljobs_jobs_limited_due ON sqljobs_jobs (run_at)
+    WHERE state = 'pending' AND limit_key IS NOT NULL;
 -- The reaper looks for expired leases.
 CREATE INDEX sqljobs_jobs_lease ON sqljobs_jobs (lease_until) WHERE state = 'running';
 -- The pruner deletes finished jobs by state and age (0005).
 CREATE INDEX sqljobs_jobs_finished ON sqljobs_jobs (state, finished_at)
     WHERE finished_at IS NOT NULL;
+-- Stats count ended jobs per state and queue from here, never from the table (0005).
+CREATE INDEX sqljobs_jobs_ended ON sqljobs_jobs (state, queue)
+    WHERE state <> 'pending' AND state <> 'running';
 
 -- Live worker processes. last_seen tells a crashed worker from a slow job.
 CREATE TABLE sqljobs_workers (
@@ -75,7 +89,9 @@ CREATE TABLE sqljobs_tasks (
     lease        REAL NOT NULL,
     max_attempts INTEGER NOT NULL,
     deadline     REAL,
-    updated_at   REAL NOT NULL
+    updated_at   REAL NOT NULL,
+    concurrency  INTEGER,                      -- its concurrency limit, if any (0006)
+    keyed        INTEGER NOT NULL DEFAULT 0    -- counted per key, by a key function
 );
 
 -- Business idempotency markers (sqljobs.idempotent), written in the caller's transaction.

@@ -1,4 +1,5 @@
--- Control over work in flight: results, progress, paused queues; retention by state.
+-- Control over work in flight: results, progress, paused queues; retention by state;
+-- counts that cost no more with a million finished jobs kept.
 
 -- A task's return value (JSON), what its handler last reported with ctx.progress(), and
 -- whether a caller waits on it: only then does its end send a NOTIFY.
@@ -10,6 +11,15 @@ ALTER TABLE {schema}.sqljobs_jobs ADD COLUMN waited boolean NOT NULL DEFAULT fal
 DROP INDEX {schema}.sqljobs_jobs_finished;
 CREATE INDEX sqljobs_jobs_finished ON {schema}.sqljobs_jobs (state, finished_at)
     WHERE finished_at IS NOT NULL;
+-- Stats count ended jobs from this index, never from the table: dead exactly, done and
+-- cancelled (which grow with retention) only up to a cap per queue (sqljobs.stats). Not
+-- sqljobs_jobs_finished with queue added: the pruner asks for one state's oldest rows
+-- across all queues, which (state, queue, finished_at) cannot give without reading every
+-- queue's young rows too. The predicate names the states that are not ended, the rest of
+-- the CHECK's list: SQLite tests `state IN ('done', 'dead', 'cancelled')` by building a
+-- lookup table each time, and a bare loop claiming and finishing jobs ran 30% slower.
+CREATE INDEX sqljobs_jobs_ended ON {schema}.sqljobs_jobs (state, queue)
+    WHERE state <> 'pending' AND state <> 'running';
 
 -- A paused queue: claims skip its jobs (enqueues and schedules still add to it).
 CREATE TABLE {schema}.sqljobs_queues (

@@ -1,0 +1,48 @@
+-- Claims of jobs under a concurrency limit (sqljobs.limits), run in one write transaction:
+-- SQLite has one writer, so nothing else can claim between the count and the claim.
+
+-- name: limited_keys
+-- A loose index scan: the limit keys that have pending jobs, one index seek each, from
+-- :after on (the caller rotates where it starts, so a cap never starves the last keys).
+WITH RECURSIVE keys(key) AS (
+    SELECT (SELECT min(limit_key) FROM sqljobs_jobs
+            WHERE state = 'pending' AND limit_key IS NOT NULL AND limit_key > :after)
+    UNION ALL
+    SELECT (SELECT min(limit_key) FROM sqljobs_jobs
+            WHERE state = 'pending' AND limit_key IS NOT NULL AND limit_key > keys.key)
+    FROM keys WHERE keys.key IS NOT NULL
+)
+SELECT key FROM keys WHERE key IS NOT NULL LIMIT :max_keys
+
+-- name: limit_running
+-- How many jobs of each of these keys run now (claimed and held, anywhere).
+SELECT limit_key AS key, count(*) AS running FROM sqljobs_jobs
+WHERE state = 'running' AND limit_key IN (SELECT value FROM json_each(:keys))
+GROUP BY limit_key
+
+-- name: limited_candidates
+-- The first due jobs of one key, in claim order, as many as its limit at most (the
+-- caller keeps as many as the key has free slots).
+SELECT id, priority, run_at, limit_max FROM sqljobs_jobs
+WHERE limit_key = :key AND state = 'pending' AND run_at <= :now AND crashes < 2
+  {queue_filter}
+  AND queue NOT IN (SELECT name FROM sqljobs_queues WHERE paused = 1)
+ORDER BY priority DESC, run_at, id
+LIMIT :most
+
+-- name: claim_ids
+-- Claim the chosen limited jobs, as the claim statement does.
+UPDATE sqljobs_jobs
+SET state = 'running', attempts = attempts + 1, token = token + 1,
+    worker = :worker, started_at = :now, prefetched = :all_buffered,
+    lease = coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease),
+    lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
+WHERE id IN (SELECT value FROM json_each(:ids)) AND state = 'pending'
+RETURNING id, task, payload, queue, priority, attempts AS attempt, token, lease,
+          max_attempts, created_at, deadline_at, key, run_at
+
+-- name: next_limited_due
+-- When the next delayed limited job falls due (one already due waits for a slot, which
+-- a completion announces: it is not a reason to look again now).
+SELECT min(run_at) - :now AS wait FROM sqljobs_jobs INDEXED BY sqljobs_jobs_limited_due
+WHERE state = 'pending' AND limit_key IS NOT NULL AND run_at > :now {queue_filter}

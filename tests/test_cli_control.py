@@ -1,0 +1,303 @@
+"""Control over work in flight from the command line: queues listed, paused and resumed;
+a job's result and progress shown; one job or many cancelled, saying what becomes of a
+running one. The CLI runs in-process (click's runner) beside a worker thread, on both
+backends; test_cli.py runs it as a subprocess, as a user does."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+
+from sqljobs import App, JobContext, JobState
+from sqljobs.cli import Ctx, cli
+from sqljobs.worker import EventLog
+
+from .conftest import wait_until, worker_thread
+
+RAW_TIME = re.compile(r"\b1\d{9}(\.\d+)?\b")  # a Unix timestamp, as a person should not see
+RUNNING_CANCELLED = (
+    "cancelled while running: its worker is told to stop within a heartbeat (the handler "
+    "sees ctx.cancelled), and its outcome will be discarded"
+)
+
+
+def sqljobs(url: str, *args: str, answer: str | None = None, app: str | None = None) -> Result:
+    """``sqljobs --url URL ARGS`` (or ``--app MODULE:ATTR``) at an 80-column terminal;
+    ``answer`` is what the person types at a prompt."""
+    where = ["--app", app] if app else ["--url", url]
+    return CliRunner(env={"COLUMNS": "80"}).invoke(
+        cli, [*where, *args], input=answer, obj=Ctx(), catch_exceptions=False
+    )
+
+
+def assert_fits(out: str, width: int = 80) -> None:
+    long = [line for line in out.splitlines() if len(line) > width]
+    assert not long, f"lines wider than {width}:\n" + "\n".join(long)
+
+
+def _line(out: str, start: str) -> str:
+    return next(line for line in out.splitlines() if line.startswith(start))
+
+
+# -- queues ------------------------------------------------------------------------------
+
+
+def test_queues_are_listed_paused_and_resumed(app: App) -> None:
+    url = app.url
+    for _ in range(2):
+        app.enqueue("send", queue="mail", known=False)
+    app.enqueue("monthly", queue="reports", known=False)
+
+    listed = sqljobs(url, "queues").stdout
+    assert_fits(listed)
+    assert re.search(r"^mail +no +2 +0 +0 +0 +0 +\S", listed, re.M), listed
+    assert re.search(r"^reports +no +1 ", listed, re.M)
+    same = sqljobs(url, "queues", "list").stdout  # the group alone lists too
+    assert [line[:40] for line in same.splitlines()] == [line[:40] for line in listed.splitlines()]
+
+    paused = sqljobs(url, "queues", "pause", "mail")
+    assert paused.stdout == (
+        "queue mail paused: workers take no new jobs from it; running jobs finish\n"
+    )
+    assert paused.stderr == "", "a queue with jobs is no typo"
+    assert sqljobs(url, "queues", "pause", "mail").stdout == "queue mail was already paused\n"
+    assert [q.name for q in app.queues() if q.paused] == ["mail"]
+
+    listed = sqljobs(url, "queues").stdout
+    assert_fits(listed)
+    assert not RAW_TIME.search(listed), listed
+    assert re.search(r"^mail +yes, \d+ ms +2 ", _line(listed, "mail ")), listed
+    assert re.search(r"^reports +no ", _line(listed, "reports "))
+    assert re.search(r"^mail paused since \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+$", listed, re.M)
+    assert "sqljobs queues resume NAME" in listed
+
+    raw = {q["name"]: q for q in json.loads(sqljobs(url, "queues", "list", "--json").stdout)}
+    assert raw["mail"]["paused"] is True and abs(raw["mail"]["paused_at"] - time.time()) < 60
+    assert raw["mail"]["counts"]["pending"] == 2 and raw["mail"]["oldest_due_age"] >= 0
+    assert raw["reports"]["paused"] is False and raw["reports"]["paused_at"] is None
+    bare = json.loads(sqljobs(url, "queues", "--json").stdout)
+    assert [(q["name"], q["paused_at"]) for q in bare] == [
+        ("mail", raw["mail"]["paused_at"]),
+        ("reports", None),
+    ]
+
+    stats = sqljobs(url, "stats").stdout
+    assert_fits(stats)
+    assert "paused queues (no new jobs taken): mail" in stats
+    assert re.search(r"^mail \(paused\) +2 ", stats, re.M), stats
+    assert json.loads(sqljobs(url, "stats", "--json").stdout)["paused"] == ["mail"]
+
+    resumed = sqljobs(url, "queues", "resume", "mail").stdout
+    assert resumed == "queue mail resumed: workers take its jobs again\n"
+    assert sqljobs(url, "queues", "resume", "mail").stdout == "queue mail was not paused\n"
+    assert not any(q.paused for q in app.queues())
+    stats = sqljobs(url, "stats").stdout
+    assert "paused queues" not in stats and "(paused)" not in stats
+
+
+def test_a_queue_name_is_checked_and_a_likely_typo_is_pointed_out(app: App) -> None:
+    app.enqueue("send", queue="mail", known=False)
+    for command in ("pause", "resume"):
+        bad = sqljobs(app.url, "queues", command, "bad name")
+        assert bad.exit_code == 2, bad.output
+        assert "queue name 'bad name'" in bad.stderr and "use 1-64 letters" in bad.stderr
+    assert app.queues()[0].name == "mail" and len(app.queues()) == 1, "nothing stored"
+
+    typo = sqljobs(app.url, "queues", "pause", "mial")
+    assert typo.exit_code == 0 and typo.stdout.startswith("queue mial paused")
+    assert "no job or task of this app uses queue 'mial' yet (a typo?)" in typo.stderr
+    assert [q.name for q in app.queues() if q.paused] == ["mial"], "paused all the same"
+
+
+def test_a_paused_queue_shown_by_the_cli_is_one_workers_leave_alone(app: App) -> None:
+    @app.task(queue="mail")
+    def send(n: int) -> int:
+        return n
+
+    assert sqljobs(app.url, "queues", "pause", "mail").exit_code == 0
+    held = send.enqueue(1)
+    with worker_thread(app, on_event=(log := EventLog())):
+        elsewhere = app.enqueue("send", [1], queue="other")
+        assert elsewhere.result(timeout=10) == 1, "the worker works"
+        assert held.refresh().state is JobState.PENDING
+        assert sqljobs(app.url, "queues", "resume", "mail").exit_code == 0
+        assert held.result(timeout=10) == 1
+        log.wait("finished", job_id=held.id, timeout=10)
+
+
+# -- results and progress ----------------------------------------------------------------
+
+
+def test_jobs_show_and_list_give_progress_while_it_runs_and_the_result_after(app: App) -> None:
+    go_on = threading.Event()
+
+    @app.task
+    def export(ctx: JobContext, pages: int) -> dict[str, object]:
+        ctx.progress(1, total=pages, note="page 1")
+        go_on.wait(20)
+        ctx.progress(pages, total=pages, note="all pages")
+        return {"pages": pages, "files": [f"part-{i}.pdf" for i in range(pages)]}
+
+    handle = export.enqueue(10)
+    with worker_thread(app):
+        wait_until(lambda: app.job(handle.id).refresh().progress, what="the progress report")
+        shown = sqljobs(app.url, "jobs", "show", str(handle.id)).stdout
+        assert_fits(shown)
+        assert not RAW_TIME.search(shown), shown
+        progress = _line(shown, "progress")
+        assert re.fullmatch(
+            r"progress +1/10 \(10%\) page 1; reported \d{4}-\d\d-\d\d \d\d:\d\d:\d\d \S+ "
+            r"\(\d.* ago\)",
+            progress,
+        ), progress
+        assert re.fullmatch(r"result +-", _line(shown, "result")), "not done yet"
+        raw = json.loads(sqljobs(app.url, "jobs", "show", str(handle.id), "--json").stdout)
+        assert raw["state"] == "running" and raw["result"] is None
+        assert raw["progress"]["done"] == 1 and raw["progress"]["total"] == 10
+        assert raw["progress"]["note"] == "page 1" and raw["progress"]["updated_at"] > 0
+
+        listed = sqljobs(app.url, "jobs", "list").stdout
+        assert_fits(listed)
+        assert "progress" in listed.splitlines()[0] and "1/10 (10%) page 1" in listed
+        wide = CliRunner(env={"COLUMNS": "200"}).invoke(
+            cli, ["--url", app.url, "jobs", "list"], obj=Ctx()
+        )
+        assert "1/10 (10%) page 1" in wide.stdout
+
+        go_on.set()
+        assert handle.result(timeout=10)["pages"] == 10
+
+    shown = sqljobs(app.url, "jobs", "show", str(handle.id)).stdout
+    assert_fits(shown)
+    result = shown.split("result", 1)[1].split("last error")[0]
+    assert json.loads(result) == {"pages": 10, "files": [f"part-{i}.pdf" for i in range(10)]}
+    assert "\n" in result.strip(), "a long result is indented, one item a line"
+    assert "10/10 (100%) all pages" in _line(shown, "progress"), "the last report is kept"
+    raw = json.loads(sqljobs(app.url, "jobs", "show", str(handle.id), "--json").stdout)
+    assert raw["result"]["pages"] == 10 and raw["progress"]["note"] == "all pages"
+    listed = sqljobs(app.url, "jobs", "list").stdout
+    assert "progress" not in listed.splitlines()[0], "no column when nothing running reports"
+
+
+def test_a_done_job_without_a_result_says_whether_it_was_stored(
+    app: App, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = f"quiet_app_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(
+        "import sqljobs\n"
+        f"app = sqljobs.App({app.url!r})\n"
+        "@app.task(store_result=False)\n"
+        "def quiet() -> dict:\n"
+        "    return {'big': 'data'}\n"
+        "@app.task\n"
+        "def silent() -> None: ...\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    app.task(name="quiet", store_result=False)(lambda: {"big": "data"})
+    app.task(name="silent")(lambda: None)
+    quiet, silent = app.enqueue("quiet"), app.enqueue("silent")
+    with worker_thread(app):
+        assert quiet.result(timeout=10) is None and silent.result(timeout=10) is None
+
+    def result_line(job_id: int, via_app: bool) -> str:
+        spec = f"{module}:app" if via_app else None
+        return _line(sqljobs(app.url, "jobs", "show", str(job_id), app=spec).stdout, "result")
+
+    not_stored = "(not stored: the task has store_result=False)"
+    assert result_line(quiet.id, via_app=True).endswith(not_stored)
+    assert result_line(quiet.id, via_app=False).endswith("(none)"), "no app: not known"
+    assert result_line(silent.id, via_app=True).endswith("(none)")
+
+
+# -- cancelling ----------------------------------------------------------------------------
+
+
+def test_cancelling_a_running_job_says_what_its_worker_does(app: App) -> None:
+    started = threading.Event()
+    seen: list[str] = []
+
+    @app.task(lease=0.9)  # on SQLite the worker learns at its heartbeat, every 0.3 s
+    def crawl(ctx: JobContext) -> str:
+        started.set()
+        while not ctx.cancelled:
+            time.sleep(0.01)
+        seen.append("cancelled")
+        return "finished anyway"
+
+    handle = crawl.enqueue()
+    with worker_thread(app, on_event=(log := EventLog())):
+        assert started.wait(10)
+        out = sqljobs(app.url, "jobs", "cancel", str(handle.id))
+        assert out.stdout == f"job {handle.id} {RUNNING_CANCELLED}\n"
+        log.wait("cancelled", job_id=handle.id, timeout=10)
+        log.wait("discarded", job_id=handle.id, timeout=10)
+    assert seen == ["cancelled"]
+    job = handle.refresh()
+    assert job.state is JobState.CANCELLED and job.result is None
+    again = sqljobs(app.url, "jobs", "cancel", str(handle.id))
+    assert again.exit_code == 0 and again.stdout == f"job {handle.id} was already cancelled\n"
+    missing = sqljobs(app.url, "jobs", "cancel", "999999")
+    assert missing.exit_code == 1 and "no job with id 999999" in missing.stderr
+
+
+def test_cancelling_many_asks_first_with_the_count(app: App) -> None:
+    url = app.url
+    send = [app.enqueue("send", queue="mail", known=False).id for _ in range(3)]
+    other = [app.enqueue("other", queue="mail", known=False).id for _ in range(2)]
+    elsewhere = app.enqueue("send", queue="reports", known=False).id
+
+    no = sqljobs(url, "jobs", "cancel", "--queue", "mail", "--task", "send", answer="n\n")
+    assert no.exit_code == 1 and "Aborted" in no.stderr
+    assert "cancel 3 pending or running jobs of task 'send' in queue 'mail'? [y/N]" in no.stderr
+    assert all(app.job(i).refresh().state is JobState.PENDING for i in send), "nothing changed"
+
+    yes = sqljobs(url, "jobs", "cancel", "--queue", "mail", "--task", "send", answer="y\n")
+    assert yes.exit_code == 0
+    assert yes.stdout.startswith("3 job(s) cancelled; the workers of those that were running")
+    assert all(app.job(i).refresh().state is JobState.CANCELLED for i in send)
+
+    pending = sqljobs(url, "jobs", "cancel", "--queue", "mail", "--state", "pending", "--yes")
+    assert pending.stdout == "2 job(s) cancelled\n" and pending.stderr == "", "no question"
+    assert all(app.job(i).refresh().state is JobState.CANCELLED for i in other)
+    assert app.job(elsewhere).refresh().state is JobState.PENDING
+
+    none = sqljobs(url, "jobs", "cancel", "--task", "nothing", "--state", "running")
+    assert none.stdout == "no running jobs of task 'nothing': nothing to cancel\n"
+
+
+def test_a_bulk_count_by_task_past_what_is_read_is_an_upper_bound(app: App) -> None:
+    app.task(name="send")(lambda: None)
+    app.task(name="other")(lambda: None)
+    app.tasks["send"].enqueue_many([() for _ in range(1000)])
+    app.tasks["other"].enqueue_many([() for _ in range(2)])
+    asked = sqljobs(app.url, "jobs", "cancel", "--task", "send", answer="n\n").stderr
+    assert "cancel up to 1002 pending or running jobs of task 'send'?" in asked
+    told = sqljobs(app.url, "jobs", "cancel", "--task", "other", "--yes").stdout
+    assert told.startswith("2 job(s) cancelled")
+    assert app.stats().total("pending") == 1000
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["jobs", "cancel"], "give a job id, or --queue, --task or --state for many"),
+        (["jobs", "cancel", "1", "--queue", "mail"], "give a job id, or --queue/--task/--state"),
+        (["jobs", "cancel", "--queue", "bad name"], "queue name 'bad name'"),
+        (["jobs", "cancel", "--state", "done"], "'done' is not one of 'pending', 'running'"),
+        (["worker", "--cancel-grace", "0"], "--cancel-grace"),
+    ],
+)
+def test_a_bad_cancel_is_refused_before_anything_changes(
+    app: App, args: list[str], says: str
+) -> None:
+    job = app.enqueue("send", queue="mail", known=False)
+    out = sqljobs(app.url, *args)
+    assert out.exit_code == 2 and says in " ".join(out.stderr.split()), out.stderr
+    assert job.refresh().state is JobState.PENDING

@@ -1,0 +1,194 @@
+"""Concurrency limits in one process, on both backends: per task and per key, enforced by
+the claim, never charging an attempt, no head-of-line blocking, a crashed claim's slot
+coming back with its lease, and clear refusals. Worker processes: test_limits_processes.py.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from sqljobs import App, ConfigurationError, JobState, PayloadError
+from sqljobs.maintenance import Reaper
+from sqljobs.worker import EventLog
+
+from .conftest import expire_lease, wait_until, worker_thread
+
+
+class Overlap:
+    """Counts how many handlers run at once, per key and in all."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.now: collections.Counter[str] = collections.Counter()
+        self.most: collections.Counter[str] = collections.Counter()
+        self.total = 0
+        self.most_total = 0
+
+    def run(self, key: str, seconds: float) -> None:
+        with self.lock:
+            self.now[key] += 1
+            self.total += 1
+            self.most[key] = max(self.most[key], self.now[key])
+            self.most_total = max(self.most_total, self.total)
+        time.sleep(seconds)
+        with self.lock:
+            self.now[key] -= 1
+            self.total -= 1
+
+
+def test_a_task_limit_holds_with_more_threads_than_slots(app: App) -> None:
+    overlap = Overlap()
+
+    @app.task(concurrency=2)
+    def export(n: int) -> None:
+        overlap.run("export", 0.03)
+
+    handles = export.enqueue_many([(i,) for i in range(12)])
+    with worker_thread(app, concurrency=8):
+        for handle in handles:
+            handle.result(timeout=20)
+    assert overlap.most["export"] == 2, "the limit was reached, never passed"
+
+
+def test_a_limit_per_key_holds_each_key_and_lets_keys_run_side_by_side(app: App) -> None:
+    overlap = Overlap()
+
+    @app.task(concurrency=2, concurrency_key=lambda tenant, **_: tenant)
+    def sync(tenant: str, n: int) -> None:
+        overlap.run(tenant, 0.03)
+
+    handles = [sync.enqueue(t, i) for i in range(6) for t in ("acme", "globex", "initech")]
+    with worker_thread(app, concurrency=8):
+        for handle in handles:
+            handle.result(timeout=30)
+    assert max(overlap.most.values()) == 2
+    assert overlap.most_total > 2, "the keys ran side by side"
+    job = handles[0].refresh()
+    assert job.state is JobState.DONE and job.attempts == 1
+
+
+def test_a_key_given_at_enqueue_wins_over_the_key_function(app: App) -> None:
+    overlap = Overlap()
+
+    @app.task(concurrency=1, concurrency_key=lambda n: f"own-{n}")
+    def call(n: int) -> None:
+        overlap.run("shared", 0.02)
+
+    handles = [call.with_options(concurrency_key="shared").enqueue(i) for i in range(5)]
+    with worker_thread(app, concurrency=4):
+        for handle in handles:
+            handle.result(timeout=20)
+    assert overlap.most["shared"] == 1
+
+
+def test_a_key_at_its_limit_blocks_neither_other_keys_nor_attempts(app: App) -> None:
+    """Jobs of a saturated key wait unclaimed (no attempt charged) while a job of another
+    key, enqueued after all of them, runs at once."""
+    release = threading.Event()
+
+    @app.task(concurrency=1, concurrency_key=lambda tenant, **_: tenant)
+    def sync(tenant: str, n: int) -> None:
+        if tenant == "busy":
+            release.wait(30)
+
+    busy = [sync.enqueue("busy", i) for i in range(40)]
+    with worker_thread(app, concurrency=4, on_event=(log := EventLog())):
+        log.wait("started", job_id=busy[0].id, timeout=10)
+        other = sync.enqueue("calm", 0)
+        other.result(timeout=10)
+        waiting = busy[1].refresh()
+        assert waiting.state is JobState.PENDING and waiting.attempts == 0
+        release.set()
+        for handle in busy:
+            handle.result(timeout=30)
+
+
+def test_a_claimed_slot_comes_back_when_its_lease_expires(app: App) -> None:
+    """A worker that claimed a limited job and died holds its slot until its lease runs
+    out; then the reaper frees it and the job runs elsewhere."""
+
+    @app.task(concurrency=1, lease=30)
+    def once() -> str:
+        return "ran"
+
+    first, second = once.enqueue(), once.enqueue()
+    ghost = app.backend.claim_jobs("ghost", None, 5, limited=True)  # then it dies
+    assert [j.id for j in ghost] == [first.id], "the limit let the ghost take one job only"
+    assert app.backend.claim_jobs("other", None, 5, limited=True) == [], "its slot is held"
+    expire_lease(app, first.id)
+    Reaper(app.backend).run_once()
+    with worker_thread(app):
+        assert first.result(timeout=10) == "ran" and second.result(timeout=10) == "ran"
+
+
+def test_unlimited_claims_never_take_limited_jobs(app: App) -> None:
+    @app.task(concurrency=1)
+    def limited() -> None: ...
+
+    @app.task
+    def free() -> None: ...
+
+    limited.enqueue()
+    free_id = free.enqueue().id
+    claimed = app.backend.claim_jobs("w", None, 10)  # a worker without limited tasks
+    assert [j.id for j in claimed] == [free_id]
+
+
+def test_a_limit_by_name_from_another_service(url: str) -> None:
+    """A process that lacks the task enqueues by name: the catalogue (written by the
+    worker that has it) carries the limit; a key function lives in that service's code,
+    so a keyed task needs the key with the enqueue."""
+    service = App(url)
+
+    @service.task(concurrency=2, concurrency_key=lambda tenant: tenant)
+    def sync(tenant: str) -> None: ...
+
+    with worker_thread(service):
+        wait_until(lambda: service.backend.task_info("sync"), what="the worker's registration")
+        other = App(url)
+        with pytest.raises(ConfigurationError, match="pass concurrency_key"):
+            other.enqueue("sync", args=["acme"])
+        handle = other.enqueue("sync", args=["acme"], concurrency_key="acme")
+        assert handle.result(timeout=10) is None
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"concurrency": 0}, "concurrency must be an int >= 1"),
+        ({"concurrency": True}, "concurrency must be an int >= 1"),
+        ({"concurrency_key": lambda x: x}, "concurrency_key needs concurrency=N"),
+        ({"concurrency": 2, "concurrency_key": "tenant"}, "must be a function"),
+    ],
+)
+def test_bad_limits_are_refused_where_they_are_declared(
+    app: App, options: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        app.task(**options)(lambda x: None)
+
+
+def test_bad_keys_are_refused_at_enqueue(app: App) -> None:
+    @app.task(concurrency=1, concurrency_key=lambda tenant: None)
+    def keyless(tenant: str) -> None: ...
+
+    @app.task(concurrency=1, concurrency_key=lambda tenant: tenant["id"])
+    def broken(tenant: str) -> None: ...
+
+    @app.task
+    def free(n: int) -> None: ...
+
+    with pytest.raises(PayloadError, match="returned None"):
+        keyless.enqueue("acme")
+    with pytest.raises(PayloadError, match="concurrency_key function of task 'broken' failed"):
+        broken.enqueue("acme")
+    with pytest.raises(ConfigurationError, match="has no concurrency limit"):
+        free.with_options(concurrency_key="x")
+    with pytest.raises(PayloadError, match="over 200"):
+        keyless.with_options(concurrency_key="k" * 300).enqueue("acme")
+    assert app.stats().total("pending") == 0, "nothing was stored"
