@@ -258,3 +258,20 @@ def _stats_work(app: App) -> int:
 
     core._read(run)
     return steps[0]
+
+
+def test_capped_counts_read_as_lower_bounds_wherever_they_are_shown() -> None:
+    """The CLI's stats and queues tables and the dashboard say "10000+", not 10000."""
+    from sqljobs.cli_format import queues_columns, stats_columns
+    from sqljobs.dashboard.page import _count
+    from sqljobs.jobs import QueueInfo
+    from sqljobs.stats import COUNT_CAP, Stats
+
+    counts = {"big": {"pending": 3, "done": COUNT_CAP, "dead": COUNT_CAP}}
+    st = Stats(counts, None, capped={"big": ["done"]})
+    by_name = {c.header: c.cells for c in stats_columns(st)}
+    assert by_name["done"] == [f"{COUNT_CAP}+"] and by_name["dead"] == [str(COUNT_CAP)]
+    queue = QueueInfo("big", False, counts["big"], None)
+    by_name = {c.header: c.cells for c in queues_columns([queue], {}, 0.0)}
+    assert by_name["done"] == [f"{COUNT_CAP}+"] and by_name["pending"] == ["3"]
+    assert _count("done", COUNT_CAP).endswith("+</span>") and _count("dead", 5) == "5"

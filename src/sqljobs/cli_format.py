@@ -24,7 +24,7 @@ from rich.text import Text
 from .humanize import ago, duration, iso_local, preview
 from .jobs import Job, JobState, QueueInfo
 from .schedules import ScheduleState
-from .stats import Stats
+from .stats import Stats, count_text
 
 FLEX_MIN = 10  # the narrowest a cut column may get and still say something
 GAP = 2  # characters between two columns (padding and divider)
@@ -278,18 +278,8 @@ RUNNING_CANCELLED = (
 
 
 def cancelled_while_running(job: Job) -> bool:
-    """Whether the cancel that ended ``job`` cut a run short: that cancel wrote a
-    ``cancelled`` history entry ending when the job did (a pending job gets none)."""
-    last = job.history[-1] if job.history else None
-    if job.state is not JobState.CANCELLED or not isinstance(last, dict):
-        return False
-    ended, finished = last.get("ended_at"), job.finished_at
-    return (
-        last.get("outcome") == "cancelled"
-        and isinstance(ended, int | float)
-        and finished is not None
-        and abs(ended - finished) < 0.001
-    )
+    """Whether the cancel that ended ``job`` cut a run short (see ``Job``)."""
+    return job.cancelled_while_running
 
 
 # -- schedules and stats -----------------------------------------------------------------
@@ -326,7 +316,7 @@ def stats_columns(st: Stats) -> list[Column]:
     paused = set(st.paused)
     columns = [Column("queue", [f"{q} (paused)" if q in paused else q for q in queues], 0)]
     columns += [
-        Column(s.value, [str(st.counts[q].get(s.value, 0)) for q in queues], 1, justify="right")
+        Column(s.value, [st.count_text(s.value, q) for q in queues], 1, justify="right")
         for s in JobState
     ]
     ages = [duration(st.oldest_pending_age_by_queue.get(q)) for q in queues]
@@ -345,7 +335,7 @@ def queues_columns(
     ]
     keep = {"pending": 1, "running": 1}  # the rest go first on a narrow terminal
     for state in JobState:
-        counts = [str(q.counts.get(state.value, 0)) for q in queues]
+        counts = [count_text(state, q.counts.get(state.value, 0)) for q in queues]
         columns.append(Column(state.value, counts, keep.get(state.value, 3), justify="right"))
     ages = [duration(q.oldest_due_age) for q in queues]
     columns.append(Column("oldest due", ages, 2, justify="right"))

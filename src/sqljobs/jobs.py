@@ -209,6 +209,21 @@ class Job:
     def finished(self) -> bool:
         return self.state in FINISHED_STATES
 
+    @property
+    def cancelled_while_running(self) -> bool:
+        """Whether the cancel that ended this job cut a run short: that cancel wrote a
+        ``cancelled`` history entry ending when the job did (a pending job gets none)."""
+        last = self.history[-1] if self.history else None
+        if self.state is not JobState.CANCELLED or not isinstance(last, dict):
+            return False
+        ended, finished = last.get("ended_at"), self.finished_at
+        return (
+            last.get("outcome") == "cancelled"
+            and isinstance(ended, int | float)
+            and finished is not None
+            and abs(ended - finished) < 0.001
+        )
+
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
         out["state"] = self.state.value

@@ -30,6 +30,12 @@ CAPPED_STATES = (JobState.DONE, JobState.CANCELLED)
 """The states whose counts stop at :data:`COUNT_CAP`: the ones that grow with retention."""
 
 
+def count_text(state: JobState | str, n: int, cap: int = COUNT_CAP) -> str:
+    """A count as a person should read it where only the number is at hand (a
+    ``QueueInfo``): a done or cancelled count that reached the cap is a lower bound."""
+    return f"{n}+" if n >= cap and str(state) in CAPPED_STATES else str(n)
+
+
 @dataclass(frozen=True)
 class Stats:
     """A snapshot of the queue.

@@ -28,6 +28,16 @@ class StatsCollector(Collector):
             for state in JobState:
                 jobs.add_metric([queue, state.value], by_state.get(state.value, 0))
         yield jobs
+        capped = GaugeMetricFamily(
+            "sqljobs_jobs_count_capped",
+            f"1 where sqljobs_jobs stopped counting at {stats.count_cap} (done and cancelled "
+            "jobs are counted up to a cap per queue, so a scrape never reads them all).",
+            labels=["queue", "state"],
+        )
+        for queue, states in sorted(stats.capped.items()):
+            for state_name in states:
+                capped.add_metric([queue, state_name], 1)
+        yield capped
         age = GaugeMetricFamily(
             "sqljobs_oldest_pending_age_seconds",
             "How long the oldest due pending job has waited (0 when none waits): alert on it.",

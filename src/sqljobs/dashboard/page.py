@@ -18,7 +18,7 @@ from html import escape
 
 from ..humanize import duration, iso_local, iso_utc, preview
 from ..jobs import Job, JobState, QueueInfo
-from ..stats import Stats
+from ..stats import COUNT_CAP, Stats, count_text
 
 _STYLE = (
     "body{font:14px system-ui,sans-serif;margin:2em;color:#222}"
@@ -148,7 +148,7 @@ def _queues_table(
             paused, button = "-", _action(f"/api/queues/{q.name}/pause", "pause", view)
         rows += (
             f"<tr><td>{name}</td><td>{paused}</td>"
-            + "".join(f"<td class=n>{q.counts.get(s, 0):,}</td>" for s in states)
+            + "".join(f"<td class=n>{_count(s, q.counts.get(s, 0))}</td>" for s in states)
             + f"<td class=n>{duration(q.oldest_due_age)}</td><td>{button}</td></tr>"
         )
     return (
@@ -195,3 +195,11 @@ def render(board: Board, view: View) -> str:
         f"<h2>Latest jobs</h2>{_jobs_table(board.recent, view)}"
         f"{_SCRIPT}</body></html>"
     )
+
+
+def _count(state: str, n: int) -> str:
+    """A count with thousands separators; a capped done/cancelled count reads "10,000+",
+    with the reason on hover."""
+    if count_text(state, n).endswith("+"):
+        return f'<span title="counted up to {COUNT_CAP:,} per queue">{n:,}+</span>'
+    return f"{n:,}"

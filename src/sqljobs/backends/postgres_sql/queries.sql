@@ -522,11 +522,27 @@ WHERE name = %(name)s AND paused
 SELECT name, paused, extract(epoch FROM paused_at)::float8 AS paused_at
 FROM {schema}.sqljobs_queues
 
+-- name: ended_queues
+-- The queues that have jobs that ended in %(state)s: a skip scan of sqljobs_jobs_ended
+-- (the next queue after the last one found), one index seek each.
+WITH RECURSIVE found (queue) AS (
+    SELECT (SELECT min(queue) FROM {schema}.sqljobs_jobs
+            WHERE state = %(state)s AND state <> 'pending' AND state <> 'running')
+    UNION ALL
+    SELECT (SELECT min(queue) FROM {schema}.sqljobs_jobs
+            WHERE state = %(state)s AND queue > found.queue
+              AND state <> 'pending' AND state <> 'running')
+    FROM found WHERE found.queue IS NOT NULL
+)
+SELECT queue FROM found WHERE queue IS NOT NULL
+
 -- name: prune_finished
--- One bounded batch of jobs that ended in %(state)s before %(before)s.
+-- One bounded batch of a queue's jobs that ended in %(state)s before %(before)s (a range
+-- of sqljobs_jobs_ended, whose predicate the last line repeats).
 DELETE FROM {schema}.sqljobs_jobs WHERE id IN (
     SELECT id FROM {schema}.sqljobs_jobs
-    WHERE state = %(state)s AND finished_at < to_timestamp(%(before)s)
+    WHERE state = %(state)s AND queue = %(queue)s AND finished_at < to_timestamp(%(before)s)
+      AND state <> 'pending' AND state <> 'running'
     LIMIT %(limit)s)
 
 -- name: prune_idempotency

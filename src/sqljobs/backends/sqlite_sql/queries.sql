@@ -73,6 +73,12 @@ SELECT (SELECT run_at FROM sqljobs_jobs INDEXED BY sqljobs_jobs_due
 
 -- name: complete_job
 UPDATE sqljobs_jobs
+SET state = 'done', finished_at = :now, lease_until = NULL
+WHERE id = :id AND token = :token AND state = 'running'
+
+-- name: complete_job_with
+-- A completion that stores a result or a last progress report (most store neither).
+UPDATE sqljobs_jobs
 SET state = 'done', finished_at = :now, lease_until = NULL, result = :result,
     progress = coalesce(:progress, progress)
 WHERE id = :id AND token = :token AND state = 'running'
@@ -334,11 +340,27 @@ WHERE name = :name AND paused = 1
 -- name: queue_states
 SELECT name, paused, paused_at FROM sqljobs_queues
 
+-- name: ended_queues
+-- The queues that have jobs that ended in :state: a skip scan of sqljobs_jobs_ended (the
+-- next queue after the last one found), one index seek each.
+WITH RECURSIVE found (queue) AS (
+    SELECT (SELECT min(queue) FROM sqljobs_jobs
+            WHERE state = :state AND state <> 'pending' AND state <> 'running')
+    UNION ALL
+    SELECT (SELECT min(queue) FROM sqljobs_jobs
+            WHERE state = :state AND queue > found.queue
+              AND state <> 'pending' AND state <> 'running')
+    FROM found WHERE found.queue IS NOT NULL
+)
+SELECT queue FROM found WHERE queue IS NOT NULL
+
 -- name: prune_finished
--- One bounded batch of jobs that ended in :state before :before.
+-- One bounded batch of a queue's jobs that ended in :state before :before (a range of
+-- sqljobs_jobs_ended, whose predicate the last line repeats).
 DELETE FROM sqljobs_jobs WHERE id IN (
-    SELECT id FROM sqljobs_jobs INDEXED BY sqljobs_jobs_finished
-    WHERE state = :state AND finished_at < :before AND finished_at IS NOT NULL
+    SELECT id FROM sqljobs_jobs INDEXED BY sqljobs_jobs_ended
+    WHERE state = :state AND queue = :queue AND finished_at < :before
+      AND state <> 'pending' AND state <> 'running'
     LIMIT :limit)
 
 -- name: prune_idempotency
