@@ -192,3 +192,47 @@ def test_bad_keys_are_refused_at_enqueue(app: App) -> None:
     with pytest.raises(PayloadError, match="over 200"):
         keyless.with_options(concurrency_key="k" * 300).enqueue("acme")
     assert app.stats().total("pending") == 0, "nothing was stored"
+
+
+def _most_in_a_window(starts: list[float], window: float = 1.0) -> int:
+    """The most starts in any half-open window of ``window`` seconds."""
+    starts = sorted(starts)
+    return max(sum(1 for t in starts[i:] if t - s < window) for i, s in enumerate(starts))
+
+
+def test_a_rate_spaces_starts_and_no_window_holds_more(app: App) -> None:
+    @app.task(rate="5/s")
+    def call(n: int) -> None: ...
+
+    handles = call.enqueue_many([(i,) for i in range(12)])
+    began = time.monotonic()
+    with worker_thread(app, concurrency=8) as worker:
+        for handle in handles:
+            handle.result(timeout=20)
+    took = time.monotonic() - began
+    starts = [h.refresh().started_at or 0.0 for h in handles]
+    assert _most_in_a_window(starts) == 5, "bursts of 5 at most, and bursts of 5 happen"
+    assert took >= 1.9, f"12 starts at 5/s take two windows at least, took {took:.2f} s"
+    # the worker slept until each window opened instead of asking every few milliseconds
+    assert worker.counters["claims"] < 60, worker.counters
+
+
+def test_a_rate_per_key_paces_each_key_apart(app: App) -> None:
+    @app.task(rate="3/s", concurrency_key=lambda tenant, **_: tenant)
+    def call(tenant: str, n: int) -> None: ...
+
+    handles = [call.enqueue(t, i) for i in range(4) for t in ("acme", "globex")]
+    with worker_thread(app, concurrency=8):
+        for handle in handles:
+            handle.result(timeout=20)
+    for tenant in ("acme", "globex"):
+        starts = [h.refresh().started_at or 0.0 for h in handles if h.refresh().args[0] == tenant]
+        assert _most_in_a_window(starts) == 3
+    both = [h.refresh().started_at or 0.0 for h in handles]
+    assert _most_in_a_window(both) == 6, "the two keys' windows are their own"
+
+
+@pytest.mark.parametrize("bad", ["14", "14/x", "0/s", "fast", 14, "20000/s"])
+def test_a_bad_rate_is_refused(app: App, bad: Any) -> None:
+    with pytest.raises(ConfigurationError, match="rate"):
+        app.task(rate=bad)(lambda: None)

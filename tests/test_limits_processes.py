@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import signal
 import threading
+import time
 
 from sqljobs import App, JobState
 
@@ -86,3 +87,25 @@ def test_a_killed_workers_slot_comes_back_after_its_lease(
     assert waiting.result(timeout=30) is None, "a slot came back once the lease ran out"
     assert held.refresh().state in (JobState.PENDING, JobState.RUNNING)
     assert other.refresh().state in (JobState.PENDING, JobState.RUNNING)
+
+
+def test_a_rate_holds_across_three_processes(app: App, spawn: Spawn, runs: Runs) -> None:
+    """100 jobs at 20/s take about 5 s, and no second holds more than 20 starts (read from
+    the start times the claims wrote)."""
+    procs = [spawn("--concurrency", "4", lease=5.0) for _ in range(3)]
+    wait_until(lambda: app.backend.task_info("paced"), timeout=20, what="registration")
+    began = time.monotonic()
+    handles = [app.enqueue("paced", args=[f"p{i}"]) for i in range(100)]
+    for handle in handles:
+        assert handle.result(timeout=30) is None
+    took = time.monotonic() - began
+    starts = sorted(h.refresh().started_at or 0.0 for h in handles)
+    most = max(sum(1 for t in starts[i:] if t - s < 1.0) for i, s in enumerate(starts))
+    print(f"100 jobs at 20/s took {took:.2f} s; the busiest second held {most} starts")
+    assert most <= 20, "a second held more starts than the rate"
+    assert 4.0 <= took < 10.0
+    assert len({pid for _, pid, _ in runs.lines()}) >= 2, "the processes shared the work"
+    for proc in procs:
+        proc.send_signal(signal.SIGTERM)
+    for proc in procs:
+        assert proc.wait(timeout=15) == 0

@@ -15,7 +15,7 @@ from .errors import ConfigurationError, JobNotFound, PayloadError, SqljobsError
 from .handles import JobHandle
 from .humanize import redact_url
 from .jobs import Job, JobState, NewJob, QueueInfo
-from .limits import ConcurrencyLimit, arguments_by_name, define_limit
+from .limits import Limit, arguments_by_name, define_limit
 from .notifiers import LocalNotifier
 from .notifiers.base import JobEventCallback
 from .retention import Retention
@@ -174,6 +174,7 @@ class App:
         store_result: bool = True,
         concurrency: int | None = None,
         concurrency_key: Callable[..., Any] | None = None,
+        rate: str | None = None,
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -190,13 +191,16 @@ class App:
         store_result: bool = True,
         concurrency: int | None = None,
         concurrency_key: Callable[..., Any] | None = None,
+        rate: str | None = None,
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a task. ``lease`` (seconds) is how long a claim lasts without renewal;
         ``timeout`` how long one attempt may run before it is given up as timed out.
         The task's return value is stored with its job (it must be JSON) for
         ``handle.result()``, unless ``store_result=False``. ``concurrency=N`` lets at most
         N of its jobs run at once across every worker, per key if ``concurrency_key`` (a
-        function of the job's arguments) is given (see :mod:`sqljobs.limits`)."""
+        function of the job's arguments) is given; ``rate="14/s"`` (or ``/m``, ``/h``) lets
+        at most 14 of them start in any second, per key likewise (see
+        :mod:`sqljobs.limits`)."""
 
         def register(func: Callable[..., Any]) -> Task:
             task_name = name or func.__name__
@@ -216,7 +220,7 @@ class App:
                 priority=priority,
                 timeout=seconds(timeout, "timeout"),
                 store_result=store_result,
-                limit=define_limit(concurrency, concurrency_key, task_name),
+                limit=define_limit(concurrency, concurrency_key, rate, task_name),
             )
             self.tasks[task_name] = task
             return task
@@ -320,6 +324,8 @@ class App:
             delay=(opts.delay or 0.0) if opts.run_at is None else None,
             limit_key=limit_key,
             limit_max=None if limit_key is None else info.concurrency,
+            rate_max=None if limit_key is None else info.rate_max,
+            rate_window=None if limit_key is None else info.rate_window,
         )
 
     def _default_info(self, name: str) -> TaskInfo:
@@ -713,7 +719,7 @@ def _limit_key(
             return None
         arguments = arguments_by_name(task.signature, list(args), kwargs)
         return task.limit.key_for(name, arguments, opts.concurrency_key)
-    if info.concurrency is None:
+    if info.concurrency is None and info.rate_max is None:
         if opts.concurrency_key is not None:
             raise ConfigurationError(
                 f"task {name!r} has no concurrency limit that this app or a worker knows of: "
@@ -725,4 +731,4 @@ def _limit_key(
             f"task {name!r} limits its concurrency per key, by a function in the service that "
             "defines it: pass concurrency_key=... with this enqueue"
         )
-    return ConcurrencyLimit(info.concurrency).key_for(name, {}, opts.concurrency_key)
+    return Limit(info.concurrency).key_for(name, {}, opts.concurrency_key)

@@ -43,8 +43,11 @@ class NewJob:
     (PostgreSQL) counts them from its own clock, the one claims read, so a host whose
     clock is off cannot make its jobs wait or jump the queue."""
     limit_key: str | None = None
-    """At most ``limit_max`` jobs with this key run at once (see sqljobs.limits)."""
+    """At most ``limit_max`` jobs with this key run at once, and at most ``rate_max`` start
+    in any ``rate_window`` seconds (see sqljobs.limits)."""
     limit_max: int | None = None
+    rate_max: int | None = None
+    rate_window: float | None = None
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ such a process knows of no limit, and its jobs carry none.
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,17 +40,54 @@ KEY_LIMIT = 200
 """The longest limit key, in characters (it is indexed and shown, never parsed)."""
 
 
-@dataclass(frozen=True)
-class ConcurrencyLimit:
-    """At most ``limit`` jobs of a task run at once, per key if ``key`` is given (a
-    function of the job's arguments)."""
+RATE = re.compile(r"\s*(\d+)\s*/\s*(s|sec|second|m|min|minute|h|hour)\s*", re.IGNORECASE)
+UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+RATE_MOST = 10_000
+"""The largest rate count (its window keeps one row per start)."""
 
-    limit: int
+
+@dataclass(frozen=True)
+class Rate:
+    """At most ``count`` starts in any ``window`` seconds (``"14/s"``: 14 in any second)."""
+
+    count: int
+    window: float
+
+    @classmethod
+    def parse(cls, text: object, task: str) -> Rate:
+        match = RATE.fullmatch(text) if isinstance(text, str) else None
+        if match is None:
+            raise ConfigurationError(
+                f"task {task!r}: rate must read like '14/s', '100/m' or '3600/h', got {text!r}"
+            )
+        count, unit = int(match.group(1)), match.group(2)[0].lower()
+        if not 1 <= count <= RATE_MOST:
+            raise ConfigurationError(
+                f"task {task!r}: a rate's count must be 1 to {RATE_MOST:,}, got {count} (for "
+                "more, use a longer unit: 600/m rather than 10/s is the same rate)"
+            )
+        return cls(count, UNITS[unit])
+
+    def __str__(self) -> str:
+        unit = {1.0: "s", 60.0: "m", 3600.0: "h"}.get(self.window, f"{self.window:g}s")
+        return f"{self.count}/{unit}"
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A task's flow limits: at most ``concurrency`` jobs run at once and at most
+    ``rate.count`` start in any ``rate.window`` seconds, counted per key if ``key`` is
+    given (a function of the job's arguments), else for the whole task."""
+
+    concurrency: int | None = None
     key: KeyFunction | None = None
+    rate: Rate | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.limit, bool) or not isinstance(self.limit, int) or self.limit < 1:
-            raise ConfigurationError(f"concurrency must be an int >= 1, got {self.limit!r}")
+        limit = self.concurrency
+        bad = isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        if limit is not None and bad:
+            raise ConfigurationError(f"concurrency must be an int >= 1, got {limit!r}")
         if self.key is not None and not callable(self.key):
             raise ConfigurationError(
                 f"concurrency_key must be a function of the task's arguments, got {self.key!r}"
@@ -95,17 +133,20 @@ def _checked(task: str, key: object, where: str) -> str:
 
 
 def define_limit(
-    concurrency: int | None, concurrency_key: KeyFunction | None, task: str
-) -> ConcurrencyLimit | None:
-    """A task's limit from its decorator's arguments (None: unlimited)."""
-    if concurrency is None:
+    concurrency: int | None,
+    concurrency_key: KeyFunction | None,
+    rate: str | None,
+    task: str,
+) -> Limit | None:
+    """A task's limits from its decorator's arguments (None: unlimited)."""
+    if concurrency is None and rate is None:
         if concurrency_key is not None:
             raise ConfigurationError(
                 f"task {task!r}: concurrency_key needs concurrency=N (how many may run at once "
-                "per key)"
+                "per key) or rate='N/s'"
             )
         return None
-    return ConcurrencyLimit(concurrency, concurrency_key)
+    return Limit(concurrency, concurrency_key, None if rate is None else Rate.parse(rate, task))
 
 
 def arguments_by_name(

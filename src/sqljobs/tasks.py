@@ -17,7 +17,7 @@ from . import payload
 from .errors import ConfigurationError, PayloadError, UnknownTask
 from .handles import JobHandle
 from .jobs import NewJob
-from .limits import ConcurrencyLimit
+from .limits import Limit
 from .retry import Retry, seconds
 
 if TYPE_CHECKING:
@@ -54,6 +54,10 @@ class TaskInfo:
     concurrency: int | None = None
     """At most this many of its jobs run at once (per key if ``keyed``), cluster-wide."""
     keyed: bool = False
+    rate_max: int | None = None
+    """At most this many of its jobs start in any ``rate_window`` seconds (per key if
+    ``keyed``), cluster-wide."""
+    rate_window: float | None = None
 
 
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
@@ -158,7 +162,7 @@ class Task:
         priority: int,
         timeout: float | None,
         store_result: bool = True,
-        limit: ConcurrencyLimit | None = None,
+        limit: Limit | None = None,
     ) -> None:
         if lease <= 0:
             raise ConfigurationError(f"task {name!r}: lease must be > 0 seconds, got {lease}")
@@ -201,8 +205,10 @@ class Task:
             self.lease,
             self.retry.max_attempts,
             self.retry.deadline,
-            None if self.limit is None else self.limit.limit,
+            None if self.limit is None else self.limit.concurrency,
             self.limit is not None and self.limit.key is not None,
+            None if self.limit is None or self.limit.rate is None else self.limit.rate.count,
+            None if self.limit is None or self.limit.rate is None else self.limit.rate.window,
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -232,7 +238,7 @@ class Task:
         if concurrency_key is not None and self.limit is None:
             raise ConfigurationError(
                 f"task {self.name!r} has no concurrency limit: concurrency_key means nothing "
-                "without @app.task(concurrency=N)"
+                "without @app.task(concurrency=N) or rate='N/s'"
             )
         opts = EnqueueOptions(
             key=key,

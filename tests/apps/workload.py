@@ -90,3 +90,9 @@ def sync_tenant(tenant: str, label: str, seconds: float = 0.01) -> None:
     log_run(label, "start")
     time.sleep(seconds)
     log_run(label, "end")
+
+
+@app.task(lease=LEASE, rate="20/s")
+def paced(label: str) -> None:
+    """At most 20 start in any second, across every worker."""
+    log_run(label, "start")

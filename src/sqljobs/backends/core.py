@@ -124,6 +124,9 @@ class BackendCore(Dialect):
             later = self._read(lambda conn: result(conn.execute(sql, params))).first("wait")
             if later and later[0] is not None:
                 wait = later[0] if wait is None else min(wait, later[0])
+            opening = self._next_rate_opening(queues, tasks)
+            if opening is not None:
+                wait = opening if wait is None else min(wait, opening)
         return Due(None if wait is None else float(wait), bool(suspects))
 
     def finish_jobs(

@@ -107,6 +107,13 @@ class Dialect(ABC):
         self, jobs: Iterable[NewJob], connection: Any | None = None
     ) -> list[EnqueueResult]: ...
 
+    def _next_rate_opening(
+        self, queues: Sequence[str] | None, tasks: Collection[str] | None
+    ) -> float | None:
+        """In how many seconds the first rate-limited key that has due jobs and a full
+        window may start one (None: no rate holds any back)."""
+        return None
+
     def _event_channel(self) -> str | None:
         """Where statements that end or cancel jobs NOTIFY those concerned (None: the
         engine has no push; waiters and workers learn by looking)."""

@@ -383,6 +383,13 @@ class PostgresBackend(PostgresEnqueue, BackendCore, ScheduleStore):
     def _event_channel(self) -> str | None:
         return self.notifier.channel
 
+    def _next_rate_opening(
+        self, queues: Sequence[str] | None, tasks: Collection[str] | None
+    ) -> float | None:
+        sql, params = self._filtered("next_rate_opening", queues, tasks)
+        wait = self._read(lambda conn: result(conn.execute(sql, params))).first("wait")
+        return None if not wait or wait[0] is None else float(wait[0])
+
     # -- handler transactions ----------------------------------------------------------
 
     @contextmanager

@@ -129,6 +129,8 @@ class PostgresEnqueue(PostgresPart):
                     j.delay if server_clock else None,
                     j.limit_key,
                     j.limit_max,
+                    j.rate_max,
+                    j.rate_window,
                 ]
                 for j in jobs
             ]

@@ -36,6 +36,9 @@ _PACKAGE = "sqljobs.backends.sqlite_sql"
 Q = load_statements(
     _PACKAGE, "queries.sql", "schedules.sql", "migrate.sql", "session.sql", "limits.sql"
 )
+RATE_OPENED_LATELY = 0.05
+"""A rate's window that opened this recently still counts as the next opening (as now):
+it may have opened between a worker's claim and its question of when to look again."""
 LIMITED_KEYS = 256
 """At most this many limit keys are looked at per claim (starting where the last claim
 left off, so every key gets its turn)."""
@@ -230,6 +233,8 @@ class SqliteBackend(BackendCore, ScheduleStore):
                     job.key_hold,
                     job.limit_key,
                     job.limit_max,
+                    job.rate_max,
+                    job.rate_window,
                 ),
             )
             if cur.rowcount == 1:
@@ -271,17 +276,53 @@ class SqliteBackend(BackendCore, ScheduleStore):
         running = dict(conn.execute(Q["limit_running"], {"keys": json.dumps(keys)}).fetchall())
         sql, params = self._claim_statement("limited_candidates", claim)
         params["most"] = claim.limit
-        candidates = []
+        now = params["now"]
+        candidates, rated = [], dict[int, str]()
         for key in keys:
             rows = conn.execute(sql, {**params, "key": key}).fetchall()
-            free = (rows[0][3] - running.get(key, 0)) if rows else 0
+            if not rows:
+                continue
+            _, _, _, limit_max, rate_max, window = rows[0]
+            free = len(rows)
+            if limit_max is not None:
+                free = min(free, limit_max - running.get(key, 0))
+            if rate_max is not None and free > 0:
+                since = {"key": key, "since": now - window}
+                conn.execute(Q["drop_starts"], since)
+                (recent,) = conn.execute(Q["count_starts"], since).fetchone()
+                free = min(free, rate_max - recent)
+                rated.update((row[0], key) for row in rows)
             candidates += rows[: max(0, free)]
         if not candidates:
             return []
         candidates.sort(key=lambda row: (-row[1], row[2], row[0]))
         params["ids"] = json.dumps([row[0] for row in candidates[: claim.limit]])
         cur = conn.execute(Q["claim_ids"], params)
-        return claimed_jobs(columns(cur) or (), cur.fetchall())
+        jobs = claimed_jobs(columns(cur) or (), cur.fetchall())
+        starts = [{"key": rated[j.id], "now": now} for j in jobs if j.id in rated]
+        if starts:
+            conn.executemany(Q["add_start"], starts)
+        return jobs
+
+    def _next_rate_opening(
+        self, queues: Sequence[str] | None, tasks: Collection[str] | None
+    ) -> float | None:
+        """In how many seconds the first rate-limited key with due jobs may start one."""
+        sql, params = self._filtered("rate_keys", queues, tasks)
+        now = params["now"] = self.now()
+
+        def work(conn: Any) -> float | None:
+            soonest = None
+            for key, rate_max, window in conn.execute(sql, params).fetchall():
+                nth = conn.execute(Q["window_start"], {"key": key, "nth": rate_max - 1})
+                row = nth.fetchone()
+                if row is None or row[0] + window <= now - RATE_OPENED_LATELY:
+                    continue  # its rate is not what holds it back
+                opens = max(0.0, row[0] + window - now)
+                soonest = opens if soonest is None else min(soonest, opens)
+            return soonest
+
+        return self._read(work)
 
     def _limited_keys(self, conn: sqlite3.Connection) -> list[str]:
         """Up to LIMITED_KEYS keys with pending jobs, from where the last scan stopped."""

@@ -1,11 +1,12 @@
--- Claims of jobs under a concurrency limit (sqljobs.limits), in one transaction of two
--- statements: lock the keys (transaction-scoped advisory locks), then, in a snapshot
--- taken after the locks, count each key's running jobs and claim its free slots. A key
--- another worker is claiming is skipped, never waited for; the locks go at commit.
+-- Claims of jobs under a concurrency or rate limit (sqljobs.limits), in one transaction of
+-- two statements: lock the keys (transaction-scoped advisory locks), then, in a snapshot
+-- taken after the locks, count each key's running jobs and recent starts and claim what
+-- is free. A key another worker is claiming is waited for (a statement's time): skipping
+-- it left that worker asleep with slots free. The locks go at commit.
 
 -- name: lock_limited_keys
 -- A loose index scan: the limit keys that have pending jobs, one index seek each, from
--- %(after)s on (the caller rotates where it starts), those this transaction could lock.
+-- %(after)s on (the caller rotates where it starts), each locked by this transaction.
 WITH RECURSIVE keys(key) AS (
     SELECT (SELECT min(limit_key) FROM {schema}.sqljobs_jobs
             WHERE state = 'pending' AND limit_key IS NOT NULL AND limit_key > %(after)s)
@@ -16,19 +17,34 @@ WITH RECURSIVE keys(key) AS (
 ), found AS MATERIALIZED (
     SELECT key FROM keys WHERE key IS NOT NULL LIMIT %(max_keys)s
 )
-SELECT key, pg_try_advisory_xact_lock(hashtextextended('sqljobs:limit:' || key, 0)) AS locked
-FROM found
+-- Locked in key order, whatever order the scan found them in, so two claimers never
+-- wait for each other in a circle (PostgreSQL's deadlock check would end one if they did,
+-- and the claim is retried).
+SELECT key, pg_advisory_xact_lock(hashtextextended('sqljobs:limit:' || key, 0)) IS NOT NULL
+       AS locked
+FROM (SELECT key FROM found ORDER BY key) AS sorted
 
 -- name: claim_limited
--- For each locked key: its limit less its running jobs is how many of its due jobs (in
--- claim order) may start; of all those, the first %(limit)s in claim order are claimed.
+-- For each locked key, how many of its due jobs (in claim order) may start: its limit less
+-- its running jobs, and its rate's count less its starts within the window (the starts a
+-- window has passed are dropped here too); of all those, the first %(limit)s in claim
+-- order are claimed, and each start of a rate-limited key is written down.
 WITH slots AS (
-    SELECT k.key,
-           (SELECT p.limit_max FROM {schema}.sqljobs_jobs AS p
-            WHERE p.limit_key = k.key AND p.state = 'pending' LIMIT 1)
-           - (SELECT count(*) FROM {schema}.sqljobs_jobs AS r
-              WHERE r.limit_key = k.key AND r.state = 'running') AS free
+    SELECT k.key, l.rate_max, l.rate_window,
+           least(
+               coalesce(l.limit_max - (SELECT count(*) FROM {schema}.sqljobs_jobs AS r
+                                       WHERE r.limit_key = k.key AND r.state = 'running'),
+                        2147483647),
+               coalesce(l.rate_max - (SELECT count(*) FROM {schema}.sqljobs_starts AS s
+                                      WHERE s.limit_key = k.key
+                                        AND s.started_at > now() - make_interval(
+                                                               secs => l.rate_window)),
+                        2147483647)) AS free
     FROM unnest(%(keys)s::text[]) AS k(key)
+    CROSS JOIN LATERAL (
+        SELECT p.limit_max, p.rate_max, p.rate_window FROM {schema}.sqljobs_jobs AS p
+        WHERE p.limit_key = k.key AND p.state = 'pending' LIMIT 1
+    ) AS l
 ), picked AS MATERIALIZED (
     SELECT c.id, c.priority, c.run_at
     FROM slots CROSS JOIN LATERAL (
@@ -44,18 +60,43 @@ WITH slots AS (
     LIMIT %(limit)s
 ), ranked AS (
     SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS rank FROM picked
+), claimed AS (
+    UPDATE {schema}.sqljobs_jobs AS j
+    SET state = 'running', attempts = j.attempts + 1, token = j.token + 1,
+        worker = %(worker)s, started_at = now(), prefetched = ranked.rank > %(start_now)s,
+        lease = coalesce((%(leases)s::jsonb ->> j.task)::float8, j.lease),
+        lease_until = now() + make_interval(secs => coalesce((%(leases)s::jsonb ->> j.task)::float8,
+                                                             j.lease))
+    FROM ranked WHERE j.id = ranked.id
+    RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts AS attempt, j.token,
+              j.lease, j.max_attempts, extract(epoch FROM j.created_at)::float8 AS created_at,
+              extract(epoch FROM j.deadline_at)::float8 AS deadline_at, j.key,
+              extract(epoch FROM j.run_at)::float8 AS run_at, j.limit_key, j.rate_max
+), logged AS (
+    INSERT INTO {schema}.sqljobs_starts (limit_key, started_at)
+    SELECT limit_key, now() FROM claimed WHERE rate_max IS NOT NULL
+), dropped AS (
+    DELETE FROM {schema}.sqljobs_starts AS s USING slots
+    WHERE s.limit_key = slots.key AND slots.rate_max IS NOT NULL
+      AND s.started_at <= now() - make_interval(secs => slots.rate_window)
 )
-UPDATE {schema}.sqljobs_jobs AS j
-SET state = 'running', attempts = j.attempts + 1, token = j.token + 1,
-    worker = %(worker)s, started_at = now(), prefetched = ranked.rank > %(start_now)s,
-    lease = coalesce((%(leases)s::jsonb ->> j.task)::float8, j.lease),
-    lease_until = now() + make_interval(secs => coalesce((%(leases)s::jsonb ->> j.task)::float8,
-                                                         j.lease))
-FROM ranked WHERE j.id = ranked.id
-RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts AS attempt, j.token,
-          j.lease, j.max_attempts, extract(epoch FROM j.created_at)::float8 AS created_at,
-          extract(epoch FROM j.deadline_at)::float8 AS deadline_at, j.key,
-          extract(epoch FROM j.run_at)::float8 AS run_at
+SELECT * FROM claimed
+
+-- name: next_rate_opening
+-- In how many seconds the first rate-limited key with due jobs and a full window may
+-- start one: its rate_max-th most recent start leaves the window then. A window that
+-- opened in the last 50 ms counts as opening now: it may have opened between the worker's
+-- claim and this question.
+SELECT greatest(0, extract(epoch FROM min(w.started_at + make_interval(secs => k.rate_window))
+                                      - now()))::float8 AS wait
+FROM (SELECT DISTINCT limit_key, rate_max, rate_window FROM {schema}.sqljobs_jobs
+      WHERE state = 'pending' AND limit_key IS NOT NULL AND rate_max IS NOT NULL
+        AND run_at <= now() {queue_filter}) AS k
+CROSS JOIN LATERAL (
+    SELECT s.started_at FROM {schema}.sqljobs_starts AS s WHERE s.limit_key = k.limit_key
+    ORDER BY s.started_at DESC OFFSET k.rate_max - 1 LIMIT 1
+) AS w
+WHERE w.started_at + make_interval(secs => k.rate_window) > now() - interval '50 milliseconds'
 
 -- name: next_limited_due
 -- When the next delayed limited job falls due (one already due waits for a slot, which

@@ -10,7 +10,8 @@
 
 -- name: insert_jobs
 -- A batch arrives as one JSON array of [queue, task, payload, key, priority, run_at,
--- deadline_at, max_attempts, lease, key_hold, delay, limit_key, limit_max] rows: one parameter, parsed by the
+-- deadline_at, max_attempts, lease, key_hold, delay, limit_key, limit_max, rate_max,
+-- rate_window] rows: one parameter, parsed by the
 -- server, is far cheaper than typed arrays built element by element in Python. A delay,
 -- if given, counts from the server's now() and wins over run_at (the client's clock).
 WITH input AS (
@@ -19,15 +20,17 @@ WITH input AS (
            (e.j ->> 4)::int AS priority, (e.j ->> 5)::float8 AS run_at,
            (e.j ->> 6)::float8 AS deadline_at, (e.j ->> 7)::int AS max_attempts,
            (e.j ->> 8)::float8 AS lease, (e.j ->> 9)::float8 AS key_hold,
-           (e.j ->> 10)::float8 AS delay, e.j ->> 11 AS limit_key, (e.j ->> 12)::int AS limit_max
+           (e.j ->> 10)::float8 AS delay, e.j ->> 11 AS limit_key, (e.j ->> 12)::int AS limit_max,
+           (e.j ->> 13)::int AS rate_max, (e.j ->> 14)::float8 AS rate_window
     FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS e(j, ord)
 ), inserted AS (
     INSERT INTO {schema}.sqljobs_jobs
         (id, queue, task, payload, key, priority, run_at, deadline_at, max_attempts, lease,
-         key_hold, limit_key, limit_max)
+         key_hold, limit_key, limit_max, rate_max, rate_window)
     SELECT new_id, queue, task, payload, key, priority,
            coalesce(now() + make_interval(secs => delay), to_timestamp(run_at)),
-           to_timestamp(deadline_at), max_attempts, lease, key_hold, limit_key, limit_max
+           to_timestamp(deadline_at), max_attempts, lease, key_hold, limit_key, limit_max,
+           rate_max, rate_window
     FROM input ORDER BY ord
     ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING
     RETURNING id, key
@@ -52,15 +55,17 @@ WITH input AS (
            (e.j ->> 4)::int AS priority, (e.j ->> 5)::float8 AS run_at,
            (e.j ->> 6)::float8 AS deadline_at, (e.j ->> 7)::int AS max_attempts,
            (e.j ->> 8)::float8 AS lease, (e.j ->> 9)::float8 AS key_hold,
-           (e.j ->> 10)::float8 AS delay, e.j ->> 11 AS limit_key, (e.j ->> 12)::int AS limit_max
+           (e.j ->> 10)::float8 AS delay, e.j ->> 11 AS limit_key, (e.j ->> 12)::int AS limit_max,
+           (e.j ->> 13)::int AS rate_max, (e.j ->> 14)::float8 AS rate_window
     FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS e(j, ord)
 ), inserted AS (
     INSERT INTO {schema}.sqljobs_jobs
         (id, queue, task, payload, priority, run_at, deadline_at, max_attempts, lease,
-         limit_key, limit_max)
+         limit_key, limit_max, rate_max, rate_window)
     SELECT new_id, queue, task, payload, priority,
            coalesce(now() + make_interval(secs => delay), to_timestamp(run_at)),
-           to_timestamp(deadline_at), max_attempts, lease, limit_key, limit_max
+           to_timestamp(deadline_at), max_attempts, lease, limit_key, limit_max, rate_max,
+           rate_window
     FROM input ORDER BY ord
 ), notified AS (
     SELECT count(pg_notify(%(channel)s, queue)) AS n FROM unnest(%(notify)s::text[]) AS queue
@@ -298,20 +303,23 @@ ON CONFLICT (id) DO UPDATE SET last_seen = now()
 -- name: save_task
 -- A worker's task as its code defines it: what an enqueue by name elsewhere should use.
 INSERT INTO {schema}.sqljobs_tasks
-    (name, queue, priority, lease, max_attempts, deadline, concurrency, keyed, updated_at)
+    (name, queue, priority, lease, max_attempts, deadline, concurrency, keyed, rate_max,
+     rate_window, updated_at)
 VALUES (%(name)s, %(queue)s, %(priority)s, %(lease)s, %(max_attempts)s, %(deadline)s,
-        %(concurrency)s, %(keyed)s, now())
+        %(concurrency)s, %(keyed)s, %(rate_max)s, %(rate_window)s, now())
 ON CONFLICT (name) DO UPDATE SET
     queue = excluded.queue, priority = excluded.priority, lease = excluded.lease,
     max_attempts = excluded.max_attempts, deadline = excluded.deadline,
     concurrency = excluded.concurrency, keyed = excluded.keyed,
+    rate_max = excluded.rate_max, rate_window = excluded.rate_window,
     updated_at = excluded.updated_at
 
 -- name: task_names
 SELECT name FROM {schema}.sqljobs_tasks
 
 -- name: task_info
-SELECT name, queue, priority, lease, max_attempts, deadline, concurrency, keyed
+SELECT name, queue, priority, lease, max_attempts, deadline, concurrency, keyed, rate_max,
+       rate_window
 FROM {schema}.sqljobs_tasks WHERE name = %(name)s
 
 -- name: unregister_worker

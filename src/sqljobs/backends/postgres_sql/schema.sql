@@ -32,8 +32,10 @@ CREATE TABLE {schema}.sqljobs_jobs (
     result          text,            -- the task's return value, JSON (0006)
     progress        text,            -- the last ctx.progress(), JSON (0006)
     waited          boolean          NOT NULL DEFAULT false, -- a caller waits: NOTIFY its end
-    limit_key       text,            -- its concurrency limit's key (0007)
-    limit_max       integer          -- and that limit
+    limit_key       text,            -- its limits' key (0007)
+    limit_max       integer,         -- at most this many running at once
+    rate_max        integer,         -- at most this many starts
+    rate_window     double precision -- in any window of these seconds
 ) WITH (
     -- a queue table churns: vacuum it early and often so claims never wade through
     -- dead row versions
@@ -94,7 +96,9 @@ CREATE TABLE {schema}.sqljobs_tasks (
     deadline     double precision,
     updated_at   timestamptz      NOT NULL,
     concurrency  integer,          -- its concurrency limit, if any (0007)
-    keyed        boolean          NOT NULL DEFAULT false  -- counted per key, by a key function
+    keyed        boolean          NOT NULL DEFAULT false, -- counted per key, by a key function
+    rate_max     integer,          -- its rate limit, if any
+    rate_window  double precision
 );
 
 CREATE TABLE {schema}.sqljobs_idempotency (
@@ -159,3 +163,10 @@ CREATE TABLE {schema}.sqljobs_queues (
     paused_at  timestamptz,
     updated_at timestamptz NOT NULL
 );
+
+-- 0007: the starts of rate-limited jobs within their window, per key (sqljobs.limits).
+CREATE TABLE {schema}.sqljobs_starts (
+    limit_key  text        NOT NULL,
+    started_at timestamptz NOT NULL
+);
+CREATE INDEX sqljobs_starts_key ON {schema}.sqljobs_starts (limit_key, started_at);

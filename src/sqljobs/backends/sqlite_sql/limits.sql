@@ -21,14 +21,37 @@ WHERE state = 'running' AND limit_key IN (SELECT value FROM json_each(:keys))
 GROUP BY limit_key
 
 -- name: limited_candidates
--- The first due jobs of one key, in claim order, as many as its limit at most (the
--- caller keeps as many as the key has free slots).
-SELECT id, priority, run_at, limit_max FROM sqljobs_jobs
+-- The first due jobs of one key, in claim order (the caller keeps as many as the key has
+-- free slots and starts left in its rate's window), with the key's limits.
+SELECT id, priority, run_at, limit_max, rate_max, rate_window FROM sqljobs_jobs
 WHERE limit_key = :key AND state = 'pending' AND run_at <= :now AND crashes < 2
   {queue_filter}
   AND queue NOT IN (SELECT name FROM sqljobs_queues WHERE paused = 1)
 ORDER BY priority DESC, run_at, id
 LIMIT :most
+
+-- name: drop_starts
+-- A rate's window has passed these starts: they count no more.
+DELETE FROM sqljobs_starts WHERE limit_key = :key AND started_at <= :since
+
+-- name: count_starts
+SELECT count(*) AS starts FROM sqljobs_starts WHERE limit_key = :key AND started_at > :since
+
+-- name: add_start
+INSERT INTO sqljobs_starts (limit_key, started_at) VALUES (:key, :now)
+
+-- name: rate_keys
+-- The rate-limited keys with due pending jobs, and their rates (for when the next start
+-- is allowed: a worker sleeps until then instead of asking again and again).
+SELECT DISTINCT limit_key AS key, rate_max, rate_window FROM sqljobs_jobs
+WHERE state = 'pending' AND limit_key IS NOT NULL AND rate_max IS NOT NULL
+  AND run_at <= :now {queue_filter}
+
+-- name: window_start
+-- The start that must leave a full window before another may start: the rate_max-th
+-- most recent.
+SELECT started_at FROM sqljobs_starts WHERE limit_key = :key
+ORDER BY started_at DESC LIMIT 1 OFFSET :nth
 
 -- name: claim_ids
 -- Claim the chosen limited jobs, as the claim statement does.

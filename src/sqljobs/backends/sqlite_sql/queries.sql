@@ -5,8 +5,8 @@
 -- name: insert_job
 INSERT INTO sqljobs_jobs
     (queue, task, payload, key, priority, run_at, created_at, deadline_at, max_attempts, lease,
-     key_hold, limit_key, limit_max)
-VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+     key_hold, limit_key, limit_max, rate_max, rate_window)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING
 
 -- name: release_key
@@ -155,19 +155,23 @@ VALUES (:id, :host, :pid, :queues, :concurrency, :heartbeat_interval, :now, :now
 -- name: save_task
 -- A worker's task as its code defines it: what an enqueue by name elsewhere should use.
 INSERT INTO sqljobs_tasks
-    (name, queue, priority, lease, max_attempts, deadline, concurrency, keyed, updated_at)
-VALUES (:name, :queue, :priority, :lease, :max_attempts, :deadline, :concurrency, :keyed, :now)
+    (name, queue, priority, lease, max_attempts, deadline, concurrency, keyed, rate_max,
+     rate_window, updated_at)
+VALUES (:name, :queue, :priority, :lease, :max_attempts, :deadline, :concurrency, :keyed,
+        :rate_max, :rate_window, :now)
 ON CONFLICT (name) DO UPDATE SET
     queue = excluded.queue, priority = excluded.priority, lease = excluded.lease,
     max_attempts = excluded.max_attempts, deadline = excluded.deadline,
     concurrency = excluded.concurrency, keyed = excluded.keyed,
+    rate_max = excluded.rate_max, rate_window = excluded.rate_window,
     updated_at = excluded.updated_at
 
 -- name: task_names
 SELECT name FROM sqljobs_tasks
 
 -- name: task_info
-SELECT name, queue, priority, lease, max_attempts, deadline, concurrency, keyed
+SELECT name, queue, priority, lease, max_attempts, deadline, concurrency, keyed, rate_max,
+       rate_window
 FROM sqljobs_tasks WHERE name = :name
 
 -- name: unregister_worker

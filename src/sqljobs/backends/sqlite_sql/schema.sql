@@ -31,8 +31,10 @@ CREATE TABLE sqljobs_jobs (
     prefetched      INTEGER NOT NULL DEFAULT 0, -- in a worker's buffer, not started (0004)
     result          TEXT,                       -- the task's return value, JSON (0005)
     progress        TEXT,                       -- the last ctx.progress(), JSON (0005)
-    limit_key       TEXT,                       -- its concurrency limit's key (0006)
-    limit_max       INTEGER                     -- and that limit
+    limit_key       TEXT,                       -- its limits' key (0006)
+    limit_max       INTEGER,                    -- at most this many running at once
+    rate_max        INTEGER,                    -- at most this many starts
+    rate_window     REAL                        -- in any window of these seconds
 );
 
 -- A business key names one job (sqljobs enqueue keys); unkeyed jobs cost no index entry.
@@ -89,7 +91,9 @@ CREATE TABLE sqljobs_tasks (
     deadline     REAL,
     updated_at   REAL NOT NULL,
     concurrency  INTEGER,                      -- its concurrency limit, if any (0006)
-    keyed        INTEGER NOT NULL DEFAULT 0    -- counted per key, by a key function
+    keyed        INTEGER NOT NULL DEFAULT 0,   -- counted per key, by a key function
+    rate_max     INTEGER,                      -- its rate limit, if any
+    rate_window  REAL
 );
 
 -- Business idempotency markers (sqljobs.idempotent), written in the caller's transaction.
@@ -154,3 +158,10 @@ CREATE TABLE sqljobs_queues (
     paused_at  REAL,
     updated_at REAL    NOT NULL
 );
+
+-- 0006: the starts of rate-limited jobs within their window, per key (sqljobs.limits).
+CREATE TABLE sqljobs_starts (
+    limit_key  TEXT NOT NULL,
+    started_at REAL NOT NULL
+);
+CREATE INDEX sqljobs_starts_key ON sqljobs_starts (limit_key, started_at);

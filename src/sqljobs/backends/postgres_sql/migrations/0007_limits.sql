@@ -1,9 +1,21 @@
--- Concurrency limits (sqljobs.limits): a job's limit key and limit, and the catalogue's
--- record of a task's limit (for enqueues by name from a service that lacks the task).
+-- Concurrency and rate limits (sqljobs.limits): a job's limit key and limits, and the
+-- catalogue's record of a task's (for enqueues by name from a service that lacks it).
 ALTER TABLE {schema}.sqljobs_jobs ADD COLUMN limit_key text;
 ALTER TABLE {schema}.sqljobs_jobs ADD COLUMN limit_max integer;
+ALTER TABLE {schema}.sqljobs_jobs ADD COLUMN rate_max integer;
+ALTER TABLE {schema}.sqljobs_jobs ADD COLUMN rate_window double precision;
 ALTER TABLE {schema}.sqljobs_tasks ADD COLUMN concurrency integer;
 ALTER TABLE {schema}.sqljobs_tasks ADD COLUMN keyed boolean NOT NULL DEFAULT false;
+ALTER TABLE {schema}.sqljobs_tasks ADD COLUMN rate_max integer;
+ALTER TABLE {schema}.sqljobs_tasks ADD COLUMN rate_window double precision;
+
+-- The starts of rate-limited jobs within their window, per key: a claim counts them, adds
+-- its own and drops those the window has passed (a sliding window, exact at every claim).
+CREATE TABLE {schema}.sqljobs_starts (
+    limit_key  text        NOT NULL,
+    started_at timestamptz NOT NULL
+);
+CREATE INDEX sqljobs_starts_key ON {schema}.sqljobs_starts (limit_key, started_at);
 
 -- Claims of jobs without a limit read indexes that hold none with one, so a backlog of
 -- limited jobs waiting for slots never slows them.

@@ -1,9 +1,21 @@
--- Concurrency limits (sqljobs.limits): a job's limit key and limit, and the catalogue's
--- record of a task's limit (for enqueues by name from a service that lacks the task).
+-- Concurrency and rate limits (sqljobs.limits): a job's limit key and limits, and the
+-- catalogue's record of a task's (for enqueues by name from a service that lacks it).
 ALTER TABLE sqljobs_jobs ADD COLUMN limit_key TEXT;
 ALTER TABLE sqljobs_jobs ADD COLUMN limit_max INTEGER;
+ALTER TABLE sqljobs_jobs ADD COLUMN rate_max INTEGER;
+ALTER TABLE sqljobs_jobs ADD COLUMN rate_window REAL;
 ALTER TABLE sqljobs_tasks ADD COLUMN concurrency INTEGER;
 ALTER TABLE sqljobs_tasks ADD COLUMN keyed INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sqljobs_tasks ADD COLUMN rate_max INTEGER;
+ALTER TABLE sqljobs_tasks ADD COLUMN rate_window REAL;
+
+-- The starts of rate-limited jobs within their window, per key: a claim counts them, adds
+-- its own and drops those the window has passed (a sliding window, exact at every claim).
+CREATE TABLE sqljobs_starts (
+    limit_key  TEXT NOT NULL,
+    started_at REAL NOT NULL
+);
+CREATE INDEX sqljobs_starts_key ON sqljobs_starts (limit_key, started_at);
 
 -- Claims of jobs without a limit read indexes that hold none with one, so a backlog of
 -- limited jobs waiting for slots never slows them.
