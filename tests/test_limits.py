@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from sqljobs import App, ConfigurationError, JobState, PayloadError
+from sqljobs.backends.base import WorkerInfo
 from sqljobs.maintenance import Reaper
 from sqljobs.worker import EventLog
 
@@ -236,3 +237,23 @@ def test_a_rate_per_key_paces_each_key_apart(app: App) -> None:
 def test_a_bad_rate_is_refused(app: App, bad: Any) -> None:
     with pytest.raises(ConfigurationError, match="rate"):
         app.task(rate=bad)(lambda: None)
+
+
+def test_a_waiting_limited_job_says_why(app: App) -> None:
+    @app.task(concurrency=1, concurrency_key=lambda tenant: tenant)
+    def sync(tenant: str) -> None: ...
+
+    @app.task(rate="1/m")
+    def mail() -> None: ...
+
+    first, second = sync.enqueue("acme"), sync.enqueue("acme")
+    sent, held = mail.enqueue(), mail.enqueue()
+    tasks = (sync.info, mail.info)  # a live worker runs both: only the limits hold them back
+    app.backend.register_worker(WorkerInfo("w", "host", 1, None, 4, 10.0, tasks))
+    claimed = app.backend.claim_jobs("w", None, 10, limited=True)
+    assert {j.id for j in claimed} == {first.id, sent.id}
+    reason = app.waiting_reason(second.refresh())
+    assert reason is not None and "sync:acme is at its limit of 1 running at once" in reason
+    reason = app.waiting_reason(held.refresh())
+    assert reason is not None and "mail reached its rate of 1/m" in reason
+    assert app.waiting_reason(first.refresh()) is None, "a running job waits for nothing"

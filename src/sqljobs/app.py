@@ -15,7 +15,7 @@ from .errors import ConfigurationError, JobNotFound, PayloadError, SqljobsError
 from .handles import JobHandle
 from .humanize import redact_url
 from .jobs import Job, JobState, NewJob, QueueInfo
-from .limits import Limit, arguments_by_name, define_limit
+from .limits import Limit, Rate, arguments_by_name, define_limit
 from .notifiers import LocalNotifier
 from .notifiers.base import JobEventCallback
 from .retention import Retention
@@ -396,6 +396,24 @@ class App:
             )
         if job.run_at > self.clock():
             return "its run_at lies in the future"
+        if job.limit_key is not None:
+            return self._limit_reason(job)
+        return None
+
+    def _limit_reason(self, job: Job) -> str | None:
+        """Why a due job under a limit waits: its key's slots are taken, or its rate's
+        window is full."""
+        key = job.limit_key
+        assert key is not None
+        running, starts = self.backend.limit_usage(key, job.rate_window or 0.0)
+        if job.limit_max is not None and running >= job.limit_max:
+            return (
+                f"{key} is at its limit of {job.limit_max} running at once: it starts when "
+                "one of them ends"
+            )
+        if job.rate_max is not None and job.rate_window and starts >= job.rate_max:
+            rate = Rate(job.rate_max, job.rate_window)
+            return f"{key} reached its rate of {rate}: it starts when the window allows"
         return None
 
     # -- control over work in flight ---------------------------------------------------

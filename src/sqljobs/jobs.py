@@ -207,6 +207,11 @@ class Job:
     """The handler's return value (decoded JSON); None until the job is done, or when the
     task returned None or does not store results (``store_result=False``)."""
     progress: Progress | None = None
+    limit_key: str | None = None
+    """The key its concurrency and rate limits count it by (None: unlimited)."""
+    limit_max: int | None = None
+    rate_max: int | None = None
+    rate_window: float | None = None
 
     @property
     def finished(self) -> bool:

@@ -258,6 +258,9 @@ class Backend(Protocol):
     def save_progress(self, reports: Sequence[tuple[HeldJob, str]]) -> set[int]:
         """Write each held job's progress (JSON text), fenced; return the ids written."""
 
+    def limit_usage(self, key: str, window: float) -> tuple[int, int]:
+        """A limit key's running jobs, and its starts within the last ``window`` seconds."""
+
     def pause_queue(self, name: str) -> bool:
         """Stop claims from queue ``name``; True if this call paused it."""
 

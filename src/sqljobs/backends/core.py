@@ -266,6 +266,11 @@ class BackendCore(Dialect):
         if "watch_job" in self.sql:  # an engine that pushes a job's end to those waiting
             self._change("watch_job", {"id": job_id})
 
+    def limit_usage(self, key: str, window: float) -> tuple[int, int]:
+        params = {"key": key, "window": window, "since": self.now() - window}
+        found = self._query("limit_usage", params).first("running", "starts")
+        return (int(found[0]), int(found[1])) if found else (0, 0)
+
     def pause_queue(self, name: str) -> bool:
         changed = self._change("pause_queue", {"name": name, "now": self.now()}).first("changed")
         return bool(changed and changed[0])

@@ -33,7 +33,8 @@ JOB = (
     "id", "queue", "task", "payload", "key", "state", "priority", "run_at", "created_at",
     "attempts", "max_attempts", "token", "lease", "lease_until", "worker", "started_at",
     "finished_at", "errors", "lease_expiries", "crashes", "last_error", "last_traceback",
-    "deadline_at", "history", "result", "progress",
+    "deadline_at", "history", "result", "progress", "limit_key", "limit_max", "rate_max",
+    "rate_window",
 )  # fmt: skip
 """The columns a statement that shows whole jobs returns (in any order)."""
 EFFECT = ("state", "result", "error", "attempts", "mine")

@@ -103,3 +103,11 @@ WHERE w.started_at + make_interval(secs => k.rate_window) > now() - interval '50
 -- a completion announces: it is not a reason to look again now).
 SELECT extract(epoch FROM min(run_at) - now())::float8 AS wait FROM {schema}.sqljobs_jobs
 WHERE state = 'pending' AND limit_key IS NOT NULL AND run_at > now() {queue_filter}
+
+-- name: limit_usage
+-- What a limit key uses now: its running jobs, and its starts within %(window)s seconds.
+SELECT (SELECT count(*) FROM {schema}.sqljobs_jobs
+        WHERE state = 'running' AND limit_key = %(key)s) AS running,
+       (SELECT count(*) FROM {schema}.sqljobs_starts
+        WHERE limit_key = %(key)s AND started_at > now() - make_interval(secs => %(window)s))
+           AS starts

@@ -69,3 +69,10 @@ RETURNING id, task, payload, queue, priority, attempts AS attempt, token, lease,
 -- a completion announces: it is not a reason to look again now).
 SELECT min(run_at) - :now AS wait FROM sqljobs_jobs INDEXED BY sqljobs_jobs_limited_due
 WHERE state = 'pending' AND limit_key IS NOT NULL AND run_at > :now {queue_filter}
+
+-- name: limit_usage
+-- What a limit key uses now: its running jobs, and its starts since :since.
+SELECT (SELECT count(*) FROM sqljobs_jobs WHERE state = 'running' AND limit_key = :key)
+           AS running,
+       (SELECT count(*) FROM sqljobs_starts WHERE limit_key = :key AND started_at > :since)
+           AS starts

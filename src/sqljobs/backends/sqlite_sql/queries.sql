@@ -264,14 +264,14 @@ SELECT tasks FROM sqljobs_workers WHERE last_seen >= :now - 2.5 * heartbeat_inte
 SELECT id, queue, task, payload, key, state, priority, run_at, created_at, attempts,
        max_attempts, token, lease, lease_until, worker, started_at, finished_at, errors,
        lease_expiries, crashes, last_error, last_traceback, deadline_at, history, result,
-       progress
+       progress, limit_key, limit_max, rate_max, rate_window
 FROM sqljobs_jobs WHERE id = :id
 
 -- name: list_jobs
 SELECT id, queue, task, payload, key, state, priority, run_at, created_at, attempts,
        max_attempts, token, lease, lease_until, worker, started_at, finished_at, errors,
        lease_expiries, crashes, last_error, last_traceback, deadline_at, history, result,
-       progress
+       progress, limit_key, limit_max, rate_max, rate_window
 FROM sqljobs_jobs
 WHERE (:state IS NULL OR state = :state) AND (:queue IS NULL OR queue = :queue)
 ORDER BY id DESC
