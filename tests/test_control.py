@@ -545,3 +545,10 @@ def test_the_worker_banner_names_paused_queues_and_the_retention(
     banner = next(r.getMessage() for r in caplog.records if "started on" in r.getMessage())
     assert "queues all (paused: mail)" in banner
     assert "retention done 1 d, cancelled 7 d, dead 7 d" in banner
+
+
+def test_a_retention_of_zero_for_one_state_is_refused() -> None:
+    """Zero would delete a job the moment it ends (and its result with it): None keeps
+    such jobs for ever, a positive age keeps them that long."""
+    with pytest.raises(ConfigurationError, match=r"Retention\(dead=\.\.\.\) must be > 0"):
+        Retention(dead=0)

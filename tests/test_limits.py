@@ -257,3 +257,38 @@ def test_a_waiting_limited_job_says_why(app: App) -> None:
     reason = app.waiting_reason(held.refresh())
     assert reason is not None and "mail reached its rate of 1/m" in reason
     assert app.waiting_reason(first.refresh()) is None, "a running job waits for nothing"
+
+
+def test_a_worker_whose_code_lost_the_limit_still_runs_limited_jobs(url: str) -> None:
+    """Jobs enqueued by code with a limit, run by a worker whose code has none (a deploy
+    that dropped it): they carry their limit, and the worker claims them under it."""
+    old = App(url)
+    old.task(name="sync", concurrency=1)(lambda n: None)
+    handles = [old.enqueue("sync", args=[i]) for i in range(3)]
+    new = App(url)
+    new.task(name="sync")(lambda n: None)
+    with worker_thread(new):
+        for handle in handles:
+            assert handle.result(timeout=20) is None
+
+
+def test_a_cancelled_buffered_job_gives_its_slot_back(app: App) -> None:
+    """With one thread, a buffered job cancelled while the thread is busy must not keep
+    the worker from claiming once the thread is free."""
+    release = threading.Event()
+
+    @app.task
+    def step(name: str) -> str:
+        if name == "first":
+            release.wait(30)
+        return name
+
+    first, second = step.enqueue("first"), step.enqueue("second")
+    with worker_thread(app, concurrency=1, prefetch=1, on_event=(log := EventLog())):
+        log.wait("claimed", job_id=second.id, timeout=10)
+        app.cancel(second.id)
+        log.wait("cancelled", job_id=second.id, timeout=10)
+        release.set()
+        assert first.result(timeout=10) == "first"
+        later = step.enqueue("later")
+        assert later.result(timeout=10) == "later"

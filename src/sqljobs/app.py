@@ -396,6 +396,9 @@ class App:
             )
         if job.run_at > self.clock():
             return "its run_at lies in the future"
+        paused = self.backend.queue_states().get(job.queue, (False, None))[0]
+        if paused:
+            return f"its queue {job.queue} is paused: sqljobs queues resume {job.queue}"
         if job.limit_key is not None:
             return self._limit_reason(job)
         return None
@@ -734,6 +737,11 @@ def _limit_key(
     catalogue (a key function lives in that service's code: the key must be given)."""
     if isinstance(task, Task):
         if task.limit is None:
+            if opts.concurrency_key is not None:
+                raise ConfigurationError(
+                    f"task {name!r} has no concurrency limit: concurrency_key means nothing "
+                    "without @app.task(concurrency=N) or rate='N/s'"
+                )
             return None
         arguments = arguments_by_name(task.signature, list(args), kwargs)
         return task.limit.key_for(name, arguments, opts.concurrency_key)

@@ -90,9 +90,10 @@ class JobHandle:
             if not loop.is_closed():
                 loop.call_soon_threadsafe(woken.set)
 
-        watcher = app.job_watcher()
-        await asyncio.to_thread(watcher.add, self.id, wake)
+        watcher = await asyncio.to_thread(app.job_watcher)  # may open the backend
+        watcher.register(self.id, wake)  # no I/O: the finally below always undoes it
         try:
+            await asyncio.to_thread(watcher.prepare, self.id)
             while True:
                 job = await asyncio.to_thread(self.refresh)
                 if job.finished:

@@ -10,12 +10,12 @@ Limited jobs are claimed by their own statement, per key: the keys with pending 
 found by a loose index scan (one index seek per key), each key gets as many jobs as it
 has free slots (its limit minus its running jobs), and all of it happens in the claim's
 transaction: the limit holds for every worker on every host. On PostgreSQL the keys are
-first locked with transaction-scoped advisory locks (``pg_try_advisory_xact_lock``), so
-two workers never count the same key's free slots at once, and a key another worker is
-claiming is skipped, not waited for; SQLite has one writer, which serialises claims
-already. A job over its limit is never claimed (so no attempt is charged), and a slot
-frees when its job ends, including by the reaper after a crashed worker's lease expires.
-Limited jobs are claimed only for threads free now, never into a worker's buffer, where
+first locked, in key order, with transaction-scoped advisory locks, so two workers never
+count the same key's free slots at once; a key another worker is claiming is waited for
+(a statement's time, at most 200 ms, then the claim looks again later); SQLite has one
+writer, which serialises claims already. A job over its limit is never claimed (so no
+attempt is charged), and a slot frees when its job ends, including by the reaper after a
+crashed worker's lease expires. Limited jobs are claimed only for threads free now, never into a worker's buffer, where
 they would hold slots that another worker's idle threads could use.
 
 A process that lacks the task enqueues by name with the limit the catalogue carries

@@ -31,9 +31,10 @@ class Retention:
             value = getattr(self, state)
             if value is not None:
                 age = seconds(value, f"Retention({state}=...)")
-                if age is None or age < 0:
+                if age is None or age <= 0:  # 0 would delete a job the moment it ends
                     raise ConfigurationError(
-                        f"Retention({state}=...) must be >= 0 seconds or None, got {value!r}"
+                        f"Retention({state}=...) must be > 0 seconds, or None to keep such "
+                        f"jobs for ever, got {value!r}"
                     )
                 object.__setattr__(self, state, age)
 

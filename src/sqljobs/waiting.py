@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -29,6 +30,10 @@ FALLBACK_LOOK = 1.0
 
 CHANGE_CHECK = 0.002
 """How often the watcher thread reads a non-pushing backend's change counter."""
+
+NO_MARKER_LOOK = 0.1
+"""Without push and without a change counter (PostgreSQL in poll-only mode, for PgBouncer
+in transaction mode), how often the watcher asks which waited-on jobs ended."""
 
 
 class JobWatcher:
@@ -49,6 +54,11 @@ class JobWatcher:
         """Call ``wake`` when job ``job_id`` may have ended. Once this returns, an end
         committed from now on is not missed (the listener is listening, or the change
         thread is watching)."""
+        self.register(job_id, wake)
+        self.prepare(job_id)
+
+    def register(self, job_id: int, wake: Wake) -> None:
+        """The quick half of :meth:`add` (no I/O): safe to call on an event loop."""
         with self._lock:
             self._waiting.setdefault(job_id, []).append(wake)
             start = not self._pushes and self._thread is None
@@ -56,12 +66,14 @@ class JobWatcher:
                 self._thread = threading.Thread(
                     target=self._watch_changes, name="sqljobs-job-watcher", daemon=True
                 )
+                self._thread.start()
+
+    def prepare(self, job_id: int) -> None:
+        """The slow half of :meth:`add`: make sure the job's end will be pushed (wait for
+        the LISTEN, flag the job) where the backend pushes."""
         if self._pushes:
             self._backend.notifier.wait_listening(FALLBACK_LOOK)
             self._backend.watch_job(job_id)
-        elif start:
-            assert self._thread is not None
-            self._thread.start()
 
     def remove(self, job_id: int, wake: Wake) -> None:
         with self._lock:
@@ -97,18 +109,23 @@ class JobWatcher:
     def _watch_changes(self) -> None:
         """While anyone waits: on each change of the database, one query for the jobs of
         all waiters that ended."""
-        marker = None
+        marker: int | None = None
+        looked = 0.0
         try:
             while not self._closing.wait(self._change_check):
-                with self._lock:
+                current = self._backend.change_marker()  # before the snapshot: an end
+                with self._lock:  # between the two is then seen as a change next time
                     watched = set(self._waiting)
                     if not watched:
                         self._thread = None  # the next waiter starts a new one
                         return
-                current = self._backend.change_marker()
-                if current == marker:
+                now = time.monotonic()
+                if current is None:  # no change counter (PostgreSQL without LISTEN)
+                    if now - looked < NO_MARKER_LOOK:
+                        continue
+                elif current == marker:
                     continue
-                marker = current
+                marker, looked = current, now
                 ended = self._backend.ended_among(watched)
                 if ended:
                     self._wake(ended)

@@ -258,6 +258,12 @@ class Backend(Protocol):
     def save_progress(self, reports: Sequence[tuple[HeldJob, str]]) -> set[int]:
         """Write each held job's progress (JSON text), fenced; return the ids written."""
 
+    def limited_pending(
+        self, queues: Sequence[str] | None, tasks: Collection[str] | None = None
+    ) -> bool:
+        """Whether jobs under a concurrency or rate limit wait in these queues, for these
+        tasks."""
+
     def limit_usage(self, key: str, window: float) -> tuple[int, int]:
         """A limit key's running jobs, and its starts within the last ``window`` seconds."""
 

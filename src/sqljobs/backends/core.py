@@ -266,6 +266,13 @@ class BackendCore(Dialect):
         if "watch_job" in self.sql:  # an engine that pushes a job's end to those waiting
             self._change("watch_job", {"id": job_id})
 
+    def limited_pending(
+        self, queues: Sequence[str] | None, tasks: Collection[str] | None = None
+    ) -> bool:
+        sql, params = self._filtered("limited_pending", queues, tasks)
+        found = self._read(lambda conn: result(conn.execute(sql, params))).first("waiting")
+        return bool(found and found[0])
+
     def limit_usage(self, key: str, window: float) -> tuple[int, int]:
         params = {"key": key, "window": window, "since": self.now() - window}
         found = self._query("limit_usage", params).first("running", "starts")

@@ -11,6 +11,7 @@ is poll-only mode, for PgBouncer in transaction mode.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import threading
 import time
@@ -48,6 +49,7 @@ _SESSION_ENDED = (
     psycopg.errors.IdleSessionTimeout,  # 57P05
 )
 T = TypeVar("T")
+log = logging.getLogger("sqljobs.postgres")
 
 
 def statements(schema: str) -> dict[str, str]:
@@ -273,14 +275,18 @@ class PostgresBackend(PostgresEnqueue, BackendCore, ScheduleStore):
         """Plain completions and the claim are one statement (one round trip, one
         commit); other outcomes are written first, then the claim. Jobs under a
         concurrency limit are claimed first, in a transaction of their own."""
-        limited = self._claim_limited(claim) if claim.limited and claim.start_now else []
-        if limited:
-            claim = replace(claim, limit=claim.limit - len(limited),
-                            start_now=max(0, claim.start_now - len(limited)))  # fmt: skip
-            if claim.limit <= 0:
-                return self.finish_jobs(outcomes, claim.started), limited
-        written, jobs = self._finish_and_claim_unlimited(outcomes, claim)
-        return written, limited + jobs
+        if not (claim.limited and claim.start_now):
+            return self._finish_and_claim_unlimited(outcomes, claim)
+        # outcomes first: a limited job that just ended must not count as running
+        written = self.finish_jobs(outcomes, claim.started)
+        claim = replace(claim, started=())
+        limited = self._claim_limited(claim)
+        claim = replace(claim, limit=claim.limit - len(limited),
+                        start_now=max(0, claim.start_now - len(limited)))  # fmt: skip
+        if claim.limit <= 0:
+            return written, limited
+        more, jobs = self._finish_and_claim_unlimited([], claim)
+        return written + more, limited + jobs
 
     def _claim_limited(self, claim: Claim) -> list[ClaimedJob]:
         """Lock the limit keys that have pending jobs (skipping those another worker holds),
@@ -290,20 +296,26 @@ class PostgresBackend(PostgresEnqueue, BackendCore, ScheduleStore):
         scan = self.sql["lock_limited_keys"]
 
         def work(conn: psycopg.Connection[Any]) -> list[ClaimedJob]:
+            conn.execute(self.sql["limited_lock_timeout"])
             after = self._limit_cursor
             found = result(conn.execute(scan, {"after": after, "max_keys": LIMITED_KEYS}))
-            rows = found.pick("key", "locked")
-            if len(rows) < LIMITED_KEYS and after:  # wrap around to the first keys
-                more = conn.execute(scan, {"after": "", "max_keys": LIMITED_KEYS - len(rows)})
-                rows += [r for r in result(more).pick("key", "locked") if r[0] <= after]
-            self._limit_cursor = rows[-1][0] if len(rows) >= LIMITED_KEYS else ""
-            keys = [key for key, locked in rows if locked]
+            rows = found.pick("key", "turn", "locked")
+            later = [key for key, turn, _ in rows if turn == 0]
+            # the next claim starts after the last key of this turn (or from the start)
+            self._limit_cursor = max(later) if len(rows) >= LIMITED_KEYS and later else ""
+            keys = [key for key, _, locked in rows if locked]
             if not keys:
                 return []
             claimed = result(conn.execute(sql, {**params, "keys": keys}))
             return claimed_jobs(claimed.names, claimed.rows)
 
-        return self._run(work)
+        try:
+            return self._run(work)
+        except BackendError as exc:
+            if not isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
+                raise
+            log.debug("limited claim skipped: a key stayed locked (%s)", exc)
+            return []  # another claimer held a key too long: the next claim looks again
 
     def _finish_and_claim_unlimited(
         self, outcomes: Sequence[Outcome], claim: Claim

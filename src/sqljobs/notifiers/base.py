@@ -11,9 +11,12 @@ announcements freely, and why waiters still look once a second on their own.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable, Collection
 from typing import Protocol
+
+log = logging.getLogger("sqljobs")
 
 Callback = Callable[[], None]
 JobEventCallback = Callable[[str, "int | None"], None]
@@ -113,7 +116,10 @@ class JobWatchers:
 
     def emit(self, kind: str, job_id: int | None) -> None:
         for callback in self._callbacks:
-            callback(kind, job_id)
+            try:
+                callback(kind, job_id)
+            except Exception:  # one bad callback must not end the listener for everyone
+                log.exception("a job event callback raised on %s %s", kind, job_id)
 
     def emit_text(self, text: str) -> None:
         """Emit the event a NOTIFY payload such as ``#end:12`` or ``#cancel:*`` names."""

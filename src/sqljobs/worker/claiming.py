@@ -53,6 +53,8 @@ class Claiming(WorkerState):
         look = t.want_claim and now >= t.suspect_check
         if look:  # next_due tells when to look sooner; this is the busy worker's fallback
             t.suspect_check = now + SUSPECT_LOOK_POLLS * cfg.poll_interval
+            if not self._limited:  # jobs that carry a limit this worker's code lacks
+                self._limited = backend.limited_pending(cfg.queues, self._leases)
         if look or self._suspect is not None:
             self._take_suspect(backend, look)
         lanes = self._lanes

@@ -45,6 +45,9 @@ class Draining(WorkerState):
         for run in runs:
             run.closed = True
             self.inflight.pop(run.job.id, None)
+            # taken off the thread queue, so no thread will report it: a given-up run
+            # (a cancelled or lost buffered job) must not hold a slot for ever
+            self._abandoned.discard(run)
             outcomes.append(handed_back(run.job, label, self.id, run.started_wall, wall))
         if not outcomes:
             return

@@ -293,9 +293,10 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
             self.close()
 
     def _on_job_event(self, kind: str, job_id: int | None) -> None:
-        """From the notifier's thread: a job was cancelled. If it may be one of ours, the
-        next pass runs a heartbeat, which finds out which and tells their handlers."""
-        if kind == "cancel" and (job_id is None or job_id in self.inflight):
+        """From the notifier's thread: a job was cancelled. The next pass runs a heartbeat
+        (one statement), which finds out whether it was ours and tells its handler; asked
+        for every cancel, since the job may be in a claim on its way back."""
+        if kind == "cancel" and self._backend is not None:
             self.request_heartbeat()
 
     def _event(

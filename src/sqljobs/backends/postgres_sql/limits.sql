@@ -1,34 +1,55 @@
 -- Claims of jobs under a concurrency or rate limit (sqljobs.limits), in one transaction of
 -- two statements: lock the keys (transaction-scoped advisory locks), then, in a snapshot
 -- taken after the locks, count each key's running jobs and recent starts and claim what
--- is free. A key another worker is claiming is waited for (a statement's time): skipping
--- it left that worker asleep with slots free. The locks go at commit.
+-- is free. A key another worker is claiming is waited for (a statement's time, at most
+-- lock_timeout): skipping it left that worker asleep with slots free. The locks go at
+-- commit.
+
+-- name: limited_lock_timeout
+-- A claimer that holds key locks answers within a statement's time; one that stopped
+-- (a paused VM, a lost network) must not stall every claim behind it: give up instead,
+-- and look again on the next claim.
+SET LOCAL lock_timeout = '200ms'
 
 -- name: lock_limited_keys
--- A loose index scan: the limit keys that have pending jobs, one index seek each, from
--- %(after)s on (the caller rotates where it starts), each locked by this transaction.
-WITH RECURSIVE keys(key) AS (
+-- A loose index scan: up to %(max_keys)s limit keys that have pending jobs, one index seek
+-- each, the keys after %(after)s first and then, wrapping around, those from the start
+-- (the caller rotates %(after)s, so a cap never starves the last keys). They are locked
+-- in key order, whatever order they were found in, so two claimers never wait for each
+-- other in a circle (PostgreSQL's deadlock check would end one if they did).
+WITH RECURSIVE later (key) AS (
     SELECT (SELECT min(limit_key) FROM {schema}.sqljobs_jobs
             WHERE state = 'pending' AND limit_key IS NOT NULL AND limit_key > %(after)s)
     UNION ALL
     SELECT (SELECT min(limit_key) FROM {schema}.sqljobs_jobs
-            WHERE state = 'pending' AND limit_key IS NOT NULL AND limit_key > keys.key)
-    FROM keys WHERE keys.key IS NOT NULL
+            WHERE state = 'pending' AND limit_key IS NOT NULL AND limit_key > later.key)
+    FROM later WHERE later.key IS NOT NULL
+), earlier (key) AS (
+    SELECT (SELECT min(limit_key) FROM {schema}.sqljobs_jobs
+            WHERE state = 'pending' AND limit_key IS NOT NULL AND limit_key > '')
+    UNION ALL
+    SELECT (SELECT min(limit_key) FROM {schema}.sqljobs_jobs
+            WHERE state = 'pending' AND limit_key IS NOT NULL AND limit_key > earlier.key)
+    FROM earlier WHERE earlier.key IS NOT NULL AND earlier.key <= %(after)s
 ), found AS MATERIALIZED (
-    SELECT key FROM keys WHERE key IS NOT NULL LIMIT %(max_keys)s
+    (SELECT key, 0 AS turn FROM later WHERE key IS NOT NULL LIMIT %(max_keys)s)
+    UNION ALL
+    (SELECT key, 1 FROM earlier WHERE key IS NOT NULL AND key <= %(after)s
+     LIMIT %(max_keys)s)
+), chosen AS MATERIALIZED (
+    SELECT key, turn FROM found ORDER BY turn, key LIMIT %(max_keys)s
 )
--- Locked in key order, whatever order the scan found them in, so two claimers never
--- wait for each other in a circle (PostgreSQL's deadlock check would end one if they did,
--- and the claim is retried).
-SELECT key, pg_advisory_xact_lock(hashtextextended('sqljobs:limit:' || key, 0)) IS NOT NULL
-       AS locked
-FROM (SELECT key FROM found ORDER BY key) AS sorted
+SELECT key, turn, pg_advisory_xact_lock(hashtextextended('sqljobs:limit:' || key, 0))
+       IS NOT NULL AS locked
+FROM (SELECT key, turn FROM chosen ORDER BY key) AS sorted
 
 -- name: claim_limited
 -- For each locked key, how many of its due jobs (in claim order) may start: its limit less
 -- its running jobs, and its rate's count less its starts within the window (the starts a
 -- window has passed are dropped here too); of all those, the first %(limit)s in claim
--- order are claimed, and each start of a rate-limited key is written down.
+-- order are claimed, and each start of a rate-limited key is written down. Times are
+-- statement_timestamp(), taken after the key locks were waited for: now() (the
+-- transaction's start) would date the starts early and open the window too soon.
 WITH slots AS (
     SELECT k.key, l.rate_max, l.rate_window,
            least(
@@ -37,7 +58,7 @@ WITH slots AS (
                         2147483647),
                coalesce(l.rate_max - (SELECT count(*) FROM {schema}.sqljobs_starts AS s
                                       WHERE s.limit_key = k.key
-                                        AND s.started_at > now() - make_interval(
+                                        AND s.started_at > statement_timestamp() - make_interval(
                                                                secs => l.rate_window)),
                         2147483647)) AS free
     FROM unnest(%(keys)s::text[]) AS k(key)
@@ -49,7 +70,7 @@ WITH slots AS (
     SELECT c.id, c.priority, c.run_at
     FROM slots CROSS JOIN LATERAL (
         SELECT id, priority, run_at FROM {schema}.sqljobs_jobs
-        WHERE limit_key = slots.key AND state = 'pending' AND run_at <= now() AND crashes < 2
+        WHERE limit_key = slots.key AND state = 'pending' AND run_at <= statement_timestamp() AND crashes < 2
           {queue_filter}
           AND queue NOT IN (SELECT name FROM {schema}.sqljobs_queues WHERE paused)
         ORDER BY priority DESC, run_at, id
@@ -63,9 +84,9 @@ WITH slots AS (
 ), claimed AS (
     UPDATE {schema}.sqljobs_jobs AS j
     SET state = 'running', attempts = j.attempts + 1, token = j.token + 1,
-        worker = %(worker)s, started_at = now(), prefetched = ranked.rank > %(start_now)s,
+        worker = %(worker)s, started_at = statement_timestamp(), prefetched = ranked.rank > %(start_now)s,
         lease = coalesce((%(leases)s::jsonb ->> j.task)::float8, j.lease),
-        lease_until = now() + make_interval(secs => coalesce((%(leases)s::jsonb ->> j.task)::float8,
+        lease_until = statement_timestamp() + make_interval(secs => coalesce((%(leases)s::jsonb ->> j.task)::float8,
                                                              j.lease))
     FROM ranked WHERE j.id = ranked.id
     RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts AS attempt, j.token,
@@ -74,11 +95,11 @@ WITH slots AS (
               extract(epoch FROM j.run_at)::float8 AS run_at, j.limit_key, j.rate_max
 ), logged AS (
     INSERT INTO {schema}.sqljobs_starts (limit_key, started_at)
-    SELECT limit_key, now() FROM claimed WHERE rate_max IS NOT NULL
+    SELECT limit_key, statement_timestamp() FROM claimed WHERE rate_max IS NOT NULL
 ), dropped AS (
     DELETE FROM {schema}.sqljobs_starts AS s USING slots
     WHERE s.limit_key = slots.key AND slots.rate_max IS NOT NULL
-      AND s.started_at <= now() - make_interval(secs => slots.rate_window)
+      AND s.started_at <= statement_timestamp() - make_interval(secs => slots.rate_window)
 )
 SELECT * FROM claimed
 
@@ -111,3 +132,9 @@ SELECT (SELECT count(*) FROM {schema}.sqljobs_jobs
        (SELECT count(*) FROM {schema}.sqljobs_starts
         WHERE limit_key = %(key)s AND started_at > now() - make_interval(secs => %(window)s))
            AS starts
+
+-- name: limited_pending
+-- Whether jobs under a limit wait for tasks this worker runs: then it claims them, even if
+-- its own code declares no limit (the jobs carry theirs, from the code that enqueued them).
+SELECT EXISTS (SELECT 1 FROM {schema}.sqljobs_jobs
+               WHERE state = 'pending' AND limit_key IS NOT NULL {queue_filter}) AS waiting

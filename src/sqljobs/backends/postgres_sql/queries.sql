@@ -484,9 +484,11 @@ WITH cancelled AS (
                 'error', 'cancelled while running'))
             ELSE j.history END
     WHERE j.id = %(id)s AND j.state IN ('pending', 'running')
-    RETURNING j.id
-)
-SELECT id, pg_notify(%(channel)s, '#cancel:' || id) FROM cancelled
+    RETURNING j.id, j.queue, j.limit_key
+)  -- a limited job's cancel frees its slot: its queue's workers may claim
+SELECT id, pg_notify(%(channel)s, '#cancel:' || id),
+       CASE WHEN limit_key IS NOT NULL THEN pg_notify(%(channel)s, queue) END
+FROM cancelled
 
 -- name: cancel_many
 -- One bounded batch of a bulk cancel (the caller repeats it until a batch comes back
@@ -506,7 +508,7 @@ WITH cancelled AS (
           AND (%(queue)s::text IS NULL OR queue = %(queue)s)
           AND (%(task)s::text IS NULL OR task = %(task)s)
         LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED)
+        FOR UPDATE)  -- waits out a claim or heartbeat on a row: skipping it would miss it
     RETURNING j.id
 )
 SELECT (SELECT count(*) FROM cancelled) AS n,

@@ -76,3 +76,9 @@ SELECT (SELECT count(*) FROM sqljobs_jobs WHERE state = 'running' AND limit_key 
            AS running,
        (SELECT count(*) FROM sqljobs_starts WHERE limit_key = :key AND started_at > :since)
            AS starts
+
+-- name: limited_pending
+-- Whether jobs under a limit wait for tasks this worker runs: then it claims them, even if
+-- its own code declares no limit (the jobs carry theirs, from the code that enqueued them).
+SELECT EXISTS (SELECT 1 FROM sqljobs_jobs
+               WHERE state = 'pending' AND limit_key IS NOT NULL {queue_filter}) AS waiting
