@@ -15,8 +15,9 @@ count the same key's free slots at once; a key another worker is claiming is wai
 (a statement's time, at most 200 ms, then the claim looks again later); SQLite has one
 writer, which serialises claims already. A job over its limit is never claimed (so no
 attempt is charged), and a slot frees when its job ends, including by the reaper after a
-crashed worker's lease expires. Limited jobs are claimed only for threads free now, never into a worker's buffer, where
-they would hold slots that another worker's idle threads could use.
+crashed worker's lease expires. Limited jobs are claimed only for threads free now,
+never into a worker's buffer, where they would hold slots that another worker's idle
+threads could use.
 
 A process that lacks the task enqueues by name with the limit the catalogue carries
 (written by the workers that have the task); a key function lives in their code, so such
