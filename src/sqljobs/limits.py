@@ -1,4 +1,5 @@
-"""Concurrency limits: at most N jobs with the same key run at once, across the cluster.
+"""Concurrency and rate limits: at most N jobs with the same key run at once, and at most
+M start in any window of a rate's unit, across the cluster.
 
 A task declares ``@app.task(concurrency=2, concurrency_key=lambda tenant, **_: tenant)``
 (or an enqueue gives ``with_options(concurrency_key="acme")``); each job then carries its
@@ -18,6 +19,12 @@ attempt is charged), and a slot frees when its job ends, including by the reaper
 crashed worker's lease expires. Limited jobs are claimed only for threads free now,
 never into a worker's buffer, where they would hold slots that another worker's idle
 threads could use.
+
+A rate (``rate="14/s"``) is a sliding window of starts kept per key (``sqljobs_starts``):
+the same claim counts the key's starts within the window, takes no more than the rate
+allows, writes its own starts and drops those the window has passed, so no window of the
+rate's length ever holds more starts than its count. A worker whose due jobs wait for a
+rate asks when the window opens and sleeps until then.
 
 A process that lacks the task enqueues by name with the limit the catalogue carries
 (written by the workers that have the task); a key function lives in their code, so such
