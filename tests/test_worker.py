@@ -236,8 +236,10 @@ def test_a_lost_lease_rolls_back_the_transaction_and_tells_the_handler(app: App)
         if event.kind == "lease_lost":
             lost.set()
 
-    with worker_thread(app, on_event=on_event) as worker:
-        entered.wait(10)
+    # one thread, no buffer: the worker has no free slot to take the job back itself once
+    # the reaper below hands it back (it raced the other worker for it, and won, in CI)
+    with worker_thread(app, on_event=on_event, concurrency=1, prefetch=0) as worker:
+        assert entered.wait(10)
         # another worker takes the job over after an (simulated) lease expiry
         expire_lease(app, job_id)
         from sqljobs.maintenance import Reaper
