@@ -496,16 +496,16 @@ class App:
         return resumed
 
     def queues(self) -> list[QueueInfo]:
-        """Every queue that has jobs, tasks or a setting: (name, paused, counts by state,
+        """Every queue that has jobs, tasks of this app, or a pause: (name, paused, counts by state,
         age of the oldest due pending job in seconds or None), by name."""
-        stats = self.backend.stats()
-        settings = self.backend.queue_states()
-        names = set(stats.counts) | set(settings) | {t.queue for t in self.tasks.values()}
+        stats = self.backend.stats()  # it reads the paused queues too: no second query
+        paused = set(stats.paused)
+        names = set(stats.counts) | paused | {t.queue for t in self.tasks.values()}
         empty = {s.value: 0 for s in JobState}
         return [
             QueueInfo(
                 name,
-                settings.get(name, (False, None))[0],
+                name in paused,
                 dict(stats.counts.get(name, empty)),
                 stats.oldest_pending_age_by_queue.get(name),
             )

@@ -26,7 +26,6 @@ from rich.text import Text
 from .app import App
 from .cli_format import (
     RUNNING_CANCELLED,
-    cancelled_while_running,
     job_parts,
     jobs_columns,
     paused_lines,
@@ -489,7 +488,7 @@ def jobs_cancel(
         raise click.ClickException(f"no job with id {job_id}") from None
     job = _get(ctx, job_id)
     if cancelled:
-        if cancelled_while_running(job):
+        if job.cancelled_while_running:
             click.echo(f"job {job_id} cancelled while running: {RUNNING_CANCELLED}")
         else:
             click.echo(f"job {job_id} cancelled")

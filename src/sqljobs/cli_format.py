@@ -277,11 +277,6 @@ RUNNING_CANCELLED = (
 """What cancelling a running job means, as the CLI and the dashboard say it."""
 
 
-def cancelled_while_running(job: Job) -> bool:
-    """Whether the cancel that ended ``job`` cut a run short (see ``Job``)."""
-    return job.cancelled_while_running
-
-
 # -- schedules and stats -----------------------------------------------------------------
 
 

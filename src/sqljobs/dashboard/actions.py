@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..app import App
-from ..cli_format import RUNNING_CANCELLED, cancelled_while_running
+from ..cli_format import RUNNING_CANCELLED
 from ..errors import JobNotFound
 from ..jobs import Job, JobState
 
@@ -71,7 +71,7 @@ def cancel(app: App, job_id: int) -> Outcome:
         return refused(404, f"no job with id {job_id}")
     job = app.get_job(job_id)
     if changed:
-        if job is not None and cancelled_while_running(job):
+        if job is not None and job.cancelled_while_running:
             return done(f"job {job_id} cancelled while running: {RUNNING_CANCELLED}",
                         was_running=True)  # fmt: skip
         return done(f"job {job_id} cancelled", was_running=False)
