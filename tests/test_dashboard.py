@@ -272,7 +272,7 @@ BAD_REQUESTS = [
     ("GET", "/api/jobs", {"limit": "1.5"}, "limit must be a whole number from 1 to 1000"),
     ("GET", "/api/jobs", {"limit": ""}, "limit must be a whole number from 1 to 1000"),
     ("GET", "/api/jobs", {"limit": "\uff15"}, "limit must be a whole number from 1 to 1000"),
-    ("GET", "/api/jobs", {"state": "bogus"}, "state must be one of pending, running, done"),
+    ("GET", "/api/jobs", {"state": "bogus"}, "state must be one of pending, waiting, running"),
     ("GET", "/api/jobs", {"state": ""}, "state must be one of"),
     ("GET", "/api/jobs", {"queue": ""}, "queue must be a queue name"),
     ("GET", "/api/jobs", {"queue": "a\x00b"}, "queue must be a queue name"),

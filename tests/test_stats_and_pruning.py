@@ -102,10 +102,12 @@ def test_counts_are_exact_below_the_cap_and_say_where_they_stopped(app: App) -> 
         _fill(app, "small", state, n)
     st = app.stats()
     assert st.counts["big"] == {
-        "pending": 0, "running": 0, "done": COUNT_CAP, "dead": COUNT_CAP + 3,
+        "pending": 0, "waiting": 0, "running": 0, "done": COUNT_CAP, "dead": COUNT_CAP + 3,
         "cancelled": COUNT_CAP,
     }  # fmt: skip
-    assert st.counts["small"] == {"pending": 4, "running": 0, "done": 3, "dead": 1, "cancelled": 2}
+    assert st.counts["small"] == {
+        "pending": 4, "waiting": 0, "running": 0, "done": 3, "dead": 1, "cancelled": 2,
+    }  # fmt: skip
     assert st.capped == {"big": ["done"]} and st.count_cap == COUNT_CAP
     assert st.is_capped("done", "big") and not st.is_capped("cancelled", "big")
     assert not st.is_capped(JobState.DONE, "small") and not st.is_capped("dead")

@@ -2,6 +2,7 @@
 
 from .app import App
 from .context import JobContext
+from .dependencies import Group
 from .effects import perform_once
 from .errors import (
     BackendError,
@@ -28,7 +29,7 @@ from .retention import Retention
 from .retry import Retry
 from .schedules import Schedule, ScheduleState
 from .stats import Stats
-from .tasks import BoundTask, Task
+from .tasks import BoundTask, Signature, Task
 from .worker import Worker, WorkerConfig
 
 __version__ = "0.1.0"
@@ -40,6 +41,7 @@ __all__ = [
     "ConfigurationError",
     "Discard",
     "EffectUncertain",
+    "Group",
     "Job",
     "JobCancelled",
     "JobContext",
@@ -60,6 +62,7 @@ __all__ = [
     "Schedule",
     "ScheduleNotFound",
     "ScheduleState",
+    "Signature",
     "SqljobsError",
     "Stats",
     "Task",

@@ -6,11 +6,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, overload
 
 from . import payload
 from .backends import Backend, open_backend
+from .dependencies import AfterPolicy, Group, check_policy, parent_ids
 from .errors import ConfigurationError, JobNotFound, PayloadError, SqljobsError
 from .handles import JobHandle
 from .humanize import redact_url
@@ -35,6 +37,7 @@ from .stats import Stats
 from .tasks import (
     EnqueueOptions,
     KeyScope,
+    Signature,
     Task,
     TaskInfo,
     check_queue_name,
@@ -244,6 +247,8 @@ class App:
         key_scope: KeyScope = "retained",
         known: bool = True,
         concurrency_key: str | None = None,
+        after: Iterable[JobHandle | int] | None = None,
+        after_policy: AfterPolicy = "done",
     ) -> JobHandle:
         """Enqueue by task name, e.g. from a service that does not import the task.
 
@@ -251,7 +256,8 @@ class App:
         worker of this database has registered; a name neither knows is refused with
         :class:`UnknownTask` (a typo would otherwise fail in a worker hours later).
         ``known=False`` takes any name, for a task only another service registers; with
-        no worker's record of it, the app's defaults apply.
+        no worker's record of it, the app's defaults apply. ``after`` and
+        ``after_policy`` are as for ``Task.with_options``.
         """
         if not isinstance(task, str) or not task:
             raise ConfigurationError(f"task name must be a non-empty string, got {task!r}")
@@ -270,6 +276,8 @@ class App:
             connection,
             key_hold(key_scope),
             concurrency_key,
+            parent_ids(after),
+            check_policy(after_policy),
         )
         registered = self.tasks.get(task)
         now = self.clock()
@@ -326,6 +334,8 @@ class App:
             limit_max=None if limit_key is None else info.concurrency,
             rate_max=None if limit_key is None else info.rate_max,
             rate_window=None if limit_key is None else info.rate_window,
+            after=opts.after,
+            after_policy=opts.after_policy,
         )
 
     def _default_info(self, name: str) -> TaskInfo:
@@ -334,6 +344,48 @@ class App:
         return TaskInfo(
             name, self.default_queue, 0, self.default_lease, retry.max_attempts, retry.deadline
         )
+
+    def group(
+        self,
+        members: Iterable[Signature],
+        then: Signature | None = None,
+        *,
+        after_policy: AfterPolicy = "done",
+        connection: Any = None,
+    ) -> Group:
+        """Enqueue ``members`` (``task.s(...)`` signatures) and, given ``then``, a callback
+        that runs once they have all ended, called with their results (a list, in the
+        members' order) before its own arguments, all in one transaction (or in the
+        caller's, on ``connection``). Under ``after_policy="done"`` a member that ends dead
+        or cancelled cancels the callback; ``"always"`` runs it anyway, with None for that
+        member's result."""
+        if isinstance(members, Signature) or not isinstance(members, Iterable):
+            raise ConfigurationError(
+                f"group() takes a list of task signatures (task.s(...)), got {members!r}"
+            )
+        signatures = list(members)
+        for i, sig in enumerate([*signatures, then] if then is not None else signatures):
+            if not isinstance(sig, Signature):
+                raise ConfigurationError(
+                    f"group() takes task signatures (task.s(...)), got {sig!r} at {i}"
+                )
+        if not signatures:
+            raise ConfigurationError("group() needs at least one member signature")
+        now = self.clock()
+        jobs = [sig.new_job(now) for sig in signatures]
+        callback = None
+        if then is not None:
+            callback = replace(
+                then.new_job(now, collect=True), after_policy=check_policy(after_policy)
+            )
+        got, last = self.backend.enqueue_group(jobs, callback, connection)
+        if connection is None:
+            self.wake_local_workers()
+        handles = [JobHandle(r.id, r.created, self) for r in got]
+        then_handle = None if last is None else JobHandle(last.id, last.created, self)
+        log.info("group of %d enqueued%s", len(handles),
+                 "" if last is None else f", then job {last.id}")  # fmt: skip
+        return Group(handles, then_handle)
 
     def insert(self, jobs: Iterable[NewJob], connection: Any = None) -> list[JobHandle]:
         """Insert built jobs in one transaction and wake this process's workers."""
@@ -386,7 +438,13 @@ class App:
 
     def waiting_reason(self, job: Job) -> str | None:
         """Why a pending job is not running yet, if it is not simply next in line: no
-        live worker has its task, or its time has not come."""
+        live worker has its task, or its time has not come; or which parents a waiting
+        job waits for."""
+        if job.state is JobState.WAITING:
+            open_parents = self.backend.open_parents(job.id, job.parents)
+            ids = ", ".join(map(str, open_parents))
+            n = len(open_parents)
+            return f"waiting for {n} parent{'s' if n != 1 else ''} to end (jobs {ids})"
         if job.state is not JobState.PENDING:
             return None
         if job.task not in self.backend.served_tasks():

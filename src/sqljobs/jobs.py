@@ -15,6 +15,8 @@ class JobState(enum.StrEnum):
     """Where a job is in its life. A retry is ``pending`` again with a later ``run_at``."""
 
     PENDING = "pending"
+    WAITING = "waiting"
+    """For its parents (``with_options(after=...)``): not claimable until they are done."""
     RUNNING = "running"
     DONE = "done"
     DEAD = "dead"
@@ -48,6 +50,12 @@ class NewJob:
     limit_max: int | None = None
     rate_max: int | None = None
     rate_window: float | None = None
+    after: tuple[int, ...] = ()
+    """The ids of the jobs it waits for (see sqljobs.dependencies)."""
+    after_policy: str = "done"
+    collect: bool = False
+    """A group's callback: its parents' results, in ``after``'s order, become its first
+    argument when it is released."""
 
 
 @dataclass(frozen=True)
@@ -212,6 +220,13 @@ class Job:
     limit_max: int | None = None
     rate_max: int | None = None
     rate_window: float | None = None
+    parents: list[int] = field(default_factory=list)
+    """The jobs it was enqueued to wait for (``after=``), in the order given."""
+    after_policy: str | None = None
+    """``done`` (every parent must be done) or ``always`` (ended, however); None: no
+    parents."""
+    waiting_on: int = 0
+    """How many of its parents have not ended yet (while it is ``waiting``)."""
 
     @property
     def finished(self) -> bool:

@@ -9,11 +9,12 @@ import math
 import re
 import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from . import payload
+from .dependencies import AfterPolicy, check_policy, parent_ids
 from .errors import ConfigurationError, PayloadError, UnknownTask
 from .handles import JobHandle
 from .jobs import NewJob
@@ -36,6 +37,9 @@ class EnqueueOptions:
     connection: Any = None
     key_hold: float | None = None
     concurrency_key: str | None = None
+    after: tuple[int, ...] = ()
+    """The ids of jobs it waits for (see sqljobs.dependencies)."""
+    after_policy: AfterPolicy = "done"
 
 
 @dataclass(frozen=True)
@@ -226,13 +230,17 @@ class Task:
         connection: Any = None,
         key_scope: KeyScope = "retained",
         concurrency_key: str | None = None,
+        after: Iterable[JobHandle | int] | None = None,
+        after_policy: AfterPolicy = "done",
     ) -> BoundTask:
         """Options for the next enqueue: a business ``key`` (a second enqueue with it
         returns the existing job), a ``delay`` or ``run_at``, a ``priority`` (higher runs
         first), a ``queue``, or a ``connection`` to enqueue inside the caller's transaction.
         ``key_scope`` says how long the key refuses duplicates (see :func:`key_hold`).
         ``concurrency_key`` names the key a task's concurrency limit counts this job by,
-        instead of its ``concurrency_key`` function."""
+        instead of its ``concurrency_key`` function. ``after`` names jobs (handles or ids)
+        this one waits for: it is ``waiting`` until they are all done, or, with
+        ``after_policy="always"``, until they have all ended (see sqljobs.dependencies)."""
         if delay is not None and run_at is not None:
             raise ConfigurationError("give either delay or run_at, not both")
         if concurrency_key is not None and self.limit is None:
@@ -249,8 +257,15 @@ class Task:
             connection=connection,
             key_hold=key_hold(key_scope),
             concurrency_key=concurrency_key,
+            after=parent_ids(after),
+            after_policy=check_policy(after_policy),
         )
         return BoundTask(self, opts)
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """This task with these arguments, not enqueued: a member or the callback of
+        ``app.group``."""
+        return Signature(self, args, kwargs, EnqueueOptions())
 
     def enqueue(self, *args: Any, **kwargs: Any) -> JobHandle:
         """Store a job that calls this task with these arguments."""
@@ -290,6 +305,10 @@ class BoundTask:
         merged = self.task.with_options(**{**current, **changes})
         return BoundTask(self.task, merged.options)
 
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """This task with these options and arguments, not enqueued (see ``Task.s``)."""
+        return Signature(self.task, args, kwargs, self.options)
+
     def enqueue(self, *args: Any, **kwargs: Any) -> JobHandle:
         now = self.task.app.clock()
         job = self.task.new_job(args, kwargs, self.options, now)
@@ -326,6 +345,35 @@ class BoundTask:
             yield job
 
 
+@dataclass(frozen=True)
+class Signature:
+    """A task, its arguments and its enqueue options, to be enqueued later (by
+    ``app.group``). A group's callback gets its members' results as a first argument
+    before ``args``."""
+
+    task: Task
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    options: EnqueueOptions
+
+    def new_job(self, now: float, collect: bool = False) -> NewJob:
+        """The row to insert; ``collect``: as a group's callback, which must take the
+        results list first (checked now, not when the group ends)."""
+        if not collect:
+            return self.task.new_job(self.args, self.kwargs, self.options, now)
+        try:
+            self.task.signature.bind([], *self.args, **self.kwargs)
+        except TypeError as exc:
+            raise PayloadError(
+                f"task {self.task.name}{self.task.signature} cannot be a group's callback "
+                f"with these arguments: it is called with the list of results first ({exc})"
+            ) from None
+        job = self.task.app.build_job(
+            self.task.name, self.args, self.kwargs, self.options, now, task=self.task
+        )
+        return replace(job, collect=True)
+
+
 def _first_param_is_context(fn: Callable[..., Any]) -> bool:
     from .context import JobContext
 
@@ -348,6 +396,7 @@ __all__ = [
     "BoundTask",
     "EnqueueOptions",
     "JobHandle",
+    "Signature",
     "Task",
     "TaskInfo",
     "check_queue_name",

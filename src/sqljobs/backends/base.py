@@ -236,6 +236,17 @@ class Backend(Protocol):
 
     # -- control over work in flight -------------------------------------------------------
 
+    # -- dependencies (sqljobs.dependencies) ----------------------------------------------
+
+    def enqueue_group(
+        self, members: Sequence[NewJob], then: NewJob | None, connection: Any | None = None
+    ) -> tuple[list[EnqueueResult], EnqueueResult | None]:
+        """Insert ``members`` and then ``then`` to wait for all of them, in one transaction
+        (or in the caller's, never committing it)."""
+
+    def open_parents(self, job_id: int, parents: Sequence[int]) -> list[int]:
+        """Which of a waiting job's ``parents`` have not ended yet."""
+
     def cancel_job(self, job_id: int) -> bool:
         """Cancel a pending or running job (False: it was neither). A running job's worker
         is told through the notifier where there is one, else at its next heartbeat."""

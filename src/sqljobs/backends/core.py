@@ -10,12 +10,14 @@ writes of outcomes and leases, and the enqueue.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
-from ..jobs import ClaimedJob, Due, HeldJob, Job, Outcome
+from .. import dependencies
+from ..jobs import ClaimedJob, Due, EnqueueResult, HeldJob, Job, NewJob, Outcome
 from ..stats import COUNT_CAP, Stats, capped_counts, oldest_due_ages, unserved_tasks
 from ..tasks import TaskInfo
 from .base import Decide, EffectRecord, WorkerInfo
@@ -24,6 +26,7 @@ from .migrations import apply_migrations
 from .rows import claimed_jobs, effect_record, expired_job, job, result, task_info
 
 _LENT: dict[int, BackendCore] = {}
+log = logging.getLogger("sqljobs.dependencies")
 
 
 @contextmanager
@@ -55,6 +58,9 @@ def mark_idempotent(
 
 class BackendCore(Dialect):
     """The engine-independent half of a backend."""
+
+    server_clock = False
+    """Whether a delay counts from the database server's clock (PostgreSQL's setting)."""
 
     def migrate(self) -> list[str]:
         return apply_migrations(
@@ -239,16 +245,145 @@ class BackendCore(Dialect):
 
     def cancel_job(self, job_id: int) -> bool:
         params = {"id": job_id, "now": self.now(), "channel": self._event_channel()}
-        return self._change("cancel_job", params).rowcount == 1
+        return bool(self._transaction(lambda conn: self._cancel(conn, "cancel_job", params)))
 
     def cancel_jobs(
         self, queue: str | None, task: str | None, state: str | None, limit: int = 1000
     ) -> int:
         params: dict[str, Any] = {"queue": queue, "task": task, "state": state}
         params.update(limit=limit, now=self.now(), channel=self._event_channel())
-        found = self._change("cancel_many", params)
-        counted = found.first("n") if "n" in found.names else None
-        return int(counted[0]) if counted else found.rowcount
+        return self._transaction(lambda conn: self._cancel(conn, "cancel_many", params))
+
+    def _cancel(self, conn: Any, statement: str, params: Mapping[str, Any]) -> int:
+        """Run a cancel statement and settle the children of the jobs it cancelled, in
+        the caller's transaction; return how many it cancelled."""
+        cancelled = result(conn.execute(self.sql[statement], params)).pick("id", "children")
+        self.settle_children(conn, [(i, "cancelled") for i, children in cancelled if children])
+        return len(cancelled)
+
+    # -- dependencies (the rules: sqljobs.dependencies) -----------------------------------
+
+    def enqueue_group(
+        self, members: Sequence[NewJob], then: NewJob | None, connection: Any | None = None
+    ) -> tuple[list[EnqueueResult], EnqueueResult | None]:
+        """Insert ``members``, then ``then`` to run after all of them, in one transaction
+        (or in the caller's, never committing it)."""
+
+        def work(conn: Any) -> tuple[list[EnqueueResult], EnqueueResult | None]:
+            got = self._enqueue_on(conn, list(members))
+            if then is None:
+                return got, None
+            after = tuple(r.id for r in got)
+            return got, self._enqueue_on(conn, [replace(then, after=after)])[0]
+
+        if connection is not None:
+            self._check_connection(connection)
+            return work(connection)
+        return self._transaction(work)
+
+    def _insert_dependent(self, conn: Any, job: NewJob) -> EnqueueResult:
+        """Insert a job that waits for ``job.after``, in the caller's transaction: lock
+        its parents, decide its first state, and record an edge from each open parent."""
+        parents = list(job.after)
+        locked = result(conn.execute(self.sql["lock_parents"], {"ids": self._array(parents)}))
+        found = {i: (state, res) for i, state, res in locked.pick("id", "state", "result")}
+        begin = dependencies.start(parents, found, job.after_policy, job.collect)
+        params = {
+            **asdict(job),
+            "delay": job.delay if self.server_clock else None,
+            "state": begin.state,
+            "parents": self._array(parents),
+            "after_policy": job.after_policy,
+            "waiting_on": len(begin.open_parents),
+            "collected": None if begin.collected is None else json.dumps(begin.collected),
+            "error": begin.reason,
+            "now": self.now(),
+            "channel": self._event_channel(),
+        }
+        inserted = result(conn.execute(self.sql["insert_dependent"], params)).first("id")
+        if inserted is None:  # its key names a job that exists: that one is the answer
+            existing = result(conn.execute(self.sql["dependent_by_key"], {"key": job.key}))
+            return EnqueueResult(int(existing.rows[0][0]), False)
+        child = int(inserted[0])
+        if begin.open_parents:
+            edges = {"ids": self._array(begin.open_parents), "child": child}
+            conn.execute(self.sql["add_edges"], edges)
+        log.debug("job %s enqueued %s after %s", child, begin.state, parents)
+        return EnqueueResult(child, True)
+
+    def settle_children(self, conn: Any, ended: Sequence[tuple[int, str]]) -> None:
+        """In the transaction that ended these parents (id, state): take their edges and
+        release, or cancel, each child by its policy; a child cancelled here settles its
+        own children in turn."""
+        now, channel = self.now(), self._event_channel()
+        while ended:
+            states = dict(ended)
+            taken = result(conn.execute(self.sql["take_edges"], {"ids": self._array(states)}))
+            edges = taken.pick("parent_id", "child_id")
+            if not edges:
+                return
+            children = sorted({child for _, child in edges})
+            policies = self._policies(conn, children)
+            plan = dependencies.settle(edges, states, policies)
+            results = self._results_for(conn, plan.releases)
+            ended = []
+            for child in children:  # in id order: two settlers lock rows in one order
+                if child in plan.cancels:
+                    params = {"id": child, "now": now, "reason": plan.cancels[child]}
+                    params["channel"] = channel
+                    found = result(conn.execute(self.sql["cancel_child"], params))
+                    for _, grandchildren in found.pick("id", "children"):
+                        log.info("job %s cancelled: %s", child, plan.cancels[child])
+                        if grandchildren:
+                            ended.append((child, "cancelled"))
+                elif child in plan.releases:
+                    self._release(conn, child, plan.releases[child], results, now, channel)
+
+    def _policies(self, conn: Any, children: Sequence[int]) -> dict[int, str | None]:
+        found = result(conn.execute(self.sql["child_policies"], {"ids": self._array(children)}))
+        return dict(found.pick("id", "after_policy"))
+
+    def _results_for(
+        self, conn: Any, releases: Mapping[int, Sequence[int]]
+    ) -> dict[int, str | None]:
+        """The results of the parents being settled (read once for every child: a child
+        that does not collect them ignores them)."""
+        parents = sorted({p for ps in releases.values() for p in ps})
+        if not parents:
+            return {}
+        found = result(conn.execute(self.sql["parent_results"], {"ids": self._array(parents)}))
+        return dict(found.pick("id", "result"))
+
+    def _release(
+        self,
+        conn: Any,
+        child: int,
+        parents: Sequence[int],
+        results: Mapping[int, str | None],
+        now: float,
+        channel: str | None,
+    ) -> None:
+        params = {"id": child, "n": len(parents), "now": now, "channel": channel}
+        params["results"] = dependencies.results_of(parents, results)
+        found = result(conn.execute(self.sql["release_child"], params))
+        row = found.first("state", "task", "payload", "parents", "collected")
+        if row is None or row[0] != "pending":
+            return  # still waiting for others, or no longer waiting (cancelled by hand)
+        _, task, payload, all_parents, collected = row
+        if collected is not None:  # a group's callback: its parents' results come first
+            if isinstance(all_parents, str):
+                all_parents = json.loads(all_parents)
+            text = dependencies.with_results(task, payload, all_parents, collected)
+            conn.execute(self.sql["rewrite_payload"], {"id": child, "payload": text})
+        log.info("job %s released: its parents have ended", child)
+
+    def open_parents(self, job_id: int, parents: Sequence[int]) -> list[int]:
+        """Which of a waiting job's ``parents`` have not ended yet."""
+        if not parents:
+            return []
+        params = {"ids": self._array(parents), "child": job_id}
+        found = {p for (p,) in self._query("open_parents", params).pick("id")}
+        return [p for p in parents if p in found]
 
     def cancelled_among(self, job_ids: Collection[int]) -> set[int]:
         if not job_ids:

@@ -107,6 +107,14 @@ class Dialect(ABC):
         self, jobs: Iterable[NewJob], connection: Any | None = None
     ) -> list[EnqueueResult]: ...
 
+    @abstractmethod
+    def _enqueue_on(self, conn: Any, jobs: list[NewJob]) -> list[EnqueueResult]:
+        """Insert ``jobs`` on ``conn``, inside a transaction it already has."""
+
+    @abstractmethod
+    def _check_connection(self, connection: Any) -> None:
+        """Refuse, clearly, a caller's connection of the wrong driver."""
+
     def _next_rate_opening(
         self, queues: Sequence[str] | None, tasks: Collection[str] | None
     ) -> float | None:

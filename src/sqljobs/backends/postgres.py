@@ -26,7 +26,7 @@ import psycopg_pool
 
 from ..errors import BackendError, ConfigurationError
 from ..humanize import redact_url
-from ..jobs import ClaimedJob, HeldJob, JobState, Outcome
+from ..jobs import FINISHED_STATES, ClaimedJob, HeldJob, JobState, Outcome
 from ..notifiers.postgres import PostgresNotifier, channel_for
 from .base import MISSING_SCHEMA
 from .core import BackendCore, lending
@@ -37,7 +37,15 @@ from .schedule_store import ScheduleStore
 from .sqlfile import load_migrations, load_statements
 
 _PACKAGE = "sqljobs.backends.postgres_sql"
-_FILES = ("queries.sql", "schedules.sql", "migrate.sql", "session.sql", "notify.sql", "limits.sql")
+_FILES = (
+    "queries.sql",
+    "schedules.sql",
+    "migrate.sql",
+    "session.sql",
+    "notify.sql",
+    "limits.sql",
+    "dependencies.sql",
+)
 LIMITED_KEYS = 256
 """At most this many limit keys are locked and looked at per claim (starting where the
 last claim left off, so every key gets its turn)."""
@@ -336,7 +344,11 @@ class PostgresBackend(PostgresEnqueue, BackendCore, ScheduleStore):
         (done,) = found.first("ids") or (None,)
         ids = found.pick("id")
         rows = [row for row, (id_,) in zip(found.rows, ids, strict=True) if id_ is not None]
-        return list(done or []), claimed_jobs(found.names, rows)
+        written = list(done or [])
+        missed = [o for o in outcomes if o.job_id not in set(written)]
+        if missed:  # fenced off, or others wait for them: the careful path tells which
+            written += self._write(lambda conn: self._finish_parents(conn, missed))
+        return written, claimed_jobs(found.names, rows)
 
     def _finish(
         self,
@@ -345,7 +357,9 @@ class PostgresBackend(PostgresEnqueue, BackendCore, ScheduleStore):
         started: Sequence[HeldJob] = (),
     ) -> list[int]:
         """Plain completions in one statement, everything else in another: each one
-        ``unnest`` over the batch, fenced by token."""
+        ``unnest`` over the batch, fenced by token. Neither ends a job that others wait
+        for: those are ended by :meth:`_finish_parents` (as are any the fence refused,
+        which it finds refused again)."""
         plain = [o for o in outcomes if o.state is JobState.DONE and o.history is None]
         other = [o for o in outcomes if not (o.state is JobState.DONE and o.history is None)]
         written: list[int] = []
@@ -355,24 +369,26 @@ class PostgresBackend(PostgresEnqueue, BackendCore, ScheduleStore):
             written += _ids(conn.execute(self.sql["complete_jobs"], fenced))
         elif started:
             conn.execute(self.sql["mark_started"], _began(started))
+        missed = [o for o in plain if o.job_id not in set(written)]
         if other:
-            params: dict[str, Any] = {
-                **_fenced(other),
-                "states": [o.state.value for o in other],
-                "delays": [o.delay for o in other],
-                "uncharges": [1 if o.uncharge else 0 for o in other],
-                "errors_text": [o.error for o in other],
-                "tracebacks": [o.traceback for o in other],
-                "errors": [o.errors for o in other],
-                "lease_expiries": [o.lease_expiries for o in other],
-                "crashes": [o.crashes for o in other],
-                "histories": [None if o.history is None else json.dumps(o.history) for o in other],
-                "results": [o.result for o in other],
-                "progresses": [o.progress for o in other],
-                "channel": channel,
-            }
-            written += _ids(conn.execute(self.sql["finish_jobs"], params))
+            done = _ids(conn.execute(self.sql["finish_jobs"], _finish_params(other, channel)))
+            written += done
+            missed += [o for o in other if o.job_id not in set(done) and o.state in FINISHED_STATES]
+        if missed:
+            written += self._finish_parents(conn, missed)
         return written
+
+    def _finish_parents(self, conn: Any, outcomes: Sequence[Outcome]) -> list[int]:
+        """End jobs that others may wait for, and settle those others, in one transaction
+        (a savepoint inside the caller's): the statement that ends them takes their rows'
+        locks first, so the settling statements after it see every child's edge."""
+        params = _finish_params(outcomes, self.notifier.channel, with_children=True)
+        with conn.transaction():
+            found = result(conn.execute(self.sql["finish_jobs"], params))
+            rows = found.pick("id", "state", "children")
+            ended = [(i, state) for i, state, children in rows if children and state != "pending"]
+            self.settle_children(conn, ended)
+        return [i for i, _, _ in rows]
 
     def renew_leases(self, worker: str, held: Sequence[HeldJob]) -> set[int]:
         params = {
@@ -449,6 +465,29 @@ def _values(outcomes: Sequence[Outcome]) -> dict[str, str | None]:
     return {
         "results": json.dumps(results) if results else None,
         "progress": json.dumps(progress) if progress else None,
+    }
+
+
+def _finish_params(
+    outcomes: Sequence[Outcome], channel: str, with_children: bool = False
+) -> dict[str, Any]:
+    """The parameters of ``finish_jobs`` for a batch of outcomes (``with_children``: also
+    end jobs that others wait for, which the caller then settles)."""
+    return {
+        **_fenced(outcomes),
+        "states": [o.state.value for o in outcomes],
+        "delays": [o.delay for o in outcomes],
+        "uncharges": [1 if o.uncharge else 0 for o in outcomes],
+        "errors_text": [o.error for o in outcomes],
+        "tracebacks": [o.traceback for o in outcomes],
+        "errors": [o.errors for o in outcomes],
+        "lease_expiries": [o.lease_expiries for o in outcomes],
+        "crashes": [o.crashes for o in outcomes],
+        "histories": [None if o.history is None else json.dumps(o.history) for o in outcomes],
+        "results": [o.result for o in outcomes],
+        "progresses": [o.progress for o in outcomes],
+        "channel": channel,
+        "with_children": with_children,
     }
 
 

@@ -44,12 +44,16 @@ class PostgresEnqueue(PostgresPart):
         first, second = chunks.peek(2)
         if not first:
             return []
-        if not second:  # one statement in autocommit: one round trip
+        if not second and not any(_waits(j) for j in first):  # one statement: one round trip
             notify, later = self.notifier.debounce({j.queue for j in first})
-            rows = self._run(lambda c: result(self._send(c, first, notify)), transaction=False)
+            rows = self._run(lambda c: result(self._plain(c, first, notify)), transaction=False)
             sent = [(first, rows)]
         else:
-            sent, later = self._run(lambda c: self._send_pipelined(c, chunks), transaction=False)
+            piped = self._run(lambda c: self._send_pipelined(c, chunks), transaction=False)
+            if piped is None:  # jobs that wait for others: nothing was committed
+                every = [job for chunk in chunks for job in chunk]
+                return self._run(lambda c: self._enqueue_in(c, every))
+            sent, later = piped
         self.notifier.notify_later(later)  # after our commit: not to wake workers too early
         # outside the retried work: a lookup failing after the commit must not insert again
         return [r for chunk, rows in sent for r in _results(chunk, rows, self._keyed_ids)]
@@ -60,14 +64,12 @@ class PostgresEnqueue(PostgresPart):
     def _enqueue_in(self, connection: Any, jobs: list[NewJob]) -> list[EnqueueResult]:
         """In the caller's transaction, never committing it; built in full before any SQL
         runs, so a bad argument leaves nothing behind in a transaction they may commit."""
-        if not isinstance(connection, psycopg.Connection):
-            raise ConfigurationError(
-                "a PostgreSQL queue needs a psycopg Connection to enqueue in the caller's "
-                f"transaction, got {type(connection).__name__}"
-            )
+        self._check_connection(connection)
         if not jobs:
             return []
         notify = self.notifier.in_callers_transaction({j.queue for j in jobs})
+        if any(_waits(j) for j in jobs):
+            return self._enqueue_one_by_one(connection, jobs, notify)
         try:  # the notify is delivered only if the caller commits
             return [
                 result
@@ -79,11 +81,42 @@ class PostgresEnqueue(PostgresPart):
         except psycopg.Error as exc:
             raise BackendError(f"PostgreSQL enqueue failed: {str(exc).strip()}") from exc
 
+    def _enqueue_on(self, conn: Any, jobs: list[NewJob]) -> list[EnqueueResult]:
+        return self._enqueue_in(conn, jobs)
+
+    def _check_connection(self, connection: Any) -> None:
+        if not isinstance(connection, psycopg.Connection):
+            raise ConfigurationError(
+                "a PostgreSQL queue needs a psycopg Connection to enqueue in the caller's "
+                f"transaction, got {type(connection).__name__}"
+            )
+
+    def _enqueue_one_by_one(
+        self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob], notify: list[str]
+    ) -> list[EnqueueResult]:
+        """A batch with jobs that wait for others: each job its own statements, in order
+        (a job's parents are locked and read before it is inserted)."""
+        try:
+            out = []
+            for job in jobs:
+                if _waits(job):
+                    out.append(self._insert_dependent(conn, job))
+                else:
+                    out += self._insert(conn, [job], notify)
+                    notify = []
+            if notify:
+                conn.execute(
+                    self.sql["notify"], {"channel": self.notifier.channel, "notify": notify}
+                )
+            return out
+        except psycopg.Error as exc:
+            raise BackendError(f"PostgreSQL enqueue failed: {str(exc).strip()}") from exc
+
     def _insert(
         self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob], notify: list[str]
     ) -> list[EnqueueResult]:
         """One statement inserts the jobs and sends the NOTIFYs (in ``conn``'s transaction)."""
-        rows = result(self._send(conn, jobs, notify))
+        rows = result(self._plain(conn, jobs, notify))
 
         def lookup(keys: list[str]) -> dict[str, int]:
             found = result(conn.execute(self.sql["job_ids_by_key"], {"keys": keys}))
@@ -93,25 +126,33 @@ class PostgresEnqueue(PostgresPart):
 
     def _send_pipelined(
         self, conn: psycopg.Connection[Any], chunks: Iterable[list[NewJob]]
-    ) -> tuple[list[tuple[list[NewJob], Result]], list[str]]:
+    ) -> tuple[list[tuple[list[NewJob], Result]], list[str]] | None:
         """One transaction, BEGIN and COMMIT included, in one pipeline: the chunk
         statements go out without waiting for each other, and the NOTIFYs last, once every
-        queue is known. The client waits for the server once, at the end."""
+        queue is known. The client waits for the server once, at the end. None, with
+        nothing committed, if a chunk holds jobs that wait for others (they cannot be one
+        plain insert)."""
         sent: list[tuple[list[NewJob], psycopg.Cursor[Any]]] = []
         queues: set[str] = set()
         with conn.pipeline(), conn.transaction():
             for chunk in chunks:
-                sent.append((chunk, self._send(conn, chunk, [])))
+                if any(_waits(j) for j in chunk):
+                    sent = []
+                    raise psycopg.Rollback  # ends the transaction block, rolled back
+                sent.append((chunk, self._plain(conn, chunk, [])))
                 queues.update(j.queue for j in chunk)
             notify, later = self.notifier.debounce(queues)
             if notify:
                 params = {"channel": self.notifier.channel, "notify": notify}
                 conn.execute(self.sql["notify"], params)
+        if not sent:
+            return None
         return [(chunk, result(cur)) for chunk, cur in sent], later
 
-    def _send(
+    def _plain(
         self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob], notify: list[str]
     ) -> psycopg.Cursor[Any]:
+        """Send the insert of jobs that wait for nothing (one statement)."""
         server_clock = self.server_clock
         rows_json = json.dumps(
             [
@@ -141,6 +182,11 @@ class PostgresEnqueue(PostgresPart):
             conn.execute(self.sql["release_keys"], {"keys": keys})
         sql = self.sql["insert_jobs" if keys else "insert_unkeyed_jobs"]
         return conn.cursor().execute(sql, params)
+
+
+def _waits(job: NewJob) -> bool:
+    """Whether ``job`` waits for other jobs (or collects their results)."""
+    return bool(job.after) or job.collect
 
 
 def _results(

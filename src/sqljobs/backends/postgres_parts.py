@@ -11,6 +11,7 @@ from .dialect import Dialect
 if TYPE_CHECKING:
     import psycopg
 
+    from ..jobs import EnqueueResult, NewJob
     from ..notifiers.postgres import PostgresNotifier
 
 T = TypeVar("T")
@@ -30,3 +31,5 @@ class PostgresPart(Dialect):
             attempts: int = 5,
             transaction: bool = True,
         ) -> T: ...
+
+        def _insert_dependent(self, conn: Any, job: NewJob) -> EnqueueResult: ...

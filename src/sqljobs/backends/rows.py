@@ -34,7 +34,7 @@ JOB = (
     "attempts", "max_attempts", "token", "lease", "lease_until", "worker", "started_at",
     "finished_at", "errors", "lease_expiries", "crashes", "last_error", "last_traceback",
     "deadline_at", "history", "result", "progress", "limit_key", "limit_max", "rate_max",
-    "rate_window",
+    "rate_window", "parents", "after_policy", "waiting_on",
 )  # fmt: skip
 """The columns a statement that shows whole jobs returns (in any order)."""
 EFFECT = ("state", "result", "error", "attempts", "mine")
@@ -133,6 +133,8 @@ def job(names: Names, row: Row) -> Job:
     hist = json.loads(history) if isinstance(history, str) else list(history or [])
     values["result"] = _decoded(values["result"])
     values["progress"] = progress(values["progress"])
+    parents = values["parents"]
+    values["parents"] = json.loads(parents) if isinstance(parents, str) else list(parents or [])
     return Job(args=args, kwargs=kwargs, history=hist, **values)
 
 

@@ -23,7 +23,7 @@ from dataclasses import replace
 from typing import Any, TypeVar
 
 from ..errors import BackendError, ConfigurationError
-from ..jobs import ClaimedJob, EnqueueResult, HeldJob, JobState, NewJob, Outcome
+from ..jobs import FINISHED_STATES, ClaimedJob, EnqueueResult, HeldJob, JobState, NewJob, Outcome
 from ..notifiers.sqlite import SqliteNotifier
 from .base import MISSING_SCHEMA
 from .core import BackendCore, lending
@@ -34,7 +34,13 @@ from .sqlfile import load_migrations, load_statements
 
 _PACKAGE = "sqljobs.backends.sqlite_sql"
 Q = load_statements(
-    _PACKAGE, "queries.sql", "schedules.sql", "migrate.sql", "session.sql", "limits.sql"
+    _PACKAGE,
+    "queries.sql",
+    "schedules.sql",
+    "migrate.sql",
+    "session.sql",
+    "limits.sql",
+    "dependencies.sql",
 )
 RATE_OPENED_LATELY = 0.05
 """A rate's window that opened this recently still counts as the next opening (as now):
@@ -201,14 +207,17 @@ class SqliteBackend(BackendCore, ScheduleStore):
     ) -> list[EnqueueResult]:
         jobs = list(jobs)  # built before the write lock is taken
         if connection is not None:
-            if not isinstance(connection, sqlite3.Connection):
-                raise ConfigurationError(
-                    "a SQLite queue needs a sqlite3.Connection to enqueue in the caller's "
-                    f"transaction, got {type(connection).__name__}"
-                )
+            self._check_connection(connection)
             return self._insert(connection, jobs)
         with self._writing() as conn:
             return self._insert(conn, jobs)
+
+    def _check_connection(self, connection: Any) -> None:
+        if not isinstance(connection, sqlite3.Connection):
+            raise ConfigurationError(
+                "a SQLite queue needs a sqlite3.Connection to enqueue in the caller's "
+                f"transaction, got {type(connection).__name__}"
+            )
 
     def _insert(self, conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
         now = self.now()
@@ -217,6 +226,9 @@ class SqliteBackend(BackendCore, ScheduleStore):
         for job in jobs:
             if job.key is not None:
                 conn.execute(release, {"key": job.key, "now": now})
+            if job.after or job.collect:
+                out.append(self._insert_dependent(conn, job))
+                continue
             cur = conn.execute(
                 insert,
                 (
@@ -243,6 +255,8 @@ class SqliteBackend(BackendCore, ScheduleStore):
                 (existing,) = conn.execute(by_key, (job.key,)).fetchone()
                 out.append(EnqueueResult(int(existing), False))
         return out
+
+    _enqueue_on = _insert
 
     # -- claim, finish, lease ----------------------------------------------------------
 
@@ -339,9 +353,12 @@ class SqliteBackend(BackendCore, ScheduleStore):
         self, conn: Any, outcomes: Sequence[Outcome], started: Sequence[HeldJob] = ()
     ) -> list[int]:
         """Row by row in the caller's transaction: one statement a job is what SQLite does
-        fastest, with no round trip to save."""
+        fastest, with no round trip to save. A completion the plain statements leave alone
+        (the job was fenced off, or others wait for it) goes through ``finish_job``, which
+        tells which; the children of jobs that ended are settled last."""
         now = self.now()
         written = []
+        parents: list[tuple[int, str]] = []
         complete, complete_with, finish = Q["complete_job"], Q["complete_job_with"], Q["finish_job"]
         for o in outcomes:
             if o.state is JobState.DONE and o.history is None:
@@ -351,10 +368,16 @@ class SqliteBackend(BackendCore, ScheduleStore):
                     params = {"id": o.job_id, "token": o.token, "now": now, "result": o.result,
                               "progress": o.progress}  # fmt: skip
                     cur = conn.execute(complete_with, params)
-            else:
-                cur = conn.execute(finish, _outcome_params(o, now))
-            if cur.rowcount == 1:
+                if cur.rowcount == 1:
+                    written.append(o.job_id)
+                    continue
+            row = conn.execute(finish, _outcome_params(o, now)).fetchone()
+            if row is not None:
                 written.append(o.job_id)
+                if row[0] and o.state in FINISHED_STATES:
+                    parents.append((o.job_id, o.state.value))
+        if parents:
+            self.settle_children(conn, parents)
         if started:
             held = json.dumps([[h.id, h.token] for h in started])
             conn.execute(Q["mark_started"], {"held": held})

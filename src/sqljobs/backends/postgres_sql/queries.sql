@@ -125,7 +125,7 @@ WITH done AS (
         result = %(results)s::jsonb ->> j.id::text,
         progress = coalesce(%(progress)s::jsonb ->> j.id::text, j.progress)
     FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS o(id, token)
-    WHERE j.id = o.id AND j.token = o.token AND j.state = 'running'
+    WHERE j.id = o.id AND j.token = o.token AND j.state = 'running' AND j.children = 0
     RETURNING j.id, j.waited, j.queue, j.limit_key
 ), ended AS (  -- and a limited job's end frees a slot: wake the workers of its queue
     SELECT (SELECT count(pg_notify(%(channel)s, '#end:' || id)) FROM done WHERE waited)
@@ -212,7 +212,7 @@ WITH began AS (
         result = %(results)s::jsonb ->> j.id::text,
         progress = coalesce(%(progress)s::jsonb ->> j.id::text, j.progress)
     FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS o(id, token)
-    WHERE j.id = o.id AND j.token = o.token AND j.state = 'running'
+    WHERE j.id = o.id AND j.token = o.token AND j.state = 'running' AND j.children = 0
     RETURNING j.id, j.waited, j.queue, j.limit_key
 ), ended AS (  -- and a limited job's end frees a slot: wake the workers of its queue
     SELECT (SELECT count(pg_notify(%(channel)s, '#end:' || id)) FROM done WHERE waited)
@@ -251,14 +251,15 @@ FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(states)s::text[], %(delay
      AS o(id, token, state, delay, uncharge, error, traceback, errors, lease_expiries,
           crashes, history, result, progress)
 WHERE j.id = o.id AND j.token = o.token AND j.state = 'running'
-RETURNING j.id, j.waited, j.state, j.queue, j.limit_key
+  AND (j.children = 0 OR o.state NOT IN ('done', 'dead', 'cancelled') OR %(with_children)s)
+RETURNING j.id, j.waited, j.state, j.queue, j.limit_key, j.children
 ), ended AS (  -- and a limited job that left `running` freed a slot
     SELECT (SELECT count(pg_notify(%(channel)s, '#end:' || id)) FROM finished
             WHERE waited AND state IN ('done', 'dead'))
            + (SELECT count(pg_notify(%(channel)s, queue)) FROM finished
               WHERE limit_key IS NOT NULL) AS n
 )
-SELECT id FROM finished CROSS JOIN ended
+SELECT id, state, children FROM finished CROSS JOIN ended
 
 -- name: renew_leases
 WITH seen AS (
@@ -291,7 +292,7 @@ SELECT id FROM {schema}.sqljobs_jobs WHERE id = ANY(%(ids)s::bigint[]) AND state
 -- name: watch_job
 -- A caller is about to wait on this job: its end will send a NOTIFY.
 UPDATE {schema}.sqljobs_jobs SET waited = true
-WHERE id = %(id)s AND NOT waited AND state IN ('pending', 'running')
+WHERE id = %(id)s AND NOT waited AND state IN ('pending', 'waiting', 'running')
 
 -- name: register_worker
 INSERT INTO {schema}.sqljobs_workers
@@ -383,6 +384,9 @@ UNION ALL
 SELECT queue, 'dead', count(*) FROM {schema}.sqljobs_jobs
 WHERE state = 'dead' AND state <> 'pending' AND state <> 'running' GROUP BY queue
 UNION ALL
+SELECT queue, 'waiting', count(*) FROM {schema}.sqljobs_jobs
+WHERE state = 'waiting' AND state <> 'pending' AND state <> 'running' GROUP BY queue
+UNION ALL
 SELECT queue, 'running', count(*) FROM {schema}.sqljobs_jobs
 WHERE state = 'running' GROUP BY queue
 
@@ -440,7 +444,7 @@ extract(epoch FROM lease_until)::float8 AS lease_until, worker,
 extract(epoch FROM started_at)::float8 AS started_at,
 extract(epoch FROM finished_at)::float8 AS finished_at, errors, lease_expiries, crashes,
 last_error, last_traceback, extract(epoch FROM deadline_at)::float8 AS deadline_at, history,
-result, progress, limit_key, limit_max, rate_max, rate_window
+result, progress, limit_key, limit_max, rate_max, rate_window, parents, after_policy, waiting_on
 
 -- name: retry_job
 -- By hand: fresh attempts; the history keeps the old ones and notes the retry.
@@ -470,23 +474,24 @@ SET state = 'pending', run_at = now(), finished_at = NULL, attempts = 0,
 WHERE state = 'dead' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
 
 -- name: cancel_job
--- Pending: cancelled at once. Running: cancelled too, so the worker's outcome (fenced on
+-- Pending or waiting: cancelled at once. Running: cancelled too, so the worker's outcome (fenced on
 -- `running`) can never be written; the NOTIFY tells the worker holding it (and anyone
 -- waiting on its result) at once. No attempt is charged; the history notes a run that
 -- was cut short.
 WITH cancelled AS (
     UPDATE {schema}.sqljobs_jobs AS j
     SET state = 'cancelled', finished_at = now(), lease_until = NULL, prefetched = false,
+        waiting_on = 0,
         history = CASE WHEN j.state = 'running' THEN j.history || jsonb_build_array(
             jsonb_build_object('attempt', j.attempts, 'outcome', 'cancelled',
                 'started_at', extract(epoch FROM j.started_at),
                 'ended_at', extract(epoch FROM now()), 'worker', j.worker,
                 'error', 'cancelled while running'))
             ELSE j.history END
-    WHERE j.id = %(id)s AND j.state IN ('pending', 'running')
-    RETURNING j.id, j.queue, j.limit_key
+    WHERE j.id = %(id)s AND j.state IN ('pending', 'waiting', 'running')
+    RETURNING j.id, j.queue, j.limit_key, j.children
 )  -- a limited job's cancel frees its slot: its queue's workers may claim
-SELECT id, pg_notify(%(channel)s, '#cancel:' || id),
+SELECT id, children, pg_notify(%(channel)s, '#cancel:' || id),
        CASE WHEN limit_key IS NOT NULL THEN pg_notify(%(channel)s, queue) END
 FROM cancelled
 
@@ -496,6 +501,7 @@ FROM cancelled
 WITH cancelled AS (
     UPDATE {schema}.sqljobs_jobs AS j
     SET state = 'cancelled', finished_at = now(), lease_until = NULL, prefetched = false,
+        waiting_on = 0,
         history = CASE WHEN j.state = 'running' THEN j.history || jsonb_build_array(
             jsonb_build_object('attempt', j.attempts, 'outcome', 'cancelled',
                 'started_at', extract(epoch FROM j.started_at),
@@ -504,16 +510,18 @@ WITH cancelled AS (
             ELSE j.history END
     WHERE j.id IN (
         SELECT id FROM {schema}.sqljobs_jobs
-        WHERE state IN ('pending', 'running') AND (%(state)s::text IS NULL OR state = %(state)s)
+        WHERE state IN ('pending', 'waiting', 'running')
+          AND (%(state)s::text IS NULL OR state = %(state)s)
           AND (%(queue)s::text IS NULL OR queue = %(queue)s)
           AND (%(task)s::text IS NULL OR task = %(task)s)
         LIMIT %(limit)s
         FOR UPDATE)  -- waits out a claim or heartbeat on a row: skipping it would miss it
-    RETURNING j.id
+    RETURNING j.id, j.children
 )
-SELECT (SELECT count(*) FROM cancelled) AS n,
+SELECT id, children,
        (SELECT count(pg_notify(%(channel)s, '#cancel:*'))
         FROM (SELECT 1 FROM cancelled LIMIT 1) AS one) AS notified
+FROM cancelled
 
 -- name: pause_queue
 -- RETURNING tells whether this call paused it (an already paused queue keeps its time).

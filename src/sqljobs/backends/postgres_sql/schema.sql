@@ -7,7 +7,8 @@ CREATE TABLE {schema}.sqljobs_jobs (
     payload         text             NOT NULL,
     key             text,
     state           text             NOT NULL DEFAULT 'pending'
-                    CHECK (state IN ('pending', 'running', 'done', 'dead', 'cancelled')),
+                    CHECK (state IN ('pending', 'waiting', 'running', 'done', 'dead',
+                                     'cancelled')),
     priority        integer          NOT NULL DEFAULT 0,
     run_at          timestamptz      NOT NULL,
     created_at      timestamptz      NOT NULL DEFAULT now(),
@@ -35,7 +36,12 @@ CREATE TABLE {schema}.sqljobs_jobs (
     limit_key       text,            -- its limits' key (0007)
     limit_max       integer,         -- at most this many running at once
     rate_max        integer,         -- at most this many starts
-    rate_window     double precision -- in any window of these seconds
+    rate_window     double precision, -- in any window of these seconds
+    parents         bigint[],        -- the ids it waits for (0008)
+    after_policy    text             CHECK (after_policy IN ('done', 'always')),
+    waiting_on      integer          NOT NULL DEFAULT 0, -- how many parents have not ended
+    children        integer          NOT NULL DEFAULT 0, -- how many jobs were enqueued after it
+    collected       jsonb            -- a group callback's parents' results
 ) WITH (
     -- a queue table churns: vacuum it early and often so claims never wade through
     -- dead row versions
@@ -170,3 +176,11 @@ CREATE TABLE {schema}.sqljobs_starts (
     started_at timestamptz NOT NULL
 );
 CREATE INDEX sqljobs_starts_key ON {schema}.sqljobs_starts (limit_key, started_at);
+
+-- 0008: dependencies. An edge is kept while its parent has not ended: the transaction
+-- that ends the parent takes its edges and releases (or cancels) the children.
+CREATE TABLE {schema}.sqljobs_deps (
+    parent_id bigint NOT NULL,
+    child_id  bigint NOT NULL,
+    PRIMARY KEY (parent_id, child_id)
+);

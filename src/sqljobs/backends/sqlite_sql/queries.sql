@@ -72,16 +72,18 @@ SELECT (SELECT run_at FROM sqljobs_jobs INDEXED BY sqljobs_jobs_due
            AS suspects
 
 -- name: complete_job
+-- The hot path; a job others wait for (children > 0) is left to finish_job, which
+-- says so, and its children are settled in the same transaction.
 UPDATE sqljobs_jobs
 SET state = 'done', finished_at = :now, lease_until = NULL
-WHERE id = :id AND token = :token AND state = 'running'
+WHERE id = :id AND token = :token AND state = 'running' AND children = 0
 
 -- name: complete_job_with
 -- A completion that stores a result or a last progress report (most store neither).
 UPDATE sqljobs_jobs
 SET state = 'done', finished_at = :now, lease_until = NULL, result = :result,
     progress = coalesce(:progress, progress)
-WHERE id = :id AND token = :token AND state = 'running'
+WHERE id = :id AND token = :token AND state = 'running' AND children = 0
 
 -- name: finish_job
 UPDATE sqljobs_jobs
@@ -100,6 +102,7 @@ SET state = :state,
     result = coalesce(:result, result),
     progress = coalesce(:progress, progress)
 WHERE id = :id AND token = :token AND state = 'running'
+RETURNING children
 
 -- name: mark_prefetched
 -- Claimed jobs beyond those that start at once wait in the worker's buffer: a crash of
@@ -226,6 +229,9 @@ UNION ALL
 SELECT queue, 'dead', count(*) FROM sqljobs_jobs
 WHERE state = 'dead' AND state <> 'pending' AND state <> 'running' GROUP BY queue
 UNION ALL
+SELECT queue, 'waiting', count(*) FROM sqljobs_jobs
+WHERE state = 'waiting' AND state <> 'pending' AND state <> 'running' GROUP BY queue
+UNION ALL
 SELECT queue, 'running', count(*) FROM sqljobs_jobs WHERE state = 'running' GROUP BY queue
 
 -- name: pending_by_queue
@@ -264,14 +270,16 @@ SELECT tasks FROM sqljobs_workers WHERE last_seen >= :now - 2.5 * heartbeat_inte
 SELECT id, queue, task, payload, key, state, priority, run_at, created_at, attempts,
        max_attempts, token, lease, lease_until, worker, started_at, finished_at, errors,
        lease_expiries, crashes, last_error, last_traceback, deadline_at, history, result,
-       progress, limit_key, limit_max, rate_max, rate_window
+       progress, limit_key, limit_max, rate_max, rate_window, parents, after_policy,
+       waiting_on
 FROM sqljobs_jobs WHERE id = :id
 
 -- name: list_jobs
 SELECT id, queue, task, payload, key, state, priority, run_at, created_at, attempts,
        max_attempts, token, lease, lease_until, worker, started_at, finished_at, errors,
        lease_expiries, crashes, last_error, last_traceback, deadline_at, history, result,
-       progress, limit_key, limit_max, rate_max, rate_window
+       progress, limit_key, limit_max, rate_max, rate_window, parents, after_policy,
+       waiting_on
 FROM sqljobs_jobs
 WHERE (:state IS NULL OR state = :state) AND (:queue IS NULL OR queue = :queue)
 ORDER BY id DESC
@@ -303,31 +311,36 @@ SET state = 'pending', run_at = :now, finished_at = NULL, attempts = 0,
 WHERE state = 'dead' AND (:queue IS NULL OR queue = :queue)
 
 -- name: cancel_job
--- Pending: cancelled at once. Running: cancelled too, so the worker's outcome (fenced on
--- `running`) can never be written; the worker learns of it at its next heartbeat. No
--- attempt is charged; the history notes a run that was cut short.
+-- Pending or waiting: cancelled at once. Running: cancelled too, so the worker's outcome
+-- (fenced on `running`) can never be written; the worker learns of it at its next
+-- heartbeat. No attempt is charged; the history notes a run that was cut short. Its
+-- children are settled by the caller, in the same transaction.
 UPDATE sqljobs_jobs
 SET state = 'cancelled', finished_at = :now, lease_until = NULL, prefetched = 0,
+    waiting_on = 0,
     history = CASE WHEN state = 'running' THEN json_insert(history, '$[#]', json_object(
         'attempt', attempts, 'outcome', 'cancelled', 'started_at', started_at,
         'ended_at', :now, 'worker', worker, 'error', 'cancelled while running'))
         ELSE history END
-WHERE id = :id AND state IN ('pending', 'running')
+WHERE id = :id AND state IN ('pending', 'waiting', 'running')
+RETURNING id, children
 
 -- name: cancel_many
 -- One bounded batch of a bulk cancel (the caller repeats it until a batch comes back
 -- short), so no single statement holds the write lock for long.
 UPDATE sqljobs_jobs
 SET state = 'cancelled', finished_at = :now, lease_until = NULL, prefetched = 0,
+    waiting_on = 0,
     history = CASE WHEN state = 'running' THEN json_insert(history, '$[#]', json_object(
         'attempt', attempts, 'outcome', 'cancelled', 'started_at', started_at,
         'ended_at', :now, 'worker', worker, 'error', 'cancelled while running'))
         ELSE history END
 WHERE id IN (
     SELECT id FROM sqljobs_jobs
-    WHERE state IN ('pending', 'running') AND (:state IS NULL OR state = :state)
+    WHERE state IN ('pending', 'waiting', 'running') AND (:state IS NULL OR state = :state)
       AND (:queue IS NULL OR queue = :queue) AND (:task IS NULL OR task = :task)
     LIMIT :limit)
+RETURNING id, children
 
 -- name: pause_queue
 -- RETURNING tells whether this call paused it (an already paused queue keeps its time).

@@ -7,7 +7,7 @@ CREATE TABLE sqljobs_jobs (
     payload         TEXT    NOT NULL,
     key             TEXT,
     state           TEXT    NOT NULL DEFAULT 'pending'
-                    CHECK (state IN ('pending', 'running', 'done', 'dead', 'cancelled')),
+                    CHECK (state IN ('pending', 'waiting', 'running', 'done', 'dead', 'cancelled')),
     priority        INTEGER NOT NULL DEFAULT 0,
     run_at          REAL    NOT NULL,
     created_at      REAL    NOT NULL,
@@ -34,7 +34,12 @@ CREATE TABLE sqljobs_jobs (
     limit_key       TEXT,                       -- its limits' key (0006)
     limit_max       INTEGER,                    -- at most this many running at once
     rate_max        INTEGER,                    -- at most this many starts
-    rate_window     REAL                        -- in any window of these seconds
+    rate_window     REAL,                       -- in any window of these seconds
+    parents         TEXT,                       -- the ids it waits for, JSON (0007)
+    after_policy    TEXT CHECK (after_policy IN ('done', 'always')),
+    waiting_on      INTEGER NOT NULL DEFAULT 0, -- how many parents have not ended
+    children        INTEGER NOT NULL DEFAULT 0, -- how many jobs were enqueued after it
+    collected       TEXT                        -- a group callback's parents' results
 );
 
 -- A business key names one job (sqljobs enqueue keys); unkeyed jobs cost no index entry.
@@ -165,3 +170,11 @@ CREATE TABLE sqljobs_starts (
     started_at REAL NOT NULL
 );
 CREATE INDEX sqljobs_starts_key ON sqljobs_starts (limit_key, started_at);
+
+-- 0007: dependencies. An edge is kept while its parent has not ended: the transaction
+-- that ends the parent takes its edges and releases (or cancels) the children.
+CREATE TABLE sqljobs_deps (
+    parent_id INTEGER NOT NULL,
+    child_id  INTEGER NOT NULL,
+    PRIMARY KEY (parent_id, child_id)
+) WITHOUT ROWID;
