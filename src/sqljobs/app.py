@@ -511,12 +511,13 @@ class App:
     def cancel_many(
         self, queue: str | None = None, task: str | None = None, state: str | None = None
     ) -> int:
-        """Cancel every pending or running job matching all the filters given (``state``:
-        "pending" or "running"; at least one filter), in bounded batches; return how many."""
-        if state is not None and state not in ("pending", "running"):
+        """Cancel every pending, waiting or running job matching all the filters given
+        (``state``: one of those three; at least one filter), in bounded batches; return
+        how many."""
+        if state is not None and state not in ("pending", "waiting", "running"):
             raise ConfigurationError(
-                f"cancel_many(state=...) must be 'pending', 'running' or None, got {state!r}: "
-                "only jobs that have not ended can be cancelled"
+                "cancel_many(state=...) must be 'pending', 'waiting', 'running' or None, "
+                f"got {state!r}: only jobs that have not ended can be cancelled"
             )
         if queue is None and task is None and state is None:
             raise ConfigurationError(

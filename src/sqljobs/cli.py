@@ -453,9 +453,9 @@ def jobs_retry(ctx: Ctx, job_id: int | None, all_dead: bool, queue: str | None) 
 @click.option("--task", default=None, help="Cancel every job of this task (with the others).")
 @click.option(
     "--state",
-    type=click.Choice(["pending", "running"]),
+    type=click.Choice(["pending", "waiting", "running"]),
     default=None,
-    show_default="both",
+    show_default="all three",
     help="Cancel only jobs in this state (with the others).",
 )
 @click.option("--yes", is_flag=True, help="Do not ask before cancelling many jobs.")
@@ -543,7 +543,7 @@ def _count_cancellable(
     app: App, queue: str | None, task: str | None, state: str | None
 ) -> tuple[int, bool]:
     """How many jobs a bulk cancel would take now, and whether that count is exact."""
-    states = [state] if state else ["pending", "running"]
+    states = [state] if state else ["pending", "waiting", "running"]
     counts = app.stats().counts
     queues = [queue] if queue is not None else list(counts)
     bound = sum(counts.get(q, {}).get(s, 0) for q in queues for s in states)

@@ -96,3 +96,24 @@ def sync_tenant(tenant: str, label: str, seconds: float = 0.01) -> None:
 def paced(label: str) -> None:
     """At most 20 start in any second, across every worker."""
     log_run(label, "start")
+
+
+@app.task(lease=LEASE)
+def finish_at(at: float, value: int) -> int:
+    """Returns ``value`` at the wall-clock time ``at``: group members that end together."""
+    time.sleep(max(0.0, at - time.time()))
+    return value
+
+
+@app.task(lease=LEASE)
+def gather(results: list[int], label: str) -> list[int]:
+    """A group's callback: logs its run and gives the results back."""
+    log_run(label, "start")
+    log_run(label, "end")
+    return results
+
+
+@app.task(lease=LEASE, retry=sqljobs.Retry(max_attempts=1))
+def fail(label: str) -> None:
+    log_run(label, "start")
+    raise RuntimeError(f"{label} fails on purpose")

@@ -1,0 +1,282 @@
+"""Jobs that wait for other jobs, in one process on both backends: ``after=``, the
+``waiting`` state, policies, cascades, cancels, groups and their results, and the race
+between a child's enqueue and its parent's end.
+
+Worker processes are in test_dependencies_processes.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from sqljobs import (
+    App,
+    ConfigurationError,
+    JobCancelled,
+    JobNotFound,
+    JobState,
+    PayloadError,
+    Retry,
+)
+from sqljobs.jobs import Outcome
+
+from .conftest import db_execute, worker_thread
+
+
+def _states(app: App, *handles: Any) -> list[str]:
+    return [app.job(h.id).refresh().state.value for h in handles]
+
+
+def _edges(app: App) -> int:
+    return int(db_execute(app, "SELECT count(*) FROM sqljobs_deps")[0][0])
+
+
+def test_a_child_waits_for_its_parents_and_says_which(app: App) -> None:
+    @app.task
+    def step(name: str) -> str:
+        return name
+
+    a, b = step.enqueue("a"), step.enqueue("b")
+    child = step.with_options(after=[a, b.id]).enqueue("child")
+    job = child.refresh()
+    assert job.state is JobState.WAITING and job.parents == [a.id, b.id] and job.waiting_on == 2
+    assert app.waiting_reason(job) == f"waiting for 2 parents to end (jobs {a.id}, {b.id})"
+    assert app.stats().counts["default"]["waiting"] == 1
+    # a worker claims only what is pending: the parents, then, released, the child
+    with worker_thread(app, concurrency=1):
+        assert child.result(timeout=10) == "child"
+    assert _states(app, a, b, child) == ["done", "done", "done"]
+    assert _edges(app) == 0, "a settled edge is taken away"
+
+
+def test_a_child_of_parents_that_are_done_already_is_pending_at_once(app: App) -> None:
+    @app.task
+    def step(name: str) -> str:
+        return name
+
+    parent = step.enqueue("p")
+    with worker_thread(app):
+        parent.result(timeout=10)
+    child = step.with_options(after=[parent]).enqueue("c")
+    assert child.refresh().state is JobState.PENDING
+    assert _edges(app) == 0
+
+
+def test_a_diamond_runs_in_order(app: App) -> None:
+    spans: dict[str, tuple[float, float]] = {}
+    lock = threading.Lock()
+
+    @app.task
+    def step(name: str) -> None:
+        began = time.monotonic()
+        time.sleep(0.05)
+        with lock:
+            spans[name] = (began, time.monotonic())
+
+    a = step.enqueue("a")
+    b = step.with_options(after=[a]).enqueue("b")
+    c = step.with_options(after=[a]).enqueue("c")
+    d = step.with_options(after=[b, c]).enqueue("d")
+    with worker_thread(app, concurrency=4):
+        d.result(timeout=10)
+    assert spans["a"][1] <= spans["b"][0] and spans["a"][1] <= spans["c"][0]
+    assert max(spans["b"][1], spans["c"][1]) <= spans["d"][0]
+    assert spans["b"][0] < spans["c"][1] and spans["c"][0] < spans["b"][1], "b, c side by side"
+
+
+def test_a_dead_parent_cancels_its_children_and_theirs_and_always_runs_anyway(app: App) -> None:
+    @app.task(retry=Retry(max_attempts=1))
+    def broken() -> None:
+        raise RuntimeError("no luck")
+
+    @app.task
+    def step(name: str) -> str:
+        return name
+
+    parent = broken.enqueue()
+    child = step.with_options(after=[parent]).enqueue("child")
+    grandchild = step.with_options(after=[child]).enqueue("grandchild")
+    anyway = step.with_options(after=[parent], after_policy="always").enqueue("anyway")
+    with worker_thread(app):
+        assert anyway.result(timeout=10) == "anyway"
+        with pytest.raises(JobCancelled):
+            grandchild.result(timeout=10)
+    job = child.refresh()
+    assert job.state is JobState.CANCELLED and job.attempts == 0
+    assert job.last_error is not None and f"parent job {parent.id} ended dead" in job.last_error
+    assert f"parent job {child.id} ended cancelled" in (grandchild.refresh().last_error or "")
+    assert _edges(app) == 0
+
+
+def test_a_retried_parent_releases_its_child_only_when_it_is_done(app: App) -> None:
+    tries: list[int] = []
+
+    @app.task(retry=Retry(max_attempts=3, base=0.01))
+    def flaky() -> str:
+        tries.append(1)
+        if len(tries) < 2:
+            raise RuntimeError("first try fails")
+        return "ok"
+
+    @app.task
+    def step(name: str) -> str:
+        return name
+
+    parent = flaky.enqueue()
+    child = step.with_options(after=[parent]).enqueue("child")
+    with worker_thread(app):
+        assert child.result(timeout=10) == "child"
+    assert len(tries) == 2 and parent.refresh().attempts == 2
+
+
+def test_cancelling_by_hand_settles_children_too(app: App) -> None:
+    @app.task
+    def step(name: str) -> str:
+        return name
+
+    parent = step.enqueue("p")
+    child = step.with_options(after=[parent]).enqueue("c")
+    keeps_going = step.with_options(after=[parent], after_policy="always").enqueue("k")
+    assert app.cancel(parent.id)
+    assert _states(app, parent, child, keeps_going) == ["cancelled", "cancelled", "pending"]
+    # a waiting job can be cancelled itself, and bulk cancels take waiting jobs
+    other = step.enqueue("o")
+    waiting = [step.with_options(after=[other]).enqueue(f"w{i}") for i in range(3)]
+    assert app.cancel(waiting[0].id) and not app.cancel(waiting[0].id)
+    assert app.cancel_many(state="waiting") == 2
+    assert _states(app, *waiting) == ["cancelled"] * 3
+    assert app.cancel_many(task="step") == 2  # other and keeps_going, which were pending
+
+
+def test_bad_parents_are_refused_and_nothing_is_stored(app: App) -> None:
+    @app.task
+    def step(name: str) -> str:
+        return name
+
+    parent = step.enqueue("p")
+    with pytest.raises(JobNotFound, match="after= names no job 999999"):
+        step.with_options(after=[parent, 999999]).enqueue("orphan")
+    for bad in (["1"], [True], [0], 5, "12"):
+        with pytest.raises(ConfigurationError, match="after= takes"):
+            step.with_options(after=bad).enqueue("x")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match="names job .* twice"):
+        step.with_options(after=[parent, parent.id]).enqueue("x")
+    with pytest.raises(ConfigurationError, match="after_policy must be"):
+        step.with_options(after=[parent], after_policy="sometimes").enqueue("x")  # type: ignore[arg-type]
+    assert [j.id for j in app.list_jobs()] == [parent.id]
+    assert _edges(app) == 0
+    assert parent.refresh().state is JobState.PENDING
+
+
+def test_enqueue_by_name_and_enqueue_many_take_after(app: App) -> None:
+    @app.task
+    def step(name: str) -> str:
+        return name
+
+    parent = step.enqueue("p")
+    by_name = app.enqueue("step", ["n"], after=[parent])
+    # more children than one insert statement takes (PostgreSQL sends 1,000 a statement)
+    many = step.with_options(after=[parent]).enqueue_many([(f"c{i}",) for i in range(1500)])
+    assert by_name.refresh().state is JobState.WAITING
+    assert app.stats().counts["default"]["waiting"] == 1501
+    with worker_thread(app, concurrency=8):
+        assert many[-1].result(timeout=60) == "c1499"
+        assert by_name.result(timeout=10) == "n"
+    assert app.stats().counts["default"]["done"] == 1502
+
+
+def test_a_group_callback_gets_the_results_in_order(app: App) -> None:
+    @app.task
+    def square(x: int) -> int:
+        time.sleep(0.01 * (5 - x))  # later members end first
+        return x * x
+
+    @app.task
+    def total(results: list[int], label: str) -> dict[str, Any]:
+        return {"label": label, "results": results, "sum": sum(results)}
+
+    group = app.group([square.s(x) for x in range(5)], then=total.s("squares"))
+    assert group.then is not None and group.then.refresh().state is JobState.WAITING
+    assert group.then.refresh().parents == group.ids
+    with worker_thread(app, concurrency=5):
+        assert group.result(timeout=10) == {
+            "label": "squares", "results": [0, 1, 4, 9, 16], "sum": 30,
+        }  # fmt: skip
+    plain = app.group([square.s(2), square.with_options(priority=5).s(3)])
+    with worker_thread(app):
+        assert plain.then is None and plain.result(timeout=10) == [4, 9]
+
+
+def test_a_group_whose_member_dies_cancels_or_runs_its_callback(app: App) -> None:
+    @app.task(retry=Retry(max_attempts=1))
+    def broken() -> None:
+        raise RuntimeError("no luck")
+
+    @app.task
+    def value(x: int) -> int:
+        return x
+
+    @app.task
+    def collect(results: list[Any]) -> list[Any]:
+        return results
+
+    strict = app.group([value.s(1), broken.s()], then=collect.s())
+    lenient = app.group([value.s(1), broken.s()], then=collect.s(), after_policy="always")
+    with worker_thread(app):
+        assert lenient.result(timeout=10) == [1, None]
+        with pytest.raises(JobCancelled):
+            strict.result(timeout=10)
+
+
+def test_a_group_is_checked_before_anything_is_stored(app: App) -> None:
+    @app.task
+    def value(x: int) -> int:
+        return x
+
+    @app.task
+    def no_room(label: str) -> None: ...
+
+    with pytest.raises(PayloadError, match="cannot be a group's callback"):
+        app.group([value.s(1)], then=no_room.s("x"))
+    with pytest.raises(PayloadError, match="arguments do not match"):
+        app.group([value.s(1), value.s()])
+    with pytest.raises(ConfigurationError, match="task signatures"):
+        app.group([value.s(1), 2])  # type: ignore[list-item]
+    with pytest.raises(ConfigurationError, match="at least one"):
+        app.group([])
+    assert app.list_jobs() == []
+
+
+def test_a_child_enqueued_while_its_parent_ends_is_never_left_waiting(app: App) -> None:
+    """The race the locks are for: the child's enqueue reads its parent running while the
+    parent's completion commits. Whichever wins, the child ends up pending."""
+
+    @app.task
+    def step(name: str) -> str:
+        return name
+
+    backend = app.backend
+    rounds = 40
+    for i in range(rounds):
+        parent = step.enqueue(f"p{i}")
+        (claimed,) = backend.claim_jobs("racer", None, 1)
+        assert claimed.id == parent.id
+        children: list[Any] = []
+        go = threading.Barrier(2)
+
+        def enqueue_child() -> None:
+            go.wait()
+            children.append(step.with_options(after=[parent]).enqueue(f"c{i}"))
+
+        thread = threading.Thread(target=enqueue_child)
+        thread.start()
+        go.wait()
+        backend.finish_jobs([Outcome(claimed.id, claimed.token, JobState.DONE)])
+        thread.join()
+        assert children[0].refresh().state is JobState.PENDING, f"round {i}"
+        db_execute(app, "DELETE FROM sqljobs_jobs")
+    assert _edges(app) == 0
