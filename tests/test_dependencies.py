@@ -163,7 +163,7 @@ def test_bad_parents_are_refused_and_nothing_is_stored(app: App) -> None:
     for bad in (["1"], [True], [0], 5, "12"):
         with pytest.raises(ConfigurationError, match="after= takes"):
             step.with_options(after=bad).enqueue("x")  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match="names job .* twice"):
+    with pytest.raises(ConfigurationError, match=r"names job \d+ twice"):
         step.with_options(after=[parent, parent.id]).enqueue("x")
     with pytest.raises(ConfigurationError, match="after_policy must be"):
         step.with_options(after=[parent], after_policy="sometimes").enqueue("x")  # type: ignore[arg-type]
@@ -265,14 +265,9 @@ def test_a_child_enqueued_while_its_parent_ends_is_never_left_waiting(app: App) 
         parent = step.enqueue(f"p{i}")
         (claimed,) = backend.claim_jobs("racer", None, 1)
         assert claimed.id == parent.id
-        children: list[Any] = []
         go = threading.Barrier(2)
-
-        def enqueue_child() -> None:
-            go.wait()
-            children.append(step.with_options(after=[parent]).enqueue(f"c{i}"))
-
-        thread = threading.Thread(target=enqueue_child)
+        children: list[Any] = []
+        thread = threading.Thread(target=_enqueue_child, args=(go, children, step, parent))
         thread.start()
         go.wait()
         backend.finish_jobs([Outcome(claimed.id, claimed.token, JobState.DONE)])
@@ -280,3 +275,8 @@ def test_a_child_enqueued_while_its_parent_ends_is_never_left_waiting(app: App) 
         assert children[0].refresh().state is JobState.PENDING, f"round {i}"
         db_execute(app, "DELETE FROM sqljobs_jobs")
     assert _edges(app) == 0
+
+
+def _enqueue_child(go: threading.Barrier, into: list[Any], task: Any, parent: Any) -> None:
+    go.wait()
+    into.append(task.with_options(after=[parent]).enqueue("child"))

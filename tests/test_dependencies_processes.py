@@ -21,9 +21,7 @@ def _spans(runs: Runs) -> dict[str, list[float]]:
     return spans
 
 
-def test_a_diamond_and_a_dead_parent_across_processes(
-    app: App, spawn: Spawn, runs: Runs
-) -> None:
+def test_a_diamond_and_a_dead_parent_across_processes(app: App, spawn: Spawn, runs: Runs) -> None:
     for _ in range(2):
         spawn("--concurrency", "2", lease=5.0)
     wait_until(lambda: app.backend.task_info("record"), timeout=20, what="registration")
