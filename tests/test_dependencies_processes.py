@@ -59,9 +59,9 @@ def test_a_group_callback_gets_every_result_once_when_members_end_together(
         assert group.result(timeout=30) == [10 * i + 1, 10 * i + 2]
     assert runs.count("end") == {f"g{i}": 1 for i in range(10)}
     split = [g for g in groups if len({m.refresh().worker for m in g.members}) == 2]
-    ends = [{m.refresh().finished_at for m in g.members} for g in split]
+    ends = [[m.refresh().finished_at or 0.0 for m in g.members] for g in split]
     print(f"{len(split)} of 10 groups ran on both workers; their members' end gaps (ms):",
-          [round(1000 * (max(e) - min(e)), 1) for e in ends if None not in e])  # fmt: skip
+          [round(1000 * (max(e) - min(e)), 1) for e in ends])  # fmt: skip
     assert len(split) >= 3, "groups had one member on each worker"
 
 
