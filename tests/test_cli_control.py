@@ -290,7 +290,7 @@ def test_a_bulk_count_by_task_past_what_is_read_is_an_upper_bound(app: App) -> N
         (["jobs", "cancel"], "give a job id, or --queue, --task or --state for many"),
         (["jobs", "cancel", "1", "--queue", "mail"], "give a job id, or --queue/--task/--state"),
         (["jobs", "cancel", "--queue", "bad name"], "queue name 'bad name'"),
-        (["jobs", "cancel", "--state", "done"], "'done' is not one of 'pending', 'running'"),
+        (["jobs", "cancel", "--state", "done"], "'done' is not one of 'pending', 'waiting'"),
         (["worker", "--cancel-grace", "0"], "--cancel-grace"),
     ],
 )
@@ -301,3 +301,24 @@ def test_a_bad_cancel_is_refused_before_anything_changes(
     out = sqljobs(app.url, *args)
     assert out.exit_code == 2 and says in " ".join(out.stderr.split()), out.stderr
     assert job.refresh().state is JobState.PENDING
+
+
+def test_jobs_enqueued_after_others_show_what_they_wait_for(app: App) -> None:
+    app.task(name="step")(lambda name: name)
+    parent = app.enqueue("step", ["p"])
+    made = sqljobs(
+        app.url, "enqueue", "step", "--remote", "--args", '["c"]', "--after", str(parent.id)
+    )
+    child = json.loads(made.stdout)["id"]
+    shown = sqljobs(app.url, "jobs", "show", str(child)).stdout
+    assert_fits(shown)
+    assert f"waiting for 1 parent to end (jobs {parent.id})" in _line(shown, "state")
+    assert _line(shown, "after").split() == ["after", str(parent.id), "(policy", "done)"]
+    assert "waiting" in sqljobs(app.url, "jobs", "list", "--state", "waiting").stdout
+    enqueue = ["--url", app.url, "enqueue", "step", "--remote", "--after"]
+    bad = CliRunner().invoke(cli, [*enqueue, "1,x"], obj=Ctx())
+    assert bad.exit_code == 2 and "must be job ids separated by commas" in bad.output
+    gone = CliRunner().invoke(cli, [*enqueue, "99999"], obj=Ctx())  # main() prints it
+    assert gone.exit_code != 0 and "after= names no job 99999" in str(gone.exception)
+    assert sqljobs(app.url, "jobs", "cancel", "--state", "waiting", answer="y\n").exit_code == 0
+    assert app.job(child).refresh().state is JobState.CANCELLED

@@ -309,6 +309,19 @@ def worker(
     help="Among due jobs, higher runs first.",
 )
 @click.option(
+    "--after",
+    default=None,
+    metavar="IDS",
+    help="Comma-separated job ids this job waits for (state 'waiting' until they are done).",
+)
+@click.option(
+    "--after-policy",
+    type=click.Choice(["done", "always"]),
+    default="done",
+    show_default=True,
+    help="'done': run only if every parent is done (else cancelled); 'always': once all ended.",
+)
+@click.option(
     "--remote",
     is_flag=True,
     help="The task is registered only by another service's workers; skip the check that "
@@ -324,11 +337,14 @@ def enqueue(
     delay: float | None,
     queue: str | None,
     priority: int | None,
+    after: str | None,
+    after_policy: str,
     remote: bool,
 ) -> None:
     """Enqueue TASK by name; prints {"id": ..., "created": ...}."""
     args = _json_arg(args_json, list, "--args")
     kwargs = _json_arg(kwargs_json, dict, "--kwargs")
+    parents = _ids_arg(after, "--after")
     handle = ctx.app.enqueue(
         task,
         args=args,
@@ -338,8 +354,22 @@ def enqueue(
         queue=queue,
         priority=priority,
         known=not remote,
+        after=parents,
+        after_policy="always" if after_policy == "always" else "done",
     )
     click.echo(json.dumps({"id": handle.id, "created": handle.created}))
+
+
+def _ids_arg(text: str | None, name: str) -> list[int]:
+    """Job ids given as "12,13"."""
+    if text is None:
+        return []
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise click.BadParameter(
+            f"must be job ids separated by commas, got {text!r}", param_hint=name
+        ) from None
 
 
 def _json_arg(text: str, kind: type, name: str) -> Any:

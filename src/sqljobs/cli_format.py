@@ -179,8 +179,8 @@ def _fields(job: Job, now: float, note: str | None, stores_result: bool) -> list
     state = job.state.value
     if job.state is JobState.RUNNING and job.lease_until is not None:
         state += f" (lease until {iso_local(job.lease_until)})"
-    if note:
-        state += f": {note}"
+    if note:  # "waiting for 2 parents ..." names the state itself
+        state = note if note.startswith(f"{state} ") else f"{state}: {note}"
     counts = [
         f"{label} {n}"
         for label, n in (
@@ -200,6 +200,9 @@ def _fields(job: Job, now: float, note: str | None, stores_result: bool) -> list
     ]
     if job.progress is not None:
         rows.append(("progress", f"{job.progress}; reported {_when(job.progress.updated_at, now)}"))
+    if job.parents:
+        ids = ", ".join(map(str, job.parents))
+        rows.append(("after", f"{ids} (policy {job.after_policy})"))
     rows += [
         ("key", job.key or "-"),
         ("priority", str(job.priority)),
