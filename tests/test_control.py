@@ -332,7 +332,7 @@ def test_cancel_many_by_queue_task_and_state(app: App) -> None:
     assert kept.refresh().state is JobState.PENDING
     with pytest.raises(ConfigurationError, match="needs a queue, task or state"):
         app.cancel_many()
-    with pytest.raises(ConfigurationError, match="'pending', 'running' or None"):
+    with pytest.raises(ConfigurationError, match="'pending', 'waiting', 'running' or None"):
         app.cancel_many(state="done")
     with pytest.raises(ConfigurationError, match="queue name"):
         app.cancel_many(queue="bad queue")

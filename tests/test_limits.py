@@ -292,3 +292,125 @@ def test_a_cancelled_buffered_job_gives_its_slot_back(app: App) -> None:
         assert first.result(timeout=10) == "first"
         later = step.enqueue("later")
         assert later.result(timeout=10) == "later"
+
+
+# -- limits on whole queues ----------------------------------------------------------------
+
+
+def test_a_queue_limit_holds_across_its_tasks_and_a_task_limit_wins(app: App) -> None:
+    overlap = Overlap()
+    app.limit_queue("reports", concurrency=2)
+
+    @app.task(queue="reports")
+    def monthly(n: int) -> None:
+        overlap.run("reports", 0.03)
+
+    @app.task(queue="reports")
+    def weekly(n: int) -> None:
+        overlap.run("reports", 0.03)
+
+    @app.task(queue="reports", concurrency=1)
+    def yearly(n: int) -> None:  # its own limit, not the queue's
+        overlap.run("yearly", 0.03)
+
+    handles = [t.enqueue(i) for i in range(6) for t in (monthly, weekly)]
+    own = yearly.enqueue(0)
+    assert {h.refresh().limit_key for h in handles} == {"queue:reports"}
+    assert own.refresh().limit_key == "yearly"
+    with worker_thread(app, concurrency=8):
+        for handle in [*handles, own]:
+            handle.result(timeout=20)
+    assert overlap.most["reports"] == 2, "the queue's limit was reached, never passed"
+
+
+def test_a_queue_rate_paces_the_queue(app: App) -> None:
+    app.limit_queue("mail", rate="4/s")
+
+    @app.task(queue="mail")
+    def send(n: int) -> None: ...
+
+    handles = send.enqueue_many([(i,) for i in range(9)])
+    with worker_thread(app, concurrency=8):
+        for handle in handles:
+            handle.result(timeout=20)
+    starts = [h.refresh().started_at or 0.0 for h in handles]
+    assert _most_in_a_window(starts) == 4
+
+
+def test_a_queue_limit_reaches_enqueues_by_name_through_the_catalogue(url: str) -> None:
+    service = App(url)
+    service.limit_queue("mail", concurrency=3, rate="10/m")
+
+    @service.task(queue="mail")
+    def send(to: str) -> None: ...
+
+    with worker_thread(service):
+        wait_until(lambda: service.backend.queue_limit("mail"), what="the worker's record")
+        other = App(url)  # neither the task nor the queue's limit is defined here
+        handle = other.enqueue("send", args=["a@example.com"])
+        job = handle.refresh()
+        assert (job.limit_key, job.limit_max, job.rate_max, job.rate_window) == (
+            "queue:mail", 3, 10, 60.0,
+        )  # fmt: skip
+        assert handle.result(timeout=10) is None
+    # the limit taken out of the code: the next worker's record clears it
+    service.queue_limits.clear()
+    with worker_thread(service):
+        wait_until(lambda: service.backend.queue_limit("mail") is None, what="the clearing")
+    assert App(url).enqueue("send", args=["b"]).refresh().limit_key is None
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "needs concurrency=N"),
+        ({"concurrency": 0}, "concurrency must be an int >= 1"),
+        ({"rate": "fast"}, "queue 'q': rate must read like"),
+    ],
+)
+def test_bad_queue_limits_are_refused(app: App, options: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigurationError, match=message):
+        app.limit_queue("q", **options)
+    with pytest.raises(ConfigurationError, match="queue name"):
+        app.limit_queue("bad name", concurrency=1)
+
+
+def test_stats_the_cli_metrics_and_the_dashboard_show_each_limit_s_backlog(app: App) -> None:
+    from click.testing import CliRunner
+    from starlette.testclient import TestClient
+
+    from sqljobs.cli import Ctx, cli
+    from sqljobs.dashboard import create_app
+
+    app.limit_queue("mail", rate="2/m")
+
+    @app.task(concurrency=1, concurrency_key=lambda tenant: tenant)
+    def sync(tenant: str) -> None: ...
+
+    @app.task(queue="mail")
+    def send() -> None: ...
+
+    for tenant in ("acme", "acme", "acme", "globex"):
+        sync.enqueue(tenant)
+    send.enqueue_many([() for _ in range(5)])
+    tasks = (sync.info, send.info)
+    app.backend.register_worker(WorkerInfo("w", "host", 1, None, 8, 10.0, tasks))
+    claimed = app.backend.claim_jobs("w", None, 10, limited=True)
+    assert len(claimed) == 4, "one of each tenant, two of the mail rate"
+    limits = app.stats().limits
+    assert set(limits) == {"sync:acme", "sync:globex", "queue:mail"}
+    acme, globex, mail = limits["sync:acme"], limits["sync:globex"], limits["queue:mail"]
+    assert (acme.running, acme.waiting, acme.concurrency, acme.full) == (1, 2, 1, True)
+    assert (globex.running, globex.waiting) == (1, 0)
+    assert (mail.running, mail.waiting, mail.rate, mail.queue) == (2, 3, "2/m", "mail")
+    assert next(iter(limits)) == "queue:mail", "the busiest key first"
+    assert app.stats().to_dict()["limits"]["sync:acme"]["waiting"] == 2
+
+    shown = CliRunner(env={"COLUMNS": "100"}).invoke(cli, ["--url", app.url, "stats"], obj=Ctx())
+    row = next(line for line in shown.stdout.splitlines() if "sync:acme" in line)
+    assert row.split()[1:] == ["default", "1/1", "full", "2", "-"], shown.stdout
+    metrics = TestClient(create_app(app)).get("/metrics").text
+    assert 'sqljobs_limit_waiting{key="queue:mail",queue="mail"} 3.0' in metrics
+    assert 'sqljobs_limit_running{key="sync:acme",queue="default"} 1.0' in metrics
+    page = TestClient(create_app(app)).get("/").text
+    assert "<h2>Limits</h2>" in page and "sync:globex" in page

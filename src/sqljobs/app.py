@@ -17,7 +17,15 @@ from .errors import ConfigurationError, JobNotFound, PayloadError, SqljobsError
 from .handles import JobHandle
 from .humanize import redact_url
 from .jobs import Job, JobState, NewJob, QueueInfo
-from .limits import Limit, Rate, arguments_by_name, define_limit
+from .limits import (
+    QUEUE_KEY,
+    Limit,
+    QueueLimit,
+    Rate,
+    arguments_by_name,
+    define_limit,
+    define_queue_limit,
+)
 from .notifiers import LocalNotifier
 from .notifiers.base import JobEventCallback
 from .retention import Retention
@@ -99,6 +107,8 @@ class App:
         self.clock = clock
         self.backend_options = dict(backend_options or {})
         self.tasks: dict[str, Task] = {}
+        self.queue_limits: dict[str, Limit] = {}
+        """Limits on whole queues (``limit_queue``), by queue name."""
         self.periodic_schedules: dict[str, Schedule] = {}
         self._schedules_synced = False
         self._backend: Backend | None = None
@@ -318,10 +328,17 @@ class App:
         if opts.key is not None and (not isinstance(opts.key, str) or not opts.key):
             raise ConfigurationError(f"key must be a non-empty string, got {opts.key!r}")
         limit_key = _limit_key(name, args, kwargs, opts, task, info)
+        queue = opts.queue or info.queue
+        limit_max, rate_max, rate_window = info.concurrency, info.rate_max, info.rate_window
+        if limit_key is None and (by_queue := self._queue_limit(queue, task)) is not None:
+            limit_key = QUEUE_KEY.format(queue=queue)
+            limit_max = by_queue.concurrency
+            rate_max = None if by_queue.rate is None else by_queue.rate.count
+            rate_window = None if by_queue.rate is None else by_queue.rate.window
         return NewJob(
             task=name,
             payload=payload.encode(name, args, kwargs, names, self.max_payload),
-            queue=opts.queue or info.queue,
+            queue=queue,
             priority=opts.priority if opts.priority is not None else info.priority,
             run_at=run_at,
             lease=info.lease,
@@ -331,12 +348,20 @@ class App:
             key_hold=opts.key_hold,
             delay=(opts.delay or 0.0) if opts.run_at is None else None,
             limit_key=limit_key,
-            limit_max=None if limit_key is None else info.concurrency,
-            rate_max=None if limit_key is None else info.rate_max,
-            rate_window=None if limit_key is None else info.rate_window,
+            limit_max=None if limit_key is None else limit_max,
+            rate_max=None if limit_key is None else rate_max,
+            rate_window=None if limit_key is None else rate_window,
             after=opts.after,
             after_policy=opts.after_policy,
         )
+
+    def _queue_limit(self, queue: str, task: Task | TaskInfo | None) -> Limit | None:
+        """The limit of ``queue``: this app's, or, for a task this app does not register
+        (an enqueue by name), the one its workers recorded in the catalogue."""
+        if queue in self.queue_limits or isinstance(task, Task):
+            return self.queue_limits.get(queue)
+        recorded = self.backend.queue_limit(queue)
+        return None if recorded is None else recorded.limit()
 
     def _default_info(self, name: str) -> TaskInfo:
         """The app's defaults, for a task nothing here or in the catalogue describes."""
@@ -533,6 +558,25 @@ class App:
             log.info("cancelled %d jobs (queue=%s, task=%s, state=%s)", total, queue, task, state)
             self._wakeups.emit("cancel", None)
         return total
+
+    def limit_queue(
+        self, name: str, *, concurrency: int | None = None, rate: str | None = None
+    ) -> None:
+        """Let at most ``concurrency`` jobs of queue ``name`` run at once, and at most
+        ``rate`` (``"14/s"``, ``/m``, ``/h``) start, across every worker on every host. It
+        counts the queue's jobs whose task has no limit of its own (a job counts against
+        one limit: its task's, else its queue's), enqueued after this call: define it where
+        the tasks are defined, so producers and workers share it. Workers record it in
+        the catalogue, where an enqueue by name from a service without it finds it."""
+        check_queue_name(name, "limit_queue")
+        self.queue_limits[name] = define_queue_limit(name, concurrency, rate)
+        log.debug("queue %s limited: concurrency=%s rate=%s", name, concurrency, rate)
+
+    def queue_limit_records(self, queues: Iterable[str]) -> list[QueueLimit]:
+        """What a worker records in the catalogue for the queues it serves: each one's
+        limit, or none (which clears a limit since taken out of the code)."""
+        names = set(queues) | set(self.queue_limits)
+        return [QueueLimit.of(name, self.queue_limits.get(name)) for name in sorted(names)]
 
     def pause_queue(self, name: str) -> bool:
         """Stop every worker, on every host, from claiming jobs of queue ``name``; jobs

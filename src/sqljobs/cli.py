@@ -28,6 +28,7 @@ from .cli_format import (
     RUNNING_CANCELLED,
     job_parts,
     jobs_columns,
+    limits_columns,
     paused_lines,
     queues_columns,
     schedules_columns,
@@ -401,6 +402,9 @@ def stats(ctx: Ctx, as_json: bool) -> None:
         lines.append(Text(f"pending for a task no live worker runs: {waiting}"))
     if st.paused:
         lines.append(Text(f"paused queues (no new jobs taken): {', '.join(st.paused)}"))
+    if st.limits:
+        lines += [Text("concurrency and rate limits, the busiest keys:")]
+        lines += table_parts(limits_columns(st), width(), "")
     show(*lines)
 
 

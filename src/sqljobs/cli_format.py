@@ -24,7 +24,7 @@ from rich.text import Text
 from .humanize import ago, duration, iso_local, preview
 from .jobs import Job, JobState, QueueInfo
 from .schedules import ScheduleState
-from .stats import Stats, count_text
+from .stats import LimitUsage, Stats, count_text
 
 FLEX_MIN = 10  # the narrowest a cut column may get and still say something
 GAP = 2  # characters between two columns (padding and divider)
@@ -320,6 +320,24 @@ def stats_columns(st: Stats) -> list[Column]:
     ages = [duration(st.oldest_pending_age_by_queue.get(q)) for q in queues]
     columns.append(Column("oldest pending", ages, 2, justify="right"))
     return columns
+
+
+def limits_columns(st: Stats) -> list[Column]:
+    """``sqljobs stats``: the busiest limit keys, their running jobs against the limit,
+    and how many due jobs wait (for a slot, the rate's window, or a free worker)."""
+    usages = list(st.limits.values())
+    return [
+        Column("limit key", [u.key for u in usages], 0, flex=True),
+        Column("queue", [u.queue for u in usages], 2),
+        Column("running", [_running(u) for u in usages], 0, justify="right"),
+        Column("waiting", [str(u.waiting) for u in usages], 0, justify="right"),
+        Column("rate", [u.rate or "-" for u in usages], 1, justify="right"),
+    ]
+
+
+def _running(usage: LimitUsage) -> str:
+    limit = "" if usage.concurrency is None else f"/{usage.concurrency}"
+    return f"{usage.running}{limit}" + (" full" if usage.full else "")
 
 
 def queues_columns(

@@ -62,16 +62,17 @@ class Rate:
     window: float
 
     @classmethod
-    def parse(cls, text: object, task: str) -> Rate:
+    def parse(cls, text: object, task: str, owner: str = "task") -> Rate:
+        """``owner`` names what ``task`` is in an error: a task, or a queue."""
         match = RATE.fullmatch(text) if isinstance(text, str) else None
         if match is None:
             raise ConfigurationError(
-                f"task {task!r}: rate must read like '14/s', '100/m' or '3600/h', got {text!r}"
+                f"{owner} {task!r}: rate must read like '14/s', '100/m' or '3600/h', got {text!r}"
             )
         count, unit = int(match.group(1)), match.group(2)[0].lower()
         if not 1 <= count <= RATE_MOST:
             raise ConfigurationError(
-                f"task {task!r}: a rate's count must be 1 to {RATE_MOST:,}, got {count} (for "
+                f"{owner} {task!r}: a rate's count must be 1 to {RATE_MOST:,}, got {count} (for "
                 "more, use a longer unit: 600/m rather than 10/s is the same rate)"
             )
         return cls(count, UNITS[unit])
@@ -155,6 +156,47 @@ def define_limit(
             )
         return None
     return Limit(concurrency, concurrency_key, None if rate is None else Rate.parse(rate, task))
+
+
+QUEUE_KEY = "queue:{queue}"
+"""The limit key of the jobs a queue's limit counts (one key for the whole queue)."""
+
+
+@dataclass(frozen=True)
+class QueueLimit:
+    """A queue's limits as the catalogue stores them (all None: the queue has none)."""
+
+    queue: str
+    concurrency: int | None = None
+    rate_max: int | None = None
+    rate_window: float | None = None
+
+    @classmethod
+    def of(cls, queue: str, limit: Limit | None) -> QueueLimit:
+        if limit is None:
+            return cls(queue)
+        rate = limit.rate
+        if rate is None:
+            return cls(queue, limit.concurrency)
+        return cls(queue, limit.concurrency, rate.count, rate.window)
+
+    def limit(self) -> Limit | None:
+        """As a Limit (None if the queue has none)."""
+        if self.concurrency is None and self.rate_max is None:
+            return None
+        rate = None if self.rate_max is None else Rate(self.rate_max, self.rate_window or 1.0)
+        return Limit(self.concurrency, None, rate)
+
+
+def define_queue_limit(queue: str, concurrency: int | None, rate: str | None) -> Limit:
+    """A queue's limits from ``app.limit_queue``'s arguments."""
+    if concurrency is None and rate is None:
+        raise ConfigurationError(
+            f"limit_queue({queue!r}) needs concurrency=N (how many of its jobs may run at once "
+            "across the cluster) or rate='N/s' (how many may start)"
+        )
+    parsed = None if rate is None else Rate.parse(rate, queue, owner="queue")
+    return Limit(concurrency, None, parsed)
 
 
 def arguments_by_name(

@@ -16,15 +16,20 @@ figure is read through a partial index, and what each costs is bounded by what i
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .jobs import JobState
+from .limits import Rate
 
 COUNT_CAP = 10_000
 """How many ``done`` (and ``cancelled``) jobs of one queue are counted before the count
 stops and says "more": high enough that a small or young queue's numbers stay exact, low
 enough that counting them is cheap (a stretch of one index, about a millisecond a queue)."""
+
+LIMITS_SHOWN = 50
+"""How many limit keys stats name (the busiest: most due jobs waiting, then most running);
+a limit per tenant may have thousands of keys, and a metrics label per key would flood."""
 
 CAPPED_STATES = (JobState.DONE, JobState.CANCELLED)
 """The states whose counts stop at :data:`COUNT_CAP`: the ones that grow with retention."""
@@ -34,6 +39,25 @@ def count_text(state: JobState | str, n: int, cap: int = COUNT_CAP) -> str:
     """A count as a person should read it where only the number is at hand (a
     ``QueueInfo``): a done or cancelled count that reached the cap is a lower bound."""
     return f"{n}+" if n >= cap and str(state) in CAPPED_STATES else str(n)
+
+
+@dataclass(frozen=True)
+class LimitUsage:
+    """One limit key as stats see it: its due jobs that wait (for a slot, for the rate's
+    window, or for a free worker), its running jobs, and its limits."""
+
+    key: str
+    queue: str
+    waiting: int
+    running: int
+    concurrency: int | None
+    rate: str | None
+    """Like ``"14/s"``; None: no rate."""
+
+    @property
+    def full(self) -> bool:
+        """Whether every slot is taken: its waiting jobs wait for one to free."""
+        return self.concurrency is not None and self.running >= self.concurrency
 
 
 @dataclass(frozen=True)
@@ -61,6 +85,9 @@ class Stats:
     Empty when every count is exact."""
     count_cap: int = COUNT_CAP
     """Where ``done`` and ``cancelled`` counts stop, per queue."""
+    limits: dict[str, LimitUsage] = field(default_factory=dict)
+    """Concurrency and rate limit keys with jobs waiting or running, the busiest
+    :data:`LIMITS_SHOWN` of them, by key."""
 
     def total(self, state: JobState | str) -> int:
         """Jobs in ``state`` across all queues: a lower bound when ``is_capped(state)``."""
@@ -91,6 +118,7 @@ class Stats:
             "workers": self.workers,
             "unserved": dict(self.unserved),
             "paused": list(self.paused),
+            "limits": {key: asdict(usage) for key, usage in self.limits.items()},
         }
 
 
@@ -112,6 +140,24 @@ def capped_counts(
         by_state[state] += n
     by_queue = {q: counts[q] for q in sorted(counts)}
     return by_queue, {q: sorted(capped[q]) for q in sorted(capped)}
+
+
+def limit_usages(
+    waiting: Iterable[Sequence[Any]], running: Iterable[Sequence[Any]], most: int = LIMITS_SHOWN
+) -> dict[str, LimitUsage]:
+    """The busiest limit keys, from ``(key, queue, waiting|running, limit_max, rate_max,
+    rate_window)`` rows of due waiting jobs and of running ones."""
+    found: dict[str, list[Any]] = {}
+    for rows, slot in ((waiting, 2), (running, 3)):
+        for key, queue, n, limit_max, rate_max, window in rows:
+            entry = found.setdefault(key, [key, queue, 0, 0, limit_max, rate_max, window])
+            entry[slot] += int(n)
+    busiest = sorted(found.values(), key=lambda e: (-e[2], -e[3], e[0]))[:most]
+    usages = {}
+    for key, queue, waiting_n, running_n, limit_max, rate_max, window in busiest:
+        rate = None if rate_max is None else str(Rate(int(rate_max), float(window or 1.0)))
+        usages[key] = LimitUsage(key, queue, waiting_n, running_n, limit_max, rate)
+    return usages
 
 
 def oldest_due_ages(rows: Iterable[Sequence[Any]]) -> dict[str, float]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..jobs import ClaimedJob, Due, EnqueueResult, ExpiredJob, HeldJob, Job, NewJob, Outcome
+from ..limits import QueueLimit
 from ..notifiers.base import Notifier
 from ..schedules import Schedule, ScheduleState, Tick, TickResult
 from ..stats import Stats
@@ -33,6 +34,8 @@ class WorkerInfo:
     tasks: Sequence[TaskInfo] = ()
     """The tasks it runs (jobs of other tasks are left to workers that have them), with
     their defaults, which go to the task catalogue for enqueues by name elsewhere."""
+    queue_limits: Sequence[QueueLimit] = ()
+    """The limits of the queues it serves (none: cleared), for the catalogue too."""
 
 
 @dataclass(frozen=True)
@@ -277,6 +280,9 @@ class Backend(Protocol):
 
     def limit_usage(self, key: str, window: float) -> tuple[int, int]:
         """A limit key's running jobs, and its starts within the last ``window`` seconds."""
+
+    def queue_limit(self, name: str) -> QueueLimit | None:
+        """The limit workers recorded for queue ``name`` (None: none)."""
 
     def pause_queue(self, name: str) -> bool:
         """Stop claims from queue ``name``; True if this call paused it."""

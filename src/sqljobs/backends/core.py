@@ -18,7 +18,16 @@ from typing import Any
 
 from .. import dependencies
 from ..jobs import ClaimedJob, Due, EnqueueResult, HeldJob, Job, NewJob, Outcome
-from ..stats import COUNT_CAP, Stats, capped_counts, oldest_due_ages, unserved_tasks
+from ..limits import QueueLimit
+from ..stats import (
+    COUNT_CAP,
+    LIMITS_SHOWN,
+    Stats,
+    capped_counts,
+    limit_usages,
+    oldest_due_ages,
+    unserved_tasks,
+)
 from ..tasks import TaskInfo
 from .base import Decide, EffectRecord, WorkerInfo
 from .dialect import Claim, Dialect
@@ -182,11 +191,17 @@ class BackendCore(Dialect):
             "now": now,
         }
         tasks = [{**asdict(t), "now": now} for t in info.tasks]
+        limits = [{**asdict(q), "now": now} for q in info.queue_limits if q.limit()]
+        unlimited = [{"queue": q.queue} for q in info.queue_limits if not q.limit()]
 
         def work(conn: Any) -> None:
             conn.execute(self.sql["register_worker"], params)
             cursor = conn.cursor()
             cursor.executemany(self.sql["save_task"], tasks)
+            if limits:
+                cursor.executemany(self.sql["save_queue_limit"], limits)
+            if unlimited:
+                cursor.executemany(self.sql["clear_queue_limit"], unlimited)
             cursor.close()
 
         self._transaction(work)
@@ -223,7 +238,11 @@ class BackendCore(Dialect):
         unserved = unserved_tasks(self._query("pending_by_task").pick("task", "pending"), live)
         paused = sorted(name for name, (on, _) in self.queue_states().items() if on)
         oldest = max(ages.values()) if ages else None
-        return Stats(counts, oldest, ages, len(live), unserved, paused, capped, COUNT_CAP)
+        columns = ("key", "queue", "waiting", "limit_max", "rate_max", "rate_window")
+        waiting = self._query("limit_backlog", {"now": now, "most": LIMITS_SHOWN}).pick(*columns)
+        running = self._query("limit_running_all").pick("key", "queue", "running", *columns[3:])
+        limits = limit_usages(waiting, running)
+        return Stats(counts, oldest, ages, len(live), unserved, paused, capped, COUNT_CAP, limits)
 
     def get_job(self, job_id: int) -> Job | None:
         found = self._query("get_job", {"id": job_id})
@@ -412,6 +431,14 @@ class BackendCore(Dialect):
         params = {"key": key, "window": window, "since": self.now() - window}
         found = self._query("limit_usage", params).first("running", "starts")
         return (int(found[0]), int(found[1])) if found else (0, 0)
+
+    def queue_limit(self, name: str) -> QueueLimit | None:
+        found = self._query("queue_limit", {"name": name}).first(
+            "concurrency", "rate_max", "rate_window"
+        )
+        if found is None or (found[0] is None and found[1] is None):
+            return None
+        return QueueLimit(name, *found)
 
     def pause_queue(self, name: str) -> bool:
         changed = self._change("pause_queue", {"name": name, "now": self.now()}).first("changed")

@@ -59,6 +59,20 @@ class StatsCollector(Collector):
         for queue in sorted(names):
             paused.add_metric([queue], 1.0 if queue in stats.paused else 0.0)
         yield paused
+        waiting = GaugeMetricFamily(
+            "sqljobs_limit_waiting",
+            "Due jobs of a concurrency or rate limit key that wait (for a slot, the rate's "
+            "window, or a free worker); the busiest keys only.",
+            labels=["key", "queue"],
+        )
+        running = GaugeMetricFamily(
+            "sqljobs_limit_running", "Running jobs of a limit key.", labels=["key", "queue"]
+        )
+        for usage in stats.limits.values():
+            waiting.add_metric([usage.key, usage.queue], usage.waiting)
+            running.add_metric([usage.key, usage.queue], usage.running)
+        yield waiting
+        yield running
 
 
 def render(app: App) -> bytes:

@@ -190,10 +190,28 @@ def render(board: Board, view: View) -> str:
         "<a href='/metrics'>metrics</a> · <a href='/api/stats'>stats JSON</a> · "
         "<a href='/api/queues'>queues JSON</a></p>"
         f"{_queues_table(board.queues, board.paused_at, view)}"
+        f"{_limits_table(stats)}"
         f"<h2>Dead jobs</h2>{retry_all}{_jobs_table(board.dead, view)}"
         f"<h2>Running jobs</h2>{_jobs_table(board.running, view)}"
         f"<h2>Latest jobs</h2>{_jobs_table(board.recent, view)}"
         f"{_SCRIPT}</body></html>"
+    )
+
+
+def _limits_table(stats: Stats) -> str:
+    """The busiest concurrency and rate limit keys (nothing when no limit has work)."""
+    if not stats.limits:
+        return ""
+    rows = "".join(
+        f"<tr><td>{escape(u.key)}</td><td>{escape(u.queue)}</td>"
+        f"<td class=n>{u.running}{'' if u.concurrency is None else f' / {u.concurrency}'}"
+        f"{' <span class=warn>full</span>' if u.full else ''}</td>"
+        f"<td class=n>{u.waiting:,}</td><td class=n>{escape(u.rate or '-')}</td></tr>"
+        for u in stats.limits.values()
+    )
+    return (
+        "<h2>Limits</h2><table><tr><th>limit key</th><th>queue</th><th>running</th>"
+        f"<th>waiting</th><th>rate</th></tr>{rows}</table>"
     )
 
 

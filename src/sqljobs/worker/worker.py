@@ -77,7 +77,9 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         )
         self.runtime: float | None = None  # moving average of handler run time, seconds
         self._leases = {name: task.lease for name, task in app.tasks.items()}
-        self._limited = any(task.limit is not None for task in app.tasks.values())
+        self._limited = bool(app.queue_limits) or any(
+            task.limit is not None for task in app.tasks.values()
+        )
         self.inflight: dict[int, Running] = {}
         self._abandoned: set[Running] = set()  # given up, but their threads still run them
         self.stopped = threading.Event()
@@ -166,6 +168,7 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
             self.config.concurrency,
             heartbeat_interval,
             tuple(task.info for task in self.app.tasks.values()),
+            tuple(self.app.queue_limit_records(self._served_queues())),
         )
         self._began = time.monotonic()
         backend = self._connect(info)
@@ -311,6 +314,12 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
             self._on_event(event)
         except Exception:
             log.exception("worker %s: the on_event hook raised on %s", self.id, event)
+
+    def _served_queues(self) -> list[str]:
+        """The queues this worker claims from: those it was given, else its tasks'."""
+        if self.config.queues:
+            return list(self.config.queues)
+        return sorted({task.queue for task in self.app.tasks.values()})
 
     def _connect(self, info: WorkerInfo) -> Backend | None:
         """Open (and migrate) this worker's backend and register the worker, waiting with

@@ -611,3 +611,24 @@ AND queue = ANY(%(queues)s::text[])
 
 -- name: filter_tasks
 AND task = ANY(%(tasks)s::text[])
+
+-- name: save_queue_limit
+-- A queue's limits as a worker's code defines them, for enqueues by name
+-- from services without that code. A queue's pause is left as it is.
+INSERT INTO {schema}.sqljobs_queues AS q
+    (name, paused, updated_at, concurrency, rate_max, rate_window)
+VALUES (%(queue)s, false, now(), %(concurrency)s, %(rate_max)s, %(rate_window)s)
+ON CONFLICT (name) DO UPDATE SET
+    concurrency = excluded.concurrency, rate_max = excluded.rate_max,
+    rate_window = excluded.rate_window, updated_at = excluded.updated_at
+WHERE q.concurrency IS DISTINCT FROM excluded.concurrency
+   OR q.rate_max IS DISTINCT FROM excluded.rate_max
+   OR q.rate_window IS DISTINCT FROM excluded.rate_window
+
+-- name: clear_queue_limit
+-- A queue a worker serves whose code sets no limit: a limit recorded before is taken away.
+UPDATE {schema}.sqljobs_queues SET concurrency = NULL, rate_max = NULL, rate_window = NULL
+WHERE name = %(queue)s AND (concurrency IS NOT NULL OR rate_max IS NOT NULL)
+
+-- name: queue_limit
+SELECT concurrency, rate_max, rate_window FROM {schema}.sqljobs_queues WHERE name = %(name)s

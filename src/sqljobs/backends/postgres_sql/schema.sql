@@ -167,7 +167,10 @@ CREATE TABLE {schema}.sqljobs_queues (
     name       text        PRIMARY KEY,
     paused     boolean     NOT NULL DEFAULT false,
     paused_at  timestamptz,
-    updated_at timestamptz NOT NULL
+    updated_at timestamptz NOT NULL,
+    concurrency integer,           -- its limits (app.limit_queue), as workers record them (0009)
+    rate_max    integer,
+    rate_window double precision
 );
 
 -- 0007: the starts of rate-limited jobs within their window, per key (sqljobs.limits).

@@ -82,3 +82,19 @@ SELECT (SELECT count(*) FROM sqljobs_jobs WHERE state = 'running' AND limit_key 
 -- its own code declares no limit (the jobs carry theirs, from the code that enqueued them).
 SELECT EXISTS (SELECT 1 FROM sqljobs_jobs
                WHERE state = 'pending' AND limit_key IS NOT NULL {queue_filter}) AS waiting
+
+-- name: limit_backlog
+-- Per limit key, its due pending jobs (waiting for a slot, the rate's window, or a free
+-- worker) and its limits, from the limited index (it holds pending limited jobs only);
+-- the busiest keys first, at most :most of them.
+SELECT limit_key AS key, min(queue) AS queue, count(*) AS waiting,
+       max(limit_max) AS limit_max, max(rate_max) AS rate_max, max(rate_window) AS rate_window
+FROM sqljobs_jobs
+WHERE state = 'pending' AND limit_key IS NOT NULL AND run_at <= :now
+GROUP BY limit_key ORDER BY waiting DESC, key LIMIT :most
+
+-- name: limit_running_all
+-- Per limit key, its running jobs (from the lease index: the running set is small).
+SELECT limit_key AS key, min(queue) AS queue, count(*) AS running,
+       max(limit_max) AS limit_max, max(rate_max) AS rate_max, max(rate_window) AS rate_window
+FROM sqljobs_jobs WHERE state = 'running' AND limit_key IS NOT NULL GROUP BY limit_key

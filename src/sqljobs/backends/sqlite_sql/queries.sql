@@ -423,3 +423,23 @@ AND queue IN (SELECT value FROM json_each(:queues))
 
 -- name: filter_tasks
 AND task IN (SELECT value FROM json_each(:tasks))
+
+-- name: save_queue_limit
+-- A queue's limits as a worker's code defines them, for enqueues by name
+-- from services without that code. A queue's pause is left as it is.
+INSERT INTO sqljobs_queues (name, paused, updated_at, concurrency, rate_max, rate_window)
+VALUES (:queue, 0, :now, :concurrency, :rate_max, :rate_window)
+ON CONFLICT (name) DO UPDATE SET
+    concurrency = excluded.concurrency, rate_max = excluded.rate_max,
+    rate_window = excluded.rate_window, updated_at = excluded.updated_at
+WHERE sqljobs_queues.concurrency IS NOT excluded.concurrency
+   OR sqljobs_queues.rate_max IS NOT excluded.rate_max
+   OR sqljobs_queues.rate_window IS NOT excluded.rate_window
+
+-- name: clear_queue_limit
+-- A queue a worker serves whose code sets no limit: a limit recorded before is taken away.
+UPDATE sqljobs_queues SET concurrency = NULL, rate_max = NULL, rate_window = NULL
+WHERE name = :queue AND (concurrency IS NOT NULL OR rate_max IS NOT NULL)
+
+-- name: queue_limit
+SELECT concurrency, rate_max, rate_window FROM sqljobs_queues WHERE name = :name

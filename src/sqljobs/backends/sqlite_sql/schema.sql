@@ -161,7 +161,10 @@ CREATE TABLE sqljobs_queues (
     name       TEXT    PRIMARY KEY,
     paused     INTEGER NOT NULL DEFAULT 0,
     paused_at  REAL,
-    updated_at REAL    NOT NULL
+    updated_at REAL    NOT NULL,
+    concurrency INTEGER,           -- its limits (app.limit_queue), as workers record them (0008)
+    rate_max    INTEGER,
+    rate_window REAL
 );
 
 -- 0006: the starts of rate-limited jobs within their window, per key (sqljobs.limits).
