@@ -17,7 +17,7 @@ from sqljobs.backends.base import WorkerInfo
 from sqljobs.maintenance import Reaper
 from sqljobs.worker import EventLog
 
-from .conftest import expire_lease, wait_until, worker_thread
+from .conftest import db_execute, expire_lease, wait_until, worker_thread
 
 
 class Overlap:
@@ -414,3 +414,26 @@ def test_stats_the_cli_metrics_and_the_dashboard_show_each_limit_s_backlog(app: 
     assert 'sqljobs_limit_running{key="sync:acme",queue="default"} 1.0' in metrics
     page = TestClient(create_app(app)).get("/").text
     assert "<h2>Limits</h2>" in page and "sync:globex" in page
+
+
+def test_a_claim_buffers_limited_jobs_only_when_asked_and_within_free_slots(app: App) -> None:
+    """A worker that knows its jobs are short may put limited jobs in its buffer (each
+    holds a slot there): never more than a key's free slots, marked ``prefetched``."""
+
+    @app.task(concurrency=3, concurrency_key=lambda tenant: tenant)
+    def sync(tenant: str) -> None: ...
+
+    for tenant in "aaaaabbbbb":
+        sync.enqueue(tenant)
+    backend, leases = app.backend, {"sync": 30.0}
+    backend.register_worker(WorkerInfo("w", "host", 1, None, 8, 10.0, (sync.info,)))
+    strict = backend.claim_jobs("w", None, 10, leases, start_now=2, limited=True)
+    assert len(strict) == 2, "without a buffer allowance: only for the idle threads"
+    buffered = backend.claim_jobs("w", None, 10, leases, 1, (), True, limited_buffer=8)
+    assert len(buffered) == 4, "3 slots a key, 2 taken: 4 more in all"
+    running = db_execute(app, "SELECT limit_key, count(*) FROM sqljobs_jobs "
+                              "WHERE state = 'running' GROUP BY limit_key")  # fmt: skip
+    assert sorted(running) == [("sync:a", 3), ("sync:b", 3)]
+    marked = db_execute(app, "SELECT count(*) FROM sqljobs_jobs WHERE state = 'running' "
+                             "AND prefetched = true")  # fmt: skip
+    assert marked[0][0] == 3, "all but the one that starts at once wait in the buffer"

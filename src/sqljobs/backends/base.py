@@ -89,6 +89,7 @@ class Backend(Protocol):
         start_now: int | None = None,
         started: Sequence[HeldJob] = (),
         limited: bool = False,
+        limited_buffer: int = 0,
     ) -> list[ClaimedJob]:
         """Atomically take up to ``limit`` due jobs, highest priority, then oldest first.
 
@@ -102,7 +103,8 @@ class Backend(Protocol):
         claimed: a worker never takes a job it cannot run. None claims any task.
 
         Jobs under a concurrency limit are claimed only if ``limited`` (first, each key up
-        to its free slots; see :mod:`sqljobs.limits`)."""
+        to its free slots; see :mod:`sqljobs.limits`), as many as start at once and at most
+        ``limited_buffer`` more."""
 
     def finish_and_claim(
         self,
@@ -114,6 +116,7 @@ class Backend(Protocol):
         start_now: int | None = None,
         started: Sequence[HeldJob] = (),
         limited: bool = False,
+        limited_buffer: int = 0,
     ) -> tuple[list[int], list[ClaimedJob]]:
         """``finish_jobs`` then ``claim_jobs`` in one commit where the backend can: the
         worker's hot path, one round trip per batch instead of two."""

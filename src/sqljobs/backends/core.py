@@ -87,9 +87,10 @@ class BackendCore(Dialect):
         start_now: int | None = None,
         started: Sequence[HeldJob] = (),
         limited: bool = False,
+        limited_buffer: int = 0,
     ) -> list[ClaimedJob]:
         return self.finish_and_claim(
-            [], worker, queues, limit, leases, start_now, started, limited
+            [], worker, queues, limit, leases, start_now, started, limited, limited_buffer
         )[1]
 
     def finish_and_claim(
@@ -102,11 +103,12 @@ class BackendCore(Dialect):
         start_now: int | None = None,
         started: Sequence[HeldJob] = (),
         limited: bool = False,
+        limited_buffer: int = 0,
     ) -> tuple[list[int], list[ClaimedJob]]:
         if limit <= 0:
             return self.finish_jobs(outcomes, started), []
         at_once = limit if start_now is None else start_now
-        claim = Claim(worker, queues, limit, leases, at_once, started, limited)
+        claim = Claim(worker, queues, limit, leases, at_once, started, limited, limited_buffer)
         return self._finish_and_claim(outcomes, claim)
 
     def claim_suspect(

@@ -37,8 +37,11 @@ class Claim:
     started: Sequence[HeldJob]
     limited: bool = False
     """Also claim jobs under a concurrency limit (first: they are few by definition), but
-    only as many as start at once: a limited job waiting in a worker's buffer would hold a
-    slot that another worker's idle thread could use."""
+    only as many as start at once, and ``limited_buffer`` more: a limited job waiting in a
+    worker's buffer holds a slot that another worker's idle thread could use."""
+    limited_buffer: int = 0
+    """How many limited jobs may wait in the worker's buffer: none until the worker knows
+    its jobs are short enough that a buffered one starts within moments."""
 
 
 class Dialect(ABC):

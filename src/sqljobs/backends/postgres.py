@@ -282,53 +282,77 @@ class PostgresBackend(PostgresEnqueue, BackendCore, ScheduleStore):
     ) -> tuple[list[int], list[ClaimedJob]]:
         """Plain completions and the claim are one statement (one round trip, one
         commit); other outcomes are written first, then the claim. Jobs under a
-        concurrency limit are claimed first, in a transaction of their own."""
-        if not (claim.limited and claim.start_now):
+        concurrency limit are claimed first, in the transaction of :meth:`_claim_limited`."""
+        if not (claim.limited and claim.start_now + claim.limited_buffer):
             return self._finish_and_claim_unlimited(outcomes, claim)
-        # outcomes first: a limited job that just ended must not count as running
-        written = self.finish_jobs(outcomes, claim.started)
-        claim = replace(claim, started=())
-        limited = self._claim_limited(claim)
-        claim = replace(claim, limit=claim.limit - len(limited),
-                        start_now=max(0, claim.start_now - len(limited)))  # fmt: skip
-        if claim.limit <= 0:
-            return written, limited
-        more, jobs = self._finish_and_claim_unlimited([], claim)
-        return written + more, limited + jobs
-
-    def _claim_limited(self, claim: Claim) -> list[ClaimedJob]:
-        """Lock the limit keys that have pending jobs (skipping those another worker holds),
-        then, in a new snapshot, claim each key's free slots (see sqljobs.limits)."""
-        claim = replace(claim, limit=min(claim.limit, claim.start_now))  # none buffered
-        sql, params = self._claim_statement("claim_limited", claim)
-        scan = self.sql["lock_limited_keys"]
-
-        def work(conn: psycopg.Connection[Any]) -> list[ClaimedJob]:
-            conn.execute(self.sql["limited_lock_timeout"])
-            after = self._limit_cursor
-            found = result(conn.execute(scan, {"after": after, "max_keys": LIMITED_KEYS}))
-            rows = found.pick("key", "turn", "locked")
-            later = [key for key, turn, _ in rows if turn == 0]
-            # the next claim starts after the last key of this turn (or from the start)
-            self._limit_cursor = max(later) if len(rows) >= LIMITED_KEYS and later else ""
-            keys = [key for key, _, locked in rows if locked]
-            if not keys:
-                return []
-            claimed = result(conn.execute(sql, {**params, "keys": keys}))
-            return claimed_jobs(claimed.names, claimed.rows)
-
+        written: list[int] = []
+        if not all(_plain(o) for o in outcomes):  # retries and failures: written first
+            written = self.finish_jobs(outcomes, claim.started)
+            outcomes, claim = [], replace(claim, started=())
         try:
-            return self._run(work)
+            more, jobs = self._run(
+                lambda conn: self._claim_limited(conn, outcomes, claim), transaction=False
+            )
         except BackendError as exc:
             if not isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
                 raise
             log.debug("limited claim skipped: a key stayed locked (%s)", exc)
-            return []  # another claimer held a key too long: the next claim looks again
+            # another claimer held a key too long: the next claim looks again
+            more, jobs = self._finish_and_claim_unlimited(outcomes, claim)
+        return written + more, jobs
+
+    def _claim_limited(
+        self, conn: psycopg.Connection[Any], outcomes: Sequence[Outcome], claim: Claim
+    ) -> tuple[list[int], list[ClaimedJob]]:
+        """One transaction: the completions first (a limited job that just ended must not
+        count as running) and the scan that locks the limit keys with pending jobs; then,
+        in a snapshot taken after the locks, each key's free slots are claimed (see
+        sqljobs.limits); then jobs without a limit, for what is left. (Sent as a pipeline,
+        it measured no faster: the statements' own work is what costs.)"""
+        channel = self.notifier.channel
+        wanted = claim.start_now + claim.limited_buffer
+        at_once = replace(claim, limit=min(claim.limit, wanted), started=())
+        limited_sql, limited_params = self._claim_statement("claim_limited", at_once)
+        with conn.transaction():
+            done = None
+            if outcomes:
+                params = {**_fenced(outcomes), **_began(claim.started), **_values(outcomes)}
+                done = conn.execute(self.sql["complete_jobs"], {**params, "channel": channel})
+            elif claim.started:
+                conn.execute(self.sql["mark_started"], _began(claim.started))
+            conn.execute(self.sql["limited_lock_timeout"])
+            after = self._limit_cursor
+            scan = {"after": after, "max_keys": LIMITED_KEYS}
+            scanned = conn.execute(self.sql["lock_limited_keys"], scan)
+            rows = result(scanned).pick("key", "turn", "locked")
+            later = [key for key, turn, _ in rows if turn == 0]
+            # the next claim starts after the last key of this turn (or from the start)
+            self._limit_cursor = max(later) if len(rows) >= LIMITED_KEYS and later else ""
+            keys = [key for key, _, locked in rows if locked]
+            jobs: list[ClaimedJob] = []
+            if keys:
+                claimed = conn.execute(limited_sql, {**limited_params, "keys": keys})
+                found = result(claimed)
+                jobs = claimed_jobs(found.names, found.rows)
+            rest = replace(claim, limit=claim.limit - len(jobs), started=(),
+                           start_now=max(0, claim.start_now - len(jobs)))  # fmt: skip
+            others = None
+            if rest.limit > 0:
+                sql, params = self._claim_statement("claim", rest)
+                others = conn.execute(sql, {**params, **_began(())})
+        written = [] if done is None else _ids(done)
+        if others is not None:
+            found = result(others)
+            jobs += claimed_jobs(found.names, found.rows)
+        missed = [o for o in outcomes if o.job_id not in set(written)]
+        if missed:  # fenced off, or others wait for them: the careful path tells which
+            written += self._finish_parents(conn, missed)
+        return written, jobs
 
     def _finish_and_claim_unlimited(
         self, outcomes: Sequence[Outcome], claim: Claim
     ) -> tuple[list[int], list[ClaimedJob]]:
-        plain = all(o.state is JobState.DONE and o.history is None for o in outcomes)
+        plain = all(_plain(o) for o in outcomes)
         if not outcomes or not plain:
             written = self.finish_jobs(outcomes)
             sql, params = self._claim_statement("claim", claim)
@@ -426,6 +450,11 @@ class PostgresBackend(PostgresEnqueue, BackendCore, ScheduleStore):
             if not self.synchronous_commit:  # effects are durable
                 conn.execute(self.sql["durable_transaction"])
             yield conn
+
+
+def _plain(outcome: Outcome) -> bool:
+    """A completion with nothing to add to the history: the hot path's statements."""
+    return outcome.state is JobState.DONE and outcome.history is None
 
 
 def _dead_connection(exc: BackendError) -> bool:

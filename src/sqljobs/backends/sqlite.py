@@ -267,7 +267,8 @@ class SqliteBackend(BackendCore, ScheduleStore):
         (jobs under a concurrency limit first, by their own statements)."""
         with self._writing() as conn:
             written = self._finish(conn, outcomes, claim.started)
-            jobs = self._claim_limited(conn, claim) if claim.limited and claim.start_now else []
+            wanted = claim.start_now + claim.limited_buffer
+            jobs = self._claim_limited(conn, claim) if claim.limited and wanted else []
             rest = replace(claim, limit=claim.limit - len(jobs),
                            start_now=max(0, claim.start_now - len(jobs)))  # fmt: skip
             if rest.limit > 0:
@@ -282,21 +283,21 @@ class SqliteBackend(BackendCore, ScheduleStore):
     def _claim_limited(self, conn: sqlite3.Connection, claim: Claim) -> list[ClaimedJob]:
         """Jobs under a concurrency limit, in the caller's write transaction: for each key
         with pending jobs, as many as it has free slots (see sqljobs.limits), and no more
-        than start at once."""
-        claim = replace(claim, limit=min(claim.limit, claim.start_now))
+        than start at once and may wait in the buffer."""
+        claim = replace(claim, limit=min(claim.limit, claim.start_now + claim.limited_buffer))
         keys = self._limited_keys(conn)
         if not keys:
             return []
         running = dict(conn.execute(Q["limit_running"], {"keys": json.dumps(keys)}).fetchall())
         sql, params = self._claim_statement("limited_candidates", claim)
-        params["most"] = claim.limit
+        params.update(most=claim.limit, keys=json.dumps(keys))
         now = params["now"]
+        by_key: dict[str, list[Any]] = {}  # each key's rows in claim order: the first win
+        for row in sorted(conn.execute(sql, params).fetchall(), key=_claim_order):
+            by_key.setdefault(row[6], []).append(row)
         candidates, rated = [], dict[int, str]()
-        for key in keys:
-            rows = conn.execute(sql, {**params, "key": key}).fetchall()
-            if not rows:
-                continue
-            _, _, _, limit_max, rate_max, window = rows[0]
+        for key, rows in by_key.items():
+            _, _, _, limit_max, rate_max, window, _ = rows[0]
             free = len(rows)
             if limit_max is not None:
                 free = min(free, limit_max - running.get(key, 0))
@@ -309,7 +310,7 @@ class SqliteBackend(BackendCore, ScheduleStore):
             candidates += rows[: max(0, free)]
         if not candidates:
             return []
-        candidates.sort(key=lambda row: (-row[1], row[2], row[0]))
+        candidates.sort(key=_claim_order)
         params["ids"] = json.dumps([row[0] for row in candidates[: claim.limit]])
         cur = conn.execute(Q["claim_ids"], params)
         jobs = claimed_jobs(columns(cur) or (), cur.fetchall())
@@ -422,6 +423,11 @@ class SqliteBackend(BackendCore, ScheduleStore):
                 raise
         finally:
             conn.close()
+
+
+def _claim_order(row: Sequence[Any]) -> tuple[int, float, int]:
+    """A candidate row's place in claim order: priority (higher first), run_at, id."""
+    return (-row[1], row[2], row[0])
 
 
 def _outcome_params(o: Outcome, now: float) -> dict[str, Any]:

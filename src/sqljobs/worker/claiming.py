@@ -64,8 +64,9 @@ class Claiming(WorkerState):
             free = self._free_slots()
             if free <= 0 or (lanes.busy and free < share):
                 break  # a small claim now would only cut the next full one short
-            trip = Trip(self._to_write, min(free, share), start_now=self._idle_threads(),
-                        started=self._began_since())  # fmt: skip
+            idle, size = self._idle_threads(), min(free, share)
+            trip = Trip(self._to_write, size, start_now=idle, started=self._began_since(),
+                        limited_buffer=self._limited_buffer(size, idle))  # fmt: skip
             self._to_write = []
             t.want_claim = False  # until the batch comes back full, or something changes
             t.poll = time.monotonic() + cfg.poll_interval * random.uniform(0.9, 1.1)
@@ -81,7 +82,7 @@ class Claiming(WorkerState):
         if trip.limit:
             trip.written, trip.jobs = backend.finish_and_claim(
                 trip.outcomes, self.id, cfg.queues, trip.limit, self._leases,
-                trip.start_now, trip.started, self._limited,
+                trip.start_now, trip.started, self._limited, trip.limited_buffer,
             )  # fmt: skip
             return
         trip.written = backend.finish_jobs(trip.outcomes, trip.started)
@@ -113,6 +114,8 @@ class Claiming(WorkerState):
                 continue
             if trip.limit and (trip.error is not None or len(trip.jobs) >= trip.limit):
                 t.want_claim = True  # a full batch: more may wait; a failure: try again
+            elif trip.limit and trip.start_now and len(trip.jobs) >= trip.start_now:
+                pass  # every idle thread got a job: the next completion asks again
             elif trip.limit:
                 t.want_due = True  # a short batch: nothing more is due; ask when it will be
             elif trip.ask_due and trip.error is not None:
@@ -181,6 +184,15 @@ class Claiming(WorkerState):
             self.counters["suspects"] += 1
             log.warning("job %s was in a worker that crashed; running it alone", job.id)
             self._dispatch(backend, job)
+
+    def _limited_buffer(self, size: int, idle: int) -> int:
+        """How many jobs under a limit this claim may put in the buffer, where each holds
+        a slot without running: as many as the rest of the buffer (its size is the work of
+        ``PREFETCH_WINDOW``, a few hundredths of a second) once the worker has measured
+        how long its jobs run; none before, nor with the prefetch set to 0."""
+        if self.runtime is None or self.prefetch <= 0:
+            return 0
+        return max(0, size - idle)
 
     def _idle_threads(self) -> int:
         """Threads free for a claim's jobs (a lower bound): the claim marks the rest

@@ -29,6 +29,7 @@ class Trip:
     limit: int
     ask_due: bool = False  # also ask when to look again (after a short batch)
     start_now: int | None = None  # of the jobs claimed, how many start at once
+    limited_buffer: int = 0  # how many limited jobs may wait in the buffer
     started: list[HeldJob] = field(default_factory=list)  # buffered jobs that began since
     written: list[int] | None = None
     jobs: list[ClaimedJob] = field(default_factory=list)

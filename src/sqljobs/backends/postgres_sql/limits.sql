@@ -54,7 +54,8 @@ WITH slots AS (
     SELECT k.key, l.rate_max, l.rate_window,
            least(
                coalesce(l.limit_max - (SELECT count(*) FROM {schema}.sqljobs_jobs AS r
-                                       WHERE r.limit_key = k.key AND r.state = 'running'),
+                                       WHERE r.limit_key = k.key AND r.state = 'running'
+                                         AND r.limit_key IS NOT NULL),
                         2147483647),
                coalesce(l.rate_max - (SELECT count(*) FROM {schema}.sqljobs_starts AS s
                                       WHERE s.limit_key = k.key
@@ -107,12 +108,18 @@ SELECT * FROM claimed
 -- In how many seconds the first rate-limited key with due jobs and a full window may
 -- start one: its rate_max-th most recent start leaves the window then. A window that
 -- opened in the last 50 ms counts as opening now: it may have opened between the worker's
--- claim and this question.
+-- claim and this question. Only a key with starts kept can have a full window, so the
+-- keys come from sqljobs_starts (a few rows a key), each looked up in the limited index:
+-- never a read of every pending limited job, on every round trip of a drain.
 SELECT greatest(0, extract(epoch FROM min(w.started_at + make_interval(secs => k.rate_window))
                                       - now()))::float8 AS wait
-FROM (SELECT DISTINCT limit_key, rate_max, rate_window FROM {schema}.sqljobs_jobs
-      WHERE state = 'pending' AND limit_key IS NOT NULL AND rate_max IS NOT NULL
-        AND run_at <= now() {queue_filter}) AS k
+FROM (SELECT DISTINCT limit_key FROM {schema}.sqljobs_starts) AS started
+CROSS JOIN LATERAL (
+    SELECT limit_key, rate_max, rate_window FROM {schema}.sqljobs_jobs
+    WHERE limit_key = started.limit_key AND state = 'pending' AND rate_max IS NOT NULL
+      AND run_at <= now() {queue_filter}
+    LIMIT 1
+) AS k
 CROSS JOIN LATERAL (
     SELECT s.started_at FROM {schema}.sqljobs_starts AS s WHERE s.limit_key = k.limit_key
     ORDER BY s.started_at DESC OFFSET k.rate_max - 1 LIMIT 1

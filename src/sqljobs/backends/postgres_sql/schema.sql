@@ -75,6 +75,9 @@ CREATE INDEX sqljobs_jobs_limited ON {schema}.sqljobs_jobs (limit_key, priority 
 CREATE INDEX sqljobs_jobs_limited_due ON {schema}.sqljobs_jobs (run_at)
     WHERE limit_key IS NOT NULL;
 CREATE INDEX sqljobs_jobs_lease ON {schema}.sqljobs_jobs (lease_until) WHERE state = 'running';
+-- The running jobs of each limit key, which every limited claim counts (0010).
+CREATE INDEX sqljobs_jobs_limited_running ON {schema}.sqljobs_jobs (limit_key)
+    WHERE state = 'running' AND limit_key IS NOT NULL;
 -- Ended jobs by state, queue and age: the pruner's and the stats' one index (0006).
 CREATE INDEX sqljobs_jobs_ended ON {schema}.sqljobs_jobs (state, queue, finished_at)
     WHERE state <> 'pending' AND state <> 'running';
