@@ -155,6 +155,9 @@ class Backend(Protocol):
 
     def register_worker(self, info: WorkerInfo) -> None: ...
 
+    def live_workers(self) -> int:
+        """How many workers have been seen within their heartbeat."""
+
     def unregister_worker(self, worker: str) -> None: ...
 
     # -- wake-ups: thin delegations to ``notifier`` (see sqljobs.notifiers) ---------------

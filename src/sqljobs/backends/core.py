@@ -208,6 +208,9 @@ class BackendCore(Dialect):
 
         self._transaction(work)
 
+    def live_workers(self) -> int:
+        return len(self._query("live_workers", {"now": self.now()}).rows)
+
     def unregister_worker(self, worker: str) -> None:
         self._change("unregister_worker", {"worker": worker})
 

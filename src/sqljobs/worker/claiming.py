@@ -189,8 +189,9 @@ class Claiming(WorkerState):
         """How many jobs under a limit this claim may put in the buffer, where each holds
         a slot without running: as many as the rest of the buffer (its size is the work of
         ``PREFETCH_WINDOW``, a few hundredths of a second) once the worker has measured
-        how long its jobs run; none before, nor with the prefetch set to 0."""
-        if self.runtime is None or self.prefetch <= 0:
+        how long its jobs run, and only while it is the one live worker (another one's
+        idle threads could have run them now); none otherwise."""
+        if not self._alone or self.runtime is None or self.prefetch <= 0:
             return 0
         return max(0, size - idle)
 

@@ -39,6 +39,7 @@ class WorkerState:
     stopped: threading.Event
     _leases: dict[str, float]  # the lease each task gets; its keys: what we can run
     _limited: bool  # some task has a concurrency limit: claims look for limited jobs too
+    _alone: bool  # no other live worker (at the last heartbeat): limited jobs may be buffered
     _abandoned: set[Running]  # given up, but their threads still run them
     _results: collections.deque[tuple[Running, Outcome]]  # appended by executor threads
     _to_write: list[Outcome]

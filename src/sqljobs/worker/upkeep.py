@@ -63,6 +63,8 @@ class Upkeep(WorkerState):
             held = []
         renewed = backend.renew_leases(self.id, held)
         self.counters["heartbeats"] += 1
+        if self._limited:  # a limited job in our buffer would hold a slot a peer could use
+            self._alone = backend.live_workers() <= 1
         lost = [h.id for h in held if h.id not in renewed]
         cancelled = backend.cancelled_among(lost) if lost else set()
         for h in held:

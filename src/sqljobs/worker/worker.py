@@ -77,6 +77,7 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         )
         self.runtime: float | None = None  # moving average of handler run time, seconds
         self._leases = {name: task.lease for name, task in app.tasks.items()}
+        self._alone = False  # until a heartbeat has counted the live workers
         self._limited = bool(app.queue_limits) or any(
             task.limit is not None for task in app.tasks.values()
         )
@@ -176,6 +177,8 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
             self.stopped.set()
             return False
         self._backend = backend
+        if self._limited:  # (the heartbeat counts them again)
+            self._alone = backend.live_workers() <= 1
         backend.subscribe(self._wake.set)
         backend.notifier.watch_jobs(self._on_job_event)  # cancels, from any host
         self.app.watch_jobs(self._on_job_event)  # cancels from this process
