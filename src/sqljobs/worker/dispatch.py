@@ -93,9 +93,13 @@ class Dispatching(WorkerState):
         self._event("started", run.job)
 
     def _report(self, run: Running, outcome: Outcome) -> None:
-        """Called by executor threads when a handler returns."""
+        """Called by executor threads when a handler returns. A wake-up already set covers
+        this result too: the coordinator clears it before it takes the results, never
+        after. Setting it again costs a lock and a notify per job, in the threads that
+        share the interpreter with the coordinator."""
         self._results.append((run, outcome))
-        self._wake.set()
+        if not self._wake.is_set():
+            self._wake.set()
 
     def _collect(self) -> bool:
         freed = False
