@@ -127,7 +127,11 @@ class JobContext:
         return not self.lease_lost
 
     def take_progress(self) -> str | None:
-        """The latest report not yet written (and forget it): for the worker."""
+        """The latest report not yet written (and forget it): for the worker, once per
+        job. No report, no lock: one set after this look is taken by the next one, as it
+        would be after a look under the lock."""
+        if self._progress is None:
+            return None
         with self._progress_lock:
             report, self._progress = self._progress, None
         return report

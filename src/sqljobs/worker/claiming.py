@@ -106,9 +106,10 @@ class Claiming(WorkerState):
                     )
                     self._finishing[job.id] = job  # "released" once written
             else:
+                self.counters["claimed"] += len(trip.jobs)
+                start_now = len(trip.jobs) if trip.start_now is None else trip.start_now
                 for i, job in enumerate(trip.jobs):
-                    buffered = trip.start_now is not None and i >= trip.start_now
-                    self._dispatch(backend, job, prefetched=buffered)
+                    self._dispatch(backend, job, prefetched=i >= start_now)
             error = error or trip.error
             if t is None:
                 continue
@@ -182,6 +183,7 @@ class Claiming(WorkerState):
             job, self._suspect = self._suspect, None
             self._solo = job.id
             self.counters["suspects"] += 1
+            self.counters["claimed"] += 1
             log.warning("job %s was in a worker that crashed; running it alone", job.id)
             self._dispatch(backend, job)
 

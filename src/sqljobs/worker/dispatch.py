@@ -26,8 +26,10 @@ log = logging.getLogger("sqljobs.worker")
 
 class Dispatching(WorkerState):
     def _dispatch(self, backend: Backend, job: ClaimedJob, prefetched: bool = False) -> None:
-        self.counters["claimed"] += 1
-        self._event("claimed", job, detail="buffered" if prefetched else None)
+        """Hand one claimed job (counted as ``claimed`` by the caller) to a thread or the
+        event loop, or queue its failure if it cannot run here."""
+        if self._on_event is not None:
+            self._event("claimed", job, detail="buffered" if prefetched else None)
         wall = self.app.clock()
         task = self.app.tasks.get(job.task)
         ctx = JobContext(job, backend, self.request_heartbeat, self._progress_reported)
@@ -93,47 +95,35 @@ class Dispatching(WorkerState):
         self._event("started", run.job)
 
     def _report(self, run: Running, outcome: Outcome) -> None:
-        """Called by executor threads when a handler returns."""
+        """Called by executor threads when a handler returns. A wake-up already set covers
+        this result too: the coordinator clears it before it takes the results, never
+        after. Setting it again costs a lock and a notify per job, in the threads that
+        share the interpreter with the coordinator."""
         self._results.append((run, outcome))
-        self._wake.set()
+        if not self._wake.is_set():
+            self._wake.set()
 
     def _collect(self) -> bool:
+        """Take what handlers returned: free their slots and queue their outcomes for the
+        next round trip. True if a slot was freed."""
         freed = False
-        while self._results:
-            run, outcome = self._results.popleft()
-            if run in self._abandoned:
-                self._abandoned.discard(run)
+        finished = 0
+        results, abandoned = self._results, self._abandoned
+        while results:
+            run, outcome = results.popleft()
+            if run in abandoned:
+                abandoned.discard(run)
                 freed = True  # its thread is free again
-            if run.closed and run.begun is None:
-                continue  # given up before a thread started it: nothing ran
             if run.closed:
-                self.counters["stale_results"] += 1
-                self._event("discarded", run.job, outcome.state.value,
-                                     "late result: the job is no longer held here")  # fmt: skip
-                if run.ctx.cancelled:
-                    log.info(
-                        "job %s (%s): the handler returned %.1f s after the job was "
-                        "cancelled; its outcome (%s) is discarded",
-                        run.job.id, run.job.task,
-                        time.monotonic() - (run.cancelled_at or time.monotonic()),
-                        outcome.state, extra=job_fields(run),
-                    )  # fmt: skip
-                    continue
-                log.warning(
-                    "job %s: late result of attempt %s discarded (%s): the job is no "
-                    "longer held by this worker",
-                    run.job.id,
-                    run.job.attempt,
-                    outcome.state,
-                )
+                self._late_result(run, outcome)
                 continue
             run.closed = True
             self.inflight.pop(run.job.id, None)
             freed = True
+            finished += 1
             if run.begun is not None:
                 took = time.monotonic() - run.begun
                 self.runtime = took if self.runtime is None else 0.8 * self.runtime + 0.2 * took
-            self.counters["finished"] += 1
             if run.ctx.completed_in_transaction:
                 self.counters[JobState.DONE.value] += 1
                 self._event("finished", run.job, JobState.DONE.value)
@@ -146,7 +136,34 @@ class Dispatching(WorkerState):
             if report is not None:  # the last report goes out with the outcome
                 outcome = replace(outcome, progress=report)
             self._to_write.append(outcome)
+        if finished:
+            self.counters["finished"] += finished
         return freed
+
+    def _late_result(self, run: Running, outcome: Outcome) -> None:
+        """A handler returned for a job this worker no longer holds: its outcome is
+        discarded (the job was cancelled, timed out, or its lease lost)."""
+        if run.begun is None:
+            return  # given up before a thread started it: nothing ran
+        self.counters["stale_results"] += 1
+        self._event("discarded", run.job, outcome.state.value,
+                    "late result: the job is no longer held here")  # fmt: skip
+        if run.ctx.cancelled:
+            log.info(
+                "job %s (%s): the handler returned %.1f s after the job was "
+                "cancelled; its outcome (%s) is discarded",
+                run.job.id, run.job.task,
+                time.monotonic() - (run.cancelled_at or time.monotonic()),
+                outcome.state, extra=job_fields(run),
+            )  # fmt: skip
+            return
+        log.warning(
+            "job %s: late result of attempt %s discarded (%s): the job is no "
+            "longer held by this worker",
+            run.job.id,
+            run.job.attempt,
+            outcome.state,
+        )
 
     def _write_outcomes(self, backend: Backend, t: Timers | None = None) -> None:
         """Outcomes no claim carried go out once no round trip is in flight (one in flight
@@ -167,8 +184,11 @@ class Dispatching(WorkerState):
     def _account(self, batch: list[Outcome], written: Collection[int], t: Timers | None) -> None:
         """Count what was written, log what was discarded, wake for our own retries."""
         wall = self.app.clock()
+        written = set(written)  # a backend may answer with a list: one lookup per outcome
+        finishing = self._finishing  # filled only for events and unusual ends
+        done = 0
         for outcome in batch:
-            job = self._finishing.pop(outcome.job_id, None)
+            job = finishing.pop(outcome.job_id, None) if finishing else None
             if outcome.job_id not in written:
                 self.counters["stale_results"] += 1
                 if job is not None:
@@ -181,6 +201,9 @@ class Dispatching(WorkerState):
                     outcome.state,
                 )
                 continue
+            if outcome.state is JobState.DONE and job is None:
+                done += 1  # the common case: counted once for the batch
+                continue
             self.counters[outcome.state.value] += 1
             if job is not None:
                 kind: EventKind = "released" if outcome.uncharge else "finished"
@@ -190,6 +213,8 @@ class Dispatching(WorkerState):
             if t is not None and outcome.state is JobState.PENDING and outcome.delay is not None:
                 retry_at = wall + outcome.delay  # our own retries: wake for them on time
                 t.retry_due = retry_at if t.retry_due is None else min(t.retry_due, retry_at)
+        if done:
+            self.counters[JobState.DONE.value] += done
 
 
 def _unregistered(*_args: Any, **_kwargs: Any) -> None:
