@@ -1,6 +1,7 @@
 """The dashboard: backlog health as HTML, JSON and Prometheus metrics from the database;
-retry and cancel, behind a token when one is set or when it is exposed beyond loopback;
-every refusal says why, to a script and to a person."""
+retry and cancel, behind a token when one is set (and required beyond loopback); every
+refusal says why, to a script and to a person. The security checks themselves are in
+test_dashboard_security.py; here a client carries its session's CSRF token."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from html import escape
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx2
 import pytest
+from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from sqljobs import App, JobContext, JobState, Retry
@@ -28,8 +31,8 @@ from sqljobs.worker import EventLog
 from .conftest import wait_until, worker_thread
 
 READ_ONLY = (
-    "read-only: this dashboard is reachable beyond this machine and has no token; "
-    "restart it with --token to allow its actions (retry, cancel, pause, resume)"
+    "read-only: this dashboard was started with --read-only and takes no actions "
+    "(retry, cancel, pause, resume)"
 )
 BAD_TOKEN = "a valid token is required"
 
@@ -76,15 +79,26 @@ def _flash(location: str) -> dict[str, list[str]]:
     return parse_qs(parts.query)
 
 
-def _submit(client: TestClient, path: str, token: str | None = None) -> httpx2.Response:
-    """Post as the page's form does (form-encoded), without following the redirect."""
-    fields = {"token": token} if token is not None else {"from": "page"}
+def _client(asgi: Starlette, **options: Any) -> TestClient:
+    """A client on loopback (the Host the dashboard accepts there) whose actions carry its
+    session's CSRF token, as the page's forms do."""
+    client = TestClient(asgi, base_url="http://127.0.0.1", **options)
+    answer = client.get("/api/csrf")
+    if answer.status_code == 200:  # a token-guarded dashboard without credentials: 401
+        client.headers["X-CSRF-Token"] = answer.json()["csrf"]
+    return client
+
+
+def _submit(client: TestClient, path: str) -> httpx2.Response:
+    """Post as the page's form does (form-encoded, with its CSRF field), without following
+    the redirect."""
+    fields = {"csrf": client.headers.get("X-CSRF-Token", "")}
     return client.post(path, data=fields, follow_redirects=False)
 
 
 def test_the_page_json_and_metrics_agree_with_stats(app: App) -> None:
     jobs = _jobs(app)
-    client = TestClient(create_app(app))
+    client = _client(create_app(app))
     page = client.get("/")
     assert page.status_code == 200
     assert "boom &lt;script&gt;" in page.text and "boom <script>" not in page.text, "escaped"
@@ -108,14 +122,14 @@ def test_the_oldest_due_age_is_a_gauge_to_alert_on(app: App) -> None:
     app.task(name="t")(lambda: None)
     app.enqueue("t")
     wait_until(lambda: (app.stats().oldest_pending_age or 0) > 0.2)
-    text = TestClient(create_app(app)).get("/metrics").text
+    text = _client(create_app(app)).get("/metrics").text
     line = next(x for x in text.splitlines() if x.startswith("sqljobs_oldest_pending_age_seconds{"))
     assert float(line.split()[-1]) > 0.2
 
 
 def test_json_times_are_iso_8601_utc_and_ages_stay_seconds(app: App) -> None:
     jobs = _jobs(app)
-    client = TestClient(create_app(app))
+    client = _client(create_app(app))
     dead = app.get_job(jobs.dead)
     assert dead is not None and dead.history, "a dead job has a history to convert"
     body = client.get(f"/api/jobs/{jobs.dead}").json()
@@ -137,7 +151,7 @@ def test_the_page_shows_times_in_a_zone_and_arguments_escaped(app: App) -> None:
     job = app.enqueue("report", ["<b>acme</b>"], {"day": "2026-12-01"}, delay=60)
     found = app.get_job(job.id)
     assert found is not None
-    html = TestClient(create_app(app)).get("/").text
+    html = _client(create_app(app)).get("/").text
     for ts in (found.created_at, found.run_at):
         assert f'<time datetime="{iso_utc(ts)}">{escape(iso_local(ts))}</time>' in html
     assert "timeZoneName" in html, "the browser rewrites times in the reader's own zone"
@@ -149,7 +163,7 @@ def test_the_page_shows_times_in_a_zone_and_arguments_escaped(app: App) -> None:
 
 def test_actions_retry_and_cancel_without_a_token_on_loopback(app: App) -> None:
     jobs = _jobs(app)
-    client = TestClient(create_app(app))
+    client = _client(create_app(app))
     assert client.post(f"/api/jobs/{jobs.dead}/retry").json() == {"ok": True}
     assert _state(app, jobs.dead) is JobState.PENDING
     cancelled = client.post(f"/api/jobs/{jobs.pending}/cancel").json()
@@ -165,7 +179,7 @@ def test_actions_retry_and_cancel_without_a_token_on_loopback(app: App) -> None:
 
 def test_every_refusal_says_why(app: App) -> None:
     jobs = _jobs(app)
-    client = TestClient(create_app(app))
+    client = _client(create_app(app))
     for action in ("retry", "cancel"):
         missing = client.post(f"/api/jobs/999999/{action}")
         assert missing.status_code == 404
@@ -191,7 +205,7 @@ def test_every_refusal_says_why(app: App) -> None:
 
 
 def test_the_page_shows_its_flash_messages_escaped(app: App) -> None:
-    client = TestClient(create_app(app))
+    client = _client(create_app(app))
     html = client.get("/", params={"message": "<script>x</script>", "error": "<i>no</i>"}).text
     assert "&lt;script&gt;x&lt;/script&gt;" in html and "<script>x" not in html
     assert "&lt;i&gt;no&lt;/i&gt;" in html and "<i>" not in html
@@ -199,20 +213,18 @@ def test_the_page_shows_its_flash_messages_escaped(app: App) -> None:
 
 def test_the_page_offers_only_the_actions_it_would_take(app: App) -> None:
     jobs = _jobs(app)
-    html = TestClient(create_app(app)).get("/").text
+    html = _client(create_app(app)).get("/").text
     assert all("/retry" in row and "/cancel" not in row for row in _rows(html, jobs.dead))
     assert all("/cancel" in row and "/retry" not in row for row in _rows(html, jobs.pending))
     assert [row for row in _rows(html, jobs.done) if "<form" in row] == [], "done: nothing to do"
     assert "retry every dead job" in html and 'name="token"' not in html, "no token asked for"
     assert READ_ONLY not in html
-
-    guarded = TestClient(create_app(app, token="s3cret", exposed=True)).get("/").text
-    assert "<button" in guarded and 'name="token"' in guarded, "buttons ask for the token"
+    assert all('<input type="hidden" name="csrf"' in row for row in _rows(html, jobs.dead))
 
 
 def test_a_read_only_dashboard_shows_no_buttons_and_says_why(app: App) -> None:
     jobs = _jobs(app)
-    client = TestClient(create_app(app, exposed=True))
+    client = _client(create_app(app, read_only=True))
     html = client.get("/").text
     assert "<form" not in html and "<button" not in html
     assert escape(READ_ONLY) in html
@@ -226,7 +238,7 @@ def test_a_read_only_dashboard_shows_no_buttons_and_says_why(app: App) -> None:
 
 def test_a_token_guards_actions(app: App) -> None:
     jobs = _jobs(app)
-    guarded = TestClient(create_app(app, token="s3cret", exposed=True))
+    guarded = _client(create_app(app, token="s3cret", exposed=True))
     for headers in ({}, {"Authorization": "Bearer no"}):
         refused = guarded.post(f"/api/jobs/{jobs.dead}/retry", headers=headers)
         assert refused.status_code == 401 and refused.json()["ok"] is False
@@ -237,26 +249,24 @@ def test_a_token_guards_actions(app: App) -> None:
     assert _state(app, jobs.dead) is JobState.PENDING
 
 
-def test_the_page_form_posts_with_its_token(app: App) -> None:
+def test_the_page_form_posts_with_its_csrf_token(app: App) -> None:
     """The form as the page renders it, posted form-encoded as a browser does (this was a
-    500 without python-multipart)."""
+    500 without python-multipart), by a person logged in through the login page."""
     jobs = _jobs(app)
-    client = TestClient(create_app(app, token="s3cret"))
+    client = TestClient(create_app(app, token="s3cret"), base_url="http://127.0.0.1")
+    login = client.get("/login").text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', login)
+    assert csrf is not None
+    client.post("/login", data={"csrf": csrf[1], "token": "s3cret"})
     row = _rows(client.get("/").text, jobs.pending)[0]
-    action = re.search(r'<form method="post" action="([^"]+)"><input name="token"', row)
-    assert action is not None and action[1] == f"/api/jobs/{jobs.pending}/cancel"
+    form = re.search(r'<form method="post" action="([^"]+)">.*?value="([^"]+)"', row)
+    assert form is not None and form[1] == f"/api/jobs/{jobs.pending}/cancel"
 
-    wrong = _submit(client, action[1], "nope")
-    assert wrong.status_code == 303
-    assert BAD_TOKEN in _flash(wrong.headers["location"])["error"][0]
-    assert BAD_TOKEN in client.get(wrong.headers["location"]).text
-    assert _state(app, jobs.pending) is JobState.PENDING
-
-    right = _submit(client, action[1], "s3cret")
+    right = client.post(form[1], data={"csrf": form[2]}, follow_redirects=False)
     assert right.status_code == 303
     assert _flash(right.headers["location"]) == {"message": [f"job {jobs.pending} cancelled"]}
     assert _state(app, jobs.pending) is JobState.CANCELLED
-    back = client.post(action[1], data={"token": "s3cret"})  # following the redirect
+    back = client.post(form[1], data={"csrf": form[2]})  # following the redirect
     assert back.status_code == 200 and f"job {jobs.pending} was already cancelled" in back.text
 
 
@@ -299,7 +309,7 @@ def test_a_bad_parameter_is_a_400_that_says_what_is_allowed(
 ) -> None:
     app.task(name="t")(lambda: None)
     job = app.enqueue("t")
-    client = TestClient(create_app(app), raise_server_exceptions=False)
+    client = _client(create_app(app), raise_server_exceptions=False)
     answer = client.request(method, path, params=query)
     assert answer.status_code == 400, answer.text
     body = answer.json()
@@ -320,7 +330,7 @@ def test_queues_are_paused_and_resumed_and_shown_so(app: App) -> None:
     app.task(name="send", queue="mail")(lambda: None)
     app.enqueue("send")
     app.enqueue("report", queue="reports", known=False)
-    client = TestClient(create_app(app))
+    client = _client(create_app(app))
     html = client.get("/").text
     for queue in ("mail", "reports"):
         assert f'action="/api/queues/{queue}/pause"' in html
@@ -359,7 +369,7 @@ def test_queues_are_paused_and_resumed_and_shown_so(app: App) -> None:
 
 
 def test_a_paused_queue_with_no_jobs_is_still_shown(app: App) -> None:
-    client = TestClient(create_app(app))
+    client = _client(create_app(app))
     form = _submit(client, "/api/queues/nightly/pause")
     said = "queue nightly paused: workers take no new jobs from it; running jobs finish"
     assert _flash(form.headers["location"]) == {"message": [said]}
@@ -370,11 +380,11 @@ def test_a_paused_queue_with_no_jobs_is_still_shown(app: App) -> None:
 
 def test_pausing_needs_the_token_like_every_action(app: App) -> None:
     app.enqueue("send", queue="mail", known=False)
-    read_only = TestClient(create_app(app, exposed=True))
+    read_only = _client(create_app(app, read_only=True))
     assert "/api/queues/" not in read_only.get("/").text, "no pause button"
     refused = read_only.post("/api/queues/mail/pause")
     assert refused.status_code == 403 and refused.json() == {"ok": False, "error": READ_ONLY}
-    guarded = TestClient(create_app(app, token="s3cret", exposed=True))
+    guarded = _client(create_app(app, token="s3cret", exposed=True))
     assert guarded.post("/api/queues/mail/pause").status_code == 401
     assert not any(q.paused for q in app.queues())
     ok = guarded.post("/api/queues/mail/pause", headers={"Authorization": "Bearer s3cret"})
@@ -391,7 +401,7 @@ def test_progress_while_running_and_the_result_when_done(app: App) -> None:
         return {"file": "<b>report</b>.pdf", "pages": "x" * 200}
 
     handle = export.enqueue(10)
-    client = TestClient(create_app(app))
+    client = _client(create_app(app))
     with worker_thread(app):
         progress = wait_until(lambda: app.job(handle.id).refresh().progress)
         body = client.get(f"/api/jobs/{handle.id}").json()
@@ -430,7 +440,7 @@ def test_cancelling_a_running_job_says_its_outcome_is_discarded(app: App) -> Non
             started.wait(0.01)
 
     handle = crawl.enqueue()
-    client = TestClient(create_app(app))
+    client = _client(create_app(app))
     with worker_thread(app, on_event=(log := EventLog())):
         assert started.wait(10)
         assert "<h2>Running jobs</h2><p>none</p>" not in client.get("/").text
@@ -456,7 +466,7 @@ def test_a_cancel_by_script_says_whether_a_run_was_cut_short(app: App) -> None:
         release.wait(20)
 
     handle = stubborn.enqueue()
-    client = TestClient(create_app(app))
+    client = _client(create_app(app))
     with worker_thread(app, on_event=(log := EventLog())):
         assert started.wait(10)
         answer = client.post(f"/api/jobs/{handle.id}/cancel")
@@ -469,7 +479,7 @@ def test_a_cancel_by_script_says_whether_a_run_was_cut_short(app: App) -> None:
 
 
 def test_the_ends_of_each_range_are_taken(app: App) -> None:
-    client = TestClient(create_app(app))
+    client = _client(create_app(app))
     for limit in ("1", "1000"):
         assert client.get("/api/jobs", params={"limit": limit}).status_code == 200
     biggest = 2**63 - 1

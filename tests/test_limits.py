@@ -409,10 +409,10 @@ def test_stats_the_cli_metrics_and_the_dashboard_show_each_limit_s_backlog(app: 
     shown = CliRunner(env={"COLUMNS": "100"}).invoke(cli, ["--url", app.url, "stats"], obj=Ctx())
     row = next(line for line in shown.stdout.splitlines() if "sync:acme" in line)
     assert row.split()[1:] == ["default", "1/1", "full", "2", "-"], shown.stdout
-    metrics = TestClient(create_app(app)).get("/metrics").text
+    metrics = TestClient(create_app(app), base_url="http://127.0.0.1").get("/metrics").text
     assert 'sqljobs_limit_waiting{key="queue:mail",queue="mail"} 3.0' in metrics
     assert 'sqljobs_limit_running{key="sync:acme",queue="default"} 1.0' in metrics
-    page = TestClient(create_app(app)).get("/").text
+    page = TestClient(create_app(app), base_url="http://127.0.0.1").get("/").text
     assert "<h2>Limits</h2>" in page and "sync:globex" in page
 
 

@@ -188,6 +188,7 @@ class App:
         concurrency: int | None = None,
         concurrency_key: Callable[..., Any] | None = None,
         rate: str | None = None,
+        redact: Sequence[str] = (),
     ) -> Callable[[Callable[..., Any]], Task]: ...
 
     def task(
@@ -205,6 +206,7 @@ class App:
         concurrency: int | None = None,
         concurrency_key: Callable[..., Any] | None = None,
         rate: str | None = None,
+        redact: Sequence[str] = (),
     ) -> Task | Callable[[Callable[..., Any]], Task]:
         """Register a task. ``lease`` (seconds) is how long a claim lasts without renewal;
         ``timeout`` how long one attempt may run before it is given up as timed out.
@@ -213,7 +215,8 @@ class App:
         N of its jobs run at once across every worker, per key if ``concurrency_key`` (a
         function of the job's arguments) is given; ``rate="14/s"`` (or ``/m``, ``/h``) lets
         at most 14 of them start in any second, per key likewise (see
-        :mod:`sqljobs.limits`)."""
+        :mod:`sqljobs.limits`). ``redact=["card_number"]`` names parameters whose values
+        the dashboard shows as ``***``."""
 
         def register(func: Callable[..., Any]) -> Task:
             task_name = name or func.__name__
@@ -234,6 +237,7 @@ class App:
                 timeout=seconds(timeout, "timeout"),
                 store_result=store_result,
                 limit=define_limit(concurrency, concurrency_key, rate, task_name),
+                redact=redact,
             )
             self.tasks[task_name] = task
             return task

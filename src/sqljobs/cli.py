@@ -748,27 +748,27 @@ cli.add_command(
     "--token",
     envvar="SQLJOBS_DASHBOARD_TOKEN",
     default=None,
-    show_default="none: read-only beyond loopback",
-    help="Needed by actions (retry, cancel, pause, resume); required for them beyond "
-    "loopback (or SQLJOBS_DASHBOARD_TOKEN).",
+    show_default="none: loopback only",
+    help="Required by every request once set (bearer header, basic auth password or the "
+    "login page); required to bind beyond loopback (or SQLJOBS_DASHBOARD_TOKEN).",
 )
+@click.option("--read-only", is_flag=True, help="Show no buttons and refuse every action (403).")
 @pass_ctx
-def dashboard(ctx: Ctx, host: str, port: int, token: str | None) -> None:
+def dashboard(ctx: Ctx, host: str, port: int, token: str | None, read_only: bool) -> None:
     """Serve the dashboard, its JSON and /metrics for Prometheus."""
     try:
-        from .dashboard import is_loopback, serve
+        from .dashboard import check_bind, serve
     except ImportError as exc:
         raise click.ClickException(
             f"the dashboard needs its extra: pip install 'sqljobs[dashboard]' ({exc})"
         ) from exc
-    if not is_loopback(host) and token is None:
-        click.echo(
-            f"dashboard on {host}, beyond this machine, without a token: read-only "
-            "(give --token to allow retry, cancel, pause and resume)",
-            err=True,
-        )
-    click.echo(f"sqljobs dashboard on http://{host}:{port}/ (metrics at /metrics)", err=True)
-    serve(ctx.app, host, port, token)
+    try:
+        check_bind(host, token)
+    except SqljobsError as exc:
+        raise click.UsageError(str(exc)) from exc
+    mode = " read-only" if read_only else ""
+    click.echo(f"sqljobs{mode} dashboard on http://{host}:{port}/ (metrics at /metrics)", err=True)
+    serve(ctx.app, host, port, token, read_only=read_only)
 
 
 def main() -> None:

@@ -167,6 +167,7 @@ class Task:
         timeout: float | None,
         store_result: bool = True,
         limit: Limit | None = None,
+        redact: Sequence[str] = (),
     ) -> None:
         if lease <= 0:
             raise ConfigurationError(f"task {name!r}: lease must be > 0 seconds, got {lease}")
@@ -192,6 +193,8 @@ class Task:
             for p in self.signature.parameters.values()
             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
         ]
+        self.redact = _check_redact(name, redact, self.signature)
+        """Parameters whose values the dashboard shows as ``***``."""
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", name)
 
@@ -403,3 +406,20 @@ __all__ = [
     "check_queues",
     "payload",
 ]
+
+
+def _check_redact(
+    task: str, redact: Sequence[str], signature: inspect.Signature
+) -> tuple[str, ...]:
+    """``redact`` as a tuple of parameter names of ``signature``, or a ConfigurationError."""
+    if isinstance(redact, str) or not all(isinstance(n, str) for n in redact):
+        raise ConfigurationError(
+            f"task {task!r}: redact must be a list of parameter names, got {redact!r}"
+        )
+    unknown = [n for n in redact if n not in signature.parameters]
+    if unknown:
+        raise ConfigurationError(
+            f"task {task!r}: redact names {', '.join(map(repr, unknown))}, not parameters of "
+            f"{task}{signature}"
+        )
+    return tuple(redact)

@@ -50,11 +50,14 @@ RESULT_PREVIEW = 80
 @dataclass(frozen=True)
 class View:
     """What the page may offer and what it has to say: ``read_only`` is why there are no
-    buttons (None: there are); ``message`` and ``error`` come back from an action."""
+    buttons (None: there are); ``csrf`` is this session's token, which every form carries;
+    ``logged_in``: through the login page (so a logout button is shown); ``message`` and
+    ``error`` come back from an action."""
 
     now: float
     read_only: str | None = None
-    needs_token: bool = False
+    csrf: str = ""
+    logged_in: bool = False
     message: str | None = None
     error: str | None = None
 
@@ -69,15 +72,14 @@ def _action(path: str, label: str, view: View) -> str:
     """A button, or nothing when the dashboard would refuse it (the notice says why)."""
     if view.read_only is not None:
         return ""
-    token = (
-        '<input name="token" type="password" placeholder="token" size="8">'
-        if view.needs_token
-        else ""
-    )
     return (
-        f'<form method="post" action="{escape(path)}">{token}'
+        f'<form method="post" action="{escape(path)}">{_csrf_field(view.csrf)}'
         f'<button type="submit">{escape(label)}</button></form>'
     )
+
+
+def _csrf_field(csrf: str) -> str:
+    return f'<input type="hidden" name="csrf" value="{escape(csrf)}">'
 
 
 def _buttons(job: Job, view: View) -> str:
@@ -188,7 +190,8 @@ def render(board: Board, view: View) -> str:
         f"<b{' class=warn' if oldest and oldest > 60 else ''}>{duration(oldest)}</b>{paused} · "
         f"as of {_time(view.now)} · "
         "<a href='/metrics'>metrics</a> · <a href='/api/stats'>stats JSON</a> · "
-        "<a href='/api/queues'>queues JSON</a></p>"
+        "<a href='/api/queues'>queues JSON</a>"
+        f"{_logout(view)}</p>"
         f"{_queues_table(board.queues, board.paused_at, view)}"
         f"{_limits_table(stats)}"
         f"<h2>Dead jobs</h2>{retry_all}{_jobs_table(board.dead, view)}"
@@ -221,3 +224,38 @@ def _count(state: str, n: int) -> str:
     if count_text(state, n).endswith("+"):
         return f'<span title="counted up to {COUNT_CAP:,} per queue">{n:,}+</span>'
     return f"{n:,}"
+
+
+def _logout(view: View) -> str:
+    if not view.logged_in:
+        return ""
+    return (
+        f' · <form method="post" action="/logout">{_csrf_field(view.csrf)}'
+        '<button type="submit">log out</button></form>'
+    )
+
+
+def _shell(title: str, body: str) -> str:
+    return (
+        f"<!doctype html><html><head><meta charset=utf-8><title>{escape(title)}</title>"
+        f"<style>{_STYLE}</style></head><body><h1>sqljobs</h1>{body}</body></html>"
+    )
+
+
+def login(csrf: str, error: str | None = None) -> str:
+    """The login page: the token, posted with this session's CSRF token."""
+    said = "" if error is None else f"<p class='note warn' role=alert>{escape(error)}</p>"
+    return _shell(
+        "sqljobs: log in",
+        f"{said}<form method=post action=/login>{_csrf_field(csrf)}"
+        '<label>token <input name="token" type="password" autofocus required></label> '
+        '<button type="submit">log in</button></form>',
+    )
+
+
+def refusal(message: str) -> str:
+    """A refused action, for a person who posted a form: why, and the way back."""
+    return _shell(
+        "sqljobs: refused",
+        f"<p class='note warn' role=alert>{escape(message)}</p><p><a href='/'>back</a></p>",
+    )

@@ -1,0 +1,189 @@
+"""Who may use the dashboard, and how a browser is kept from being used against it.
+
+- **Bind.** Loopback by default; a bind beyond loopback needs a token (:func:`check_bind`),
+  since anyone who reaches the port would otherwise read every job's arguments and act.
+- **Authentication**, once a token is set, on every request but the login page:
+  ``Authorization: Bearer <token>`` (scripts), HTTP basic auth with the token as the
+  password (any user name, which the log records), or the login form, which sets a cookie.
+- **CSRF.** A per-session token, an HMAC of the session cookie, sits in every action form
+  and is checked on every action (``hmac.compare_digest``); a script sends it as the
+  ``X-CSRF-Token`` header (``GET /api/csrf`` hands it out). A bearer token stands in for
+  it, because a browser never attaches one to a cross-site request; basic auth and the
+  login cookie do not, because a browser does attach those. Cookies are HttpOnly and
+  SameSite=Strict, so a cross-site request carries no session at all.
+- **DNS rebinding.** Bound to loopback, only ``localhost``, ``127.0.0.1`` and ``[::1]``
+  (with the port) are accepted in the ``Host`` header: a page on ``evil.example`` whose
+  name was rebound to 127.0.0.1 reaches the port with its own name as the Host.
+
+The signing secret is derived from the token when there is one (so sessions outlive a
+restart, and changing the token logs everyone out), else drawn at random per process.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+from starlette.requests import Request
+
+from ..errors import ConfigurationError
+
+SESSION_COOKIE = "sqljobs_session"
+AUTH_COOKIE = "sqljobs_auth"
+CSRF_FIELD = "csrf"
+CSRF_HEADER = "X-CSRF-Token"
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+TOKEN_ENV = "SQLJOBS_DASHBOARD_TOKEN"
+
+EXPOSED_WITHOUT_TOKEN = (
+    "the dashboard on {host} would be reachable beyond this machine without a token: "
+    f"give --token (or set {TOKEN_ENV}), or bind to loopback (--host 127.0.0.1)"
+)
+BAD_TOKEN = (
+    "a valid token is required: the one this dashboard was started with (--token or "
+    f"{TOKEN_ENV}), as 'Authorization: Bearer <token>', as the password of HTTP basic "
+    "auth, or through the login page (/login)"
+)
+BAD_CSRF = (
+    "refused: this action carries no valid CSRF token, so it may come from another site. "
+    "Use the buttons of the dashboard's own page (reload it if it is old), or send the "
+    f"token of GET /api/csrf as the {CSRF_HEADER} header with that response's session "
+    "cookie, or authenticate with 'Authorization: Bearer <token>'"
+)
+READ_ONLY = (
+    "read-only: this dashboard was started with --read-only and takes no actions "
+    "(retry, cancel, pause, resume)"
+)
+
+
+def check_bind(host: str, token: str | None) -> None:
+    """Refuse a bind beyond loopback without a token, and an empty token."""
+    from . import is_loopback
+
+    if token is not None and not token:
+        raise ConfigurationError(f"the dashboard token must not be empty (--token, {TOKEN_ENV})")
+    if token is None and not is_loopback(host):
+        raise ConfigurationError(EXPOSED_WITHOUT_TOKEN.format(host=host))
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Who made a request, as the action log names them; ``bearer``: authenticated by a
+    header no browser sends cross-site, so no CSRF token is needed."""
+
+    who: str
+    bearer: bool = False
+
+
+@dataclass(frozen=True)
+class Guard:
+    """The dashboard's security settings and the checks made with them."""
+
+    token: str | None
+    secret: bytes
+    check_host: bool
+    port: int | None
+
+    @classmethod
+    def create(cls, token: str | None, *, exposed: bool, port: int | None) -> Guard:
+        if token is not None and not token:
+            raise ConfigurationError(
+                f"the dashboard token must not be empty (--token, {TOKEN_ENV})"
+            )
+        if exposed and token is None:
+            raise ConfigurationError(EXPOSED_WITHOUT_TOKEN.format(host="a public address"))
+        secret = (
+            hmac.new(token.encode(), b"sqljobs dashboard sessions", hashlib.sha256).digest()
+            if token is not None
+            else secrets.token_bytes(32)
+        )
+        return cls(token=token, secret=secret, check_host=not exposed, port=port)
+
+    # -- Host -------------------------------------------------------------------------
+
+    def host_refusal(self, host: str) -> str | None:
+        """None if the Host header names this loopback dashboard, else why not."""
+        if not self.check_host:
+            return None
+        name, port = host, None
+        if host.startswith("["):
+            end = host.find("]")
+            name, rest = host[: end + 1], host[end + 1 :]
+            port = rest[1:] if rest.startswith(":") else None
+        elif ":" in host:
+            name, _, port = host.rpartition(":")
+        ok_port = port is None or self.port is None or port == str(self.port)
+        if name.lower() in LOOPBACK_NAMES and ok_port:
+            return None
+        where = "localhost, 127.0.0.1 or [::1]" + (
+            "" if self.port is None else f" with port {self.port}"
+        )
+        return (
+            f"Host header {host!r} refused: this dashboard is bound to loopback and answers "
+            f"only to {where} (another name may be a DNS rebinding attack); open it as "
+            f"http://127.0.0.1{'' if self.port is None else f':{self.port}'}/"
+        )
+
+    # -- sessions and CSRF ------------------------------------------------------------
+
+    def _sign(self, purpose: str, session: str) -> str:
+        return hmac.new(self.secret, f"{purpose}:{session}".encode(), hashlib.sha256).hexdigest()
+
+    @staticmethod
+    def session(request: Request) -> str | None:
+        """The session cookie, if it looks like one this dashboard set."""
+        value = request.cookies.get(SESSION_COOKIE, "")
+        return value if 20 <= len(value) <= 100 and value.isascii() else None
+
+    @staticmethod
+    def new_session() -> str:
+        return secrets.token_urlsafe(32)
+
+    def csrf_token(self, session: str) -> str:
+        return self._sign("csrf", session)
+
+    def csrf_ok(self, session: str | None, given: str) -> bool:
+        if session is None or not given:
+            return False
+        return hmac.compare_digest(given.encode(), self.csrf_token(session).encode())
+
+    def auth_cookie(self, session: str) -> str:
+        return self._sign("auth", session)
+
+    # -- authentication ---------------------------------------------------------------
+
+    def identify(self, request: Request) -> Identity | None:
+        """Who is asking; None when a token is set and the request does not carry it."""
+        if self.token is None:
+            return Identity("loopback")
+        scheme, _, credentials = request.headers.get("authorization", "").partition(" ")
+        credentials = credentials.strip()
+        if scheme.lower() == "bearer":
+            if self.token_ok(credentials):
+                return Identity("bearer token", bearer=True)
+            return None
+        if scheme.lower() == "basic":
+            try:
+                user, _, password = (
+                    base64.b64decode(credentials, validate=True).decode().partition(":")
+                )
+            except (binascii.Error, UnicodeDecodeError):
+                return None
+            return Identity(f"user {user!r} (basic auth)") if self.token_ok(password) else None
+        session = self.session(request)
+        cookie = request.cookies.get(AUTH_COOKIE, "")
+        if session is not None and hmac.compare_digest(
+            cookie.encode(), self.auth_cookie(session).encode()
+        ):
+            return Identity(f"login session {hashlib.sha256(session.encode()).hexdigest()[:8]}")
+        return None
+
+    def token_ok(self, given: str) -> bool:
+        """Whether ``given`` is the token (compared in constant time)."""
+        if self.token is None:
+            return False
+        return hmac.compare_digest(given.encode(), self.token.encode())
