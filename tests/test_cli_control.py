@@ -314,7 +314,8 @@ def test_jobs_enqueued_after_others_show_what_they_wait_for(app: App) -> None:
     assert_fits(shown)
     assert f"waiting for 1 parent to end (jobs {parent.id})" in _line(shown, "state")
     assert _line(shown, "after").split() == ["after", str(parent.id), "(policy", "done)"]
-    assert "waiting" in sqljobs(app.url, "jobs", "list", "--state", "waiting").stdout
+    listed = sqljobs(app.url, "jobs", "list", "--state", "waiting", "--json").stdout
+    assert [j["id"] for j in json.loads(listed)] == [child]
     enqueue = ["--url", app.url, "enqueue", "step", "--remote", "--after"]
     bad = CliRunner().invoke(cli, [*enqueue, "1,x"], obj=Ctx())
     assert bad.exit_code == 2 and "must be job ids separated by commas" in bad.output

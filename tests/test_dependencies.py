@@ -69,11 +69,13 @@ def test_a_child_of_parents_that_are_done_already_is_pending_at_once(app: App) -
 def test_a_diamond_runs_in_order(app: App) -> None:
     spans: dict[str, tuple[float, float]] = {}
     lock = threading.Lock()
+    middle = threading.Barrier(2)  # b and c wait for each other: they run side by side
 
     @app.task
     def step(name: str) -> None:
         began = time.monotonic()
-        time.sleep(0.05)
+        if name in ("b", "c"):
+            middle.wait(timeout=10)
         with lock:
             spans[name] = (began, time.monotonic())
 
@@ -85,7 +87,7 @@ def test_a_diamond_runs_in_order(app: App) -> None:
         d.result(timeout=10)
     assert spans["a"][1] <= spans["b"][0] and spans["a"][1] <= spans["c"][0]
     assert max(spans["b"][1], spans["c"][1]) <= spans["d"][0]
-    assert spans["b"][0] < spans["c"][1] and spans["c"][0] < spans["b"][1], "b, c side by side"
+    assert not middle.broken, "b and c ran side by side"
 
 
 def test_a_dead_parent_cancels_its_children_and_theirs_and_always_runs_anyway(app: App) -> None:
@@ -275,6 +277,68 @@ def test_a_child_enqueued_while_its_parent_ends_is_never_left_waiting(app: App) 
         assert children[0].refresh().state is JobState.PENDING, f"round {i}"
         db_execute(app, "DELETE FROM sqljobs_jobs")
     assert _edges(app) == 0
+
+
+def test_a_group_whose_members_ended_already_runs_with_their_results(app: App) -> None:
+    """Made again with keys naming members that are done, the callback is pending at once
+    and still gets their results; two members that are one job count once."""
+
+    @app.task
+    def value(x: int) -> dict[str, Any]:
+        return {"x": x, "none": None, "inner": {"gone": None}}
+
+    @app.task
+    def collect(results: list[Any], tag: str) -> list[Any]:
+        return [tag, results]
+
+    first = app.group([value.with_options(key="v1").s(1)], then=collect.s("first"))
+    with worker_thread(app):
+        assert first.result(timeout=10) == [
+            "first",
+            [{"x": 1, "none": None, "inner": {"gone": None}}],
+        ]
+    again = app.group([value.with_options(key="v1").s(1)], then=collect.s("again"))
+    assert again.then is not None and again.then.refresh().state is JobState.PENDING
+    twice = app.group(
+        [value.with_options(key="v2").s(2), value.with_options(key="v2").s(2)],
+        then=collect.s("twice"),
+    )
+    with worker_thread(app):
+        assert again.result(timeout=10) == [
+            "again",
+            [{"x": 1, "none": None, "inner": {"gone": None}}],
+        ]
+        done = {"x": 2, "none": None, "inner": {"gone": None}}
+        assert twice.result(timeout=10) == ["twice", [done, done]]
+
+
+def test_a_child_cancelled_before_its_parents_ended_is_not_retried_ahead_of_them(
+    app: App,
+) -> None:
+    @app.task
+    def step(name: str) -> str:
+        return name
+
+    parent = step.enqueue("p")
+    child = step.with_options(after=[parent]).enqueue("c")
+    assert app.cancel(child.id)
+    with pytest.raises(ConfigurationError, match="which are not done: retry them first"):
+        app.retry_job(child.id)
+    assert child.refresh().state is JobState.CANCELLED
+
+
+def test_a_keyed_child_gives_its_key_up_as_its_scope_says(app: App) -> None:
+    @app.task
+    def step(name: str) -> str:
+        return name
+
+    parent = step.enqueue("p")
+    keyed = step.with_options(after=[parent], key="child", key_scope="active")
+    first = keyed.enqueue("c")
+    with worker_thread(app):
+        first.result(timeout=10)
+    second = keyed.enqueue("c")
+    assert second.created and second.id != first.id
 
 
 def _enqueue_child(go: threading.Barrier, into: list[Any], task: Any, parent: Any) -> None:

@@ -62,7 +62,7 @@ def test_a_group_callback_gets_every_result_once_when_members_end_together(
     ends = [[m.refresh().finished_at or 0.0 for m in g.members] for g in split]
     print(f"{len(split)} of 10 groups ran on both workers; their members' end gaps (ms):",
           [round(1000 * (max(e) - min(e)), 1) for e in ends])  # fmt: skip
-    assert len(split) >= 3, "groups had one member on each worker"
+    assert split, "some group had one member on each worker"
 
 
 def _stub(*args: object) -> None:

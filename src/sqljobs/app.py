@@ -458,7 +458,19 @@ class App:
         return self.backend.list_jobs(state, queue, limit)
 
     def retry_job(self, job_id: int) -> bool:
-        """Send a dead or cancelled job back to pending with fresh attempts."""
+        """Send a dead or cancelled job back to pending with fresh attempts. A job enqueued
+        ``after`` others is refused while one of them is not done: it would run before
+        them (retry those first)."""
+        job = self.backend.get_job(job_id)
+        if job is not None and job.parents and job.state is JobState.CANCELLED:
+            parents = [(p, self.backend.get_job(p)) for p in job.parents]
+            undone = [p for p, parent in parents if parent and parent.state is not JobState.DONE]
+            if undone:
+                ids = ", ".join(map(str, undone))
+                raise ConfigurationError(
+                    f"job {job_id} runs after jobs {ids}, which are not done: retry them "
+                    "first, then enqueue it again (retrying it now would run it before them)"
+                )
         return self.backend.retry_job(job_id)
 
     def retry_dead(self, queue: str | None = None) -> int:

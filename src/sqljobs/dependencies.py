@@ -107,10 +107,11 @@ def start(
             state = found[parent][0]
             if state in FAILED:
                 return Start("cancelled", (), failed_reason(parent, state))
-    open_parents = tuple(p for p in parents if found[p][0] not in ENDED)
+    # distinct: two members of a group may be one job (a business key), one edge
+    open_parents = tuple(dict.fromkeys(p for p in parents if found[p][0] not in ENDED))
     collected = None
     if collect:
-        collected = {str(p): _value(found[p][1]) for p in parents if found[p][0] in ENDED}
+        collected = {str(p): [_value(found[p][1])] for p in parents if found[p][0] in ENDED}
     return Start("waiting" if open_parents else "pending", open_parents, None, collected)
 
 
@@ -145,8 +146,9 @@ def settle(
 
 def results_of(parents: Iterable[int], results: Mapping[int, str | None]) -> str:
     """Parents' stored results as one JSON object by parent id (what a collecting child
-    keeps until it is released)."""
-    return json.dumps({str(p): _value(results.get(p)) for p in parents})
+    keeps until it is released), each in a list of one: merged into the child's with
+    SQLite's json_patch, a bare value that is or holds null would be dropped."""
+    return json.dumps({str(p): [_value(results.get(p))] for p in parents})
 
 
 def with_results(task: str, payload: str, parents: Sequence[int], collected: Any) -> str:
@@ -155,7 +157,7 @@ def with_results(task: str, payload: str, parents: Sequence[int], collected: Any
     its own arguments."""
     kept = json.loads(collected) if isinstance(collected, str) else dict(collected or {})
     args, kwargs = decode(payload)
-    results = [kept.get(str(p)) for p in parents]
+    results = [kept.get(str(p), [None])[0] for p in parents]
     return encode(task, [results, *args], kwargs)
 
 

@@ -312,6 +312,9 @@ class BackendCore(Dialect):
         locked = result(conn.execute(self.sql["lock_parents"], {"ids": self._array(parents)}))
         found = {i: (state, res) for i, state, res in locked.pick("id", "state", "result")}
         begin = dependencies.start(parents, found, job.after_policy, job.collect)
+        if begin.state == "pending" and begin.collected is not None:  # every parent ended
+            payload = dependencies.with_results(job.task, job.payload, parents, begin.collected)
+            job = replace(job, payload=payload)
         params = {
             **asdict(job),
             "delay": job.delay if self.server_clock else None,

@@ -293,6 +293,10 @@ class PostgresBackend(PostgresEnqueue, BackendCore, ScheduleStore):
             more, jobs = self._run(
                 lambda conn: self._claim_limited(conn, outcomes, claim), transaction=False
             )
+            missed = [o for o in outcomes if o.job_id not in set(more)]
+            if missed:  # fenced off, or others wait for them: the careful path tells which
+                # (its own round trip: a retry of the claim's would claim a second time)
+                more += self._write(lambda conn: self._finish_parents(conn, missed))
         except BackendError as exc:
             if not isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
                 raise
@@ -344,9 +348,6 @@ class PostgresBackend(PostgresEnqueue, BackendCore, ScheduleStore):
         if others is not None:
             found = result(others)
             jobs += claimed_jobs(found.names, found.rows)
-        missed = [o for o in outcomes if o.job_id not in set(written)]
-        if missed:  # fenced off, or others wait for them: the careful path tells which
-            written += self._finish_parents(conn, missed)
         return written, jobs
 
     def _finish_and_claim_unlimited(

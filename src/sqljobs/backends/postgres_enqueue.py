@@ -100,6 +100,8 @@ class PostgresEnqueue(PostgresPart):
             out = []
             for job in jobs:
                 if _waits(job):
+                    if job.key is not None:  # a finished job's key its scope lets go of
+                        conn.execute(self.sql["release_keys"], {"keys": [job.key]})
                     out.append(self._insert_dependent(conn, job))
                 else:
                     out += self._insert(conn, [job], notify)
