@@ -17,7 +17,7 @@ from sqljobs.backends.base import WorkerInfo
 from sqljobs.maintenance import Reaper
 from sqljobs.worker import EventLog
 
-from .conftest import db_execute, expire_lease, wait_until, worker_thread
+from .conftest import db_execute, expire_lease, is_pg, wait_until, worker_thread
 
 
 class Overlap:
@@ -437,3 +437,20 @@ def test_a_claim_buffers_limited_jobs_only_when_asked_and_within_free_slots(app:
     marked = db_execute(app, "SELECT count(*) FROM sqljobs_jobs WHERE state = 'running' "
                              "AND prefetched = true")  # fmt: skip
     assert marked[0][0] == 3, "all but the one that starts at once wait in the buffer"
+
+
+def test_the_pruner_deletes_starts_older_than_any_window(app: App) -> None:
+    """A key no claim looks at any more keeps its starts until the pruner takes them."""
+    from sqljobs.maintenance import Pruner
+
+    now = app.backend.now()
+    for key, at in (("old", now - 7200), ("old", now - 3700), ("fresh", now - 10)):
+        db_execute(app, f"INSERT INTO sqljobs_starts (limit_key, started_at) VALUES "
+                        f"('{key}', {_when(app, at)})")  # fmt: skip
+    Pruner(app.backend, None).run_once()
+    assert db_execute(app, "SELECT limit_key FROM sqljobs_starts") == [("fresh",)]
+
+
+def _when(app: App, at: float) -> str:
+    """A Unix time as the starts table stores it on this backend."""
+    return f"to_timestamp({at})" if is_pg(app) else repr(at)

@@ -302,6 +302,9 @@ class Backend(Protocol):
     def prune_finished(self, before: float, limit: int = 1000, state: str = "done") -> int:
         """Delete up to ``limit`` jobs that ended in ``state`` before ``before``."""
 
+    def prune_starts(self, before: float, limit: int = 1000) -> int:
+        """Delete up to ``limit`` rate-limit starts made before ``before``."""
+
     def prune_idempotency(self, before: float, limit: int = 1000) -> int:
         """Delete idempotency markers whose ``ttl`` ran out before ``before``."""
 

@@ -471,6 +471,9 @@ class BackendCore(Dialect):
                 break
         return deleted
 
+    def prune_starts(self, before: float, limit: int = 1000) -> int:
+        return self._change("prune_starts", {"before": before, "limit": limit}).rowcount
+
     def prune_idempotency(self, before: float, limit: int = 1000) -> int:
         return self._change("prune_idempotency", {"before": before, "limit": limit}).rowcount
 

@@ -1,5 +1,6 @@
 """The pruner: deletes finished jobs once older than the retention for their state (see
-:class:`sqljobs.Retention`), and idempotency markers whose ttl ran out, in bounded batches.
+:class:`sqljobs.Retention`), idempotency markers whose ttl ran out, and rate-limit starts
+older than any window, in bounded batches.
 
 Small batches keep each delete's lock short, so claims are never stalled behind it; a
 run stops after ``max_batches`` per state and the next run (every ``prune_interval``)
@@ -12,6 +13,10 @@ from datetime import timedelta
 
 from ..backends.base import Backend
 from ..retention import Retention
+
+STARTS_KEPT = 3600.0
+"""Rate-limit starts older than this (the longest window a rate has, ``/h``) count for no
+window: the pruner deletes them."""
 
 
 class Pruner:
@@ -26,6 +31,7 @@ class Pruner:
         """Delete up to ``max_batches`` batches per state; return how many jobs went."""
         now = self.backend.now()
         self.backend.prune_idempotency(now, self.batch)
+        self.backend.prune_starts(now - STARTS_KEPT, self.batch)
         total = 0
         for state, age in self.retention.ages().items():
             for _ in range(max_batches):

@@ -177,8 +177,8 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
             self.stopped.set()
             return False
         self._backend = backend
-        if self._limited:  # (the heartbeat counts them again)
-            self._alone = backend.live_workers() <= 1
+        if self._limited:  # (the heartbeat counts them again; --processes start together)
+            self._alone = self.config.supervisor_pid is None and backend.live_workers() <= 1
         backend.subscribe(self._wake.set)
         backend.notifier.watch_jobs(self._on_job_event)  # cancels, from any host
         self.app.watch_jobs(self._on_job_event)  # cancels from this process

@@ -161,3 +161,10 @@ GROUP BY limit_key ORDER BY waiting DESC, key LIMIT %(most)s
 SELECT limit_key AS key, min(queue) AS queue, count(*) AS running,
        max(limit_max) AS limit_max, max(rate_max) AS rate_max, max(rate_window) AS rate_window
 FROM {schema}.sqljobs_jobs WHERE state = 'running' AND limit_key IS NOT NULL GROUP BY limit_key
+
+-- name: prune_starts
+-- Starts older than any window, of keys no claim has looked at since (a claim drops its
+-- key's own): kept, they would make every question of when a window opens look at them.
+DELETE FROM {schema}.sqljobs_starts WHERE ctid IN (
+    SELECT ctid FROM {schema}.sqljobs_starts
+    WHERE started_at < to_timestamp(%(before)s) LIMIT %(limit)s)
