@@ -523,3 +523,47 @@ def test_the_cli_serves_the_dashboard_on_loopback(url: str) -> None:
     finally:
         proc.terminate()
         proc.communicate(timeout=10)
+
+
+@pytest.mark.processes
+@pytest.mark.timeout(60)
+def test_the_cli_serves_metrics_alone_and_stops_on_sigterm(url: str) -> None:
+    app = App(url)
+    app.task(name="t")(lambda: None)
+    app.enqueue("t", queue="mail")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "sqljobs", "--url", url, "metrics", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+
+        def up() -> bytes | None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
+                    return bytes(r.read())
+            except OSError:
+                assert proc.poll() is None, proc.communicate()[1].decode()
+                return None
+
+        body = wait_until(up, timeout=20, what="the metrics answering").decode()
+        assert 'sqljobs_jobs{queue="mail",state="pending"} 1.0' in body
+        assert "sqljobs_oldest_pending_age_seconds" in body
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0, err.decode()
+
+
+def test_metrics_refuses_a_port_in_use(url: str) -> None:
+    from click.testing import CliRunner
+
+    from sqljobs.cli import Ctx, cli
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(cli, ["--url", url, "metrics", "--port", str(port)], obj=Ctx())
+    assert result.exit_code == 1 and f"cannot serve metrics on 127.0.0.1:{port}" in result.output

@@ -771,6 +771,30 @@ def dashboard(ctx: Ctx, host: str, port: int, token: str | None, read_only: bool
     serve(ctx.app, host, port, token, read_only=read_only)
 
 
+@cli.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option(
+    "--port", type=click.IntRange(1, 65535), default=9464, show_default=True,
+    help="Port to serve /metrics on.",
+)  # fmt: skip
+@pass_ctx
+def metrics(ctx: Ctx, host: str, port: int) -> None:
+    """Serve /metrics for Prometheus alone, without the dashboard: the same gauges, read
+    from the database at every scrape (job counts, oldest due age, workers, paused
+    queues, limits)."""
+    try:
+        from .dashboard.metrics import serve_metrics
+    except ImportError as exc:
+        raise click.ClickException(
+            f"metrics need the dashboard extra: pip install 'sqljobs[dashboard]' ({exc})"
+        ) from exc
+    click.echo(f"sqljobs metrics on http://{host}:{port}/metrics", err=True)
+    try:
+        serve_metrics(ctx.app, host, port)
+    except OSError as exc:
+        raise click.ClickException(f"cannot serve metrics on {host}:{port}: {exc}") from exc
+
+
 def main() -> None:
     """``sqljobs``: the command line, which configures logging (an in-process call of
     :data:`cli` does not); library errors are one line, not a traceback."""

@@ -3,9 +3,12 @@ so any number of dashboards or scrapers agree with ``sqljobs stats``)."""
 
 from __future__ import annotations
 
+import logging
+import signal
+import threading
 from collections.abc import Iterator
 
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -75,8 +78,34 @@ class StatsCollector(Collector):
         yield running
 
 
-def render(app: App) -> bytes:
-    """The Prometheus text exposition of ``app``'s queue, freshly read."""
+log = logging.getLogger("sqljobs.metrics")
+
+
+def _registry(app: App) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StatsCollector(app))
-    return generate_latest(registry)
+    return registry
+
+
+def render(app: App) -> bytes:
+    """The Prometheus text exposition of ``app``'s queue, freshly read."""
+    return generate_latest(_registry(app))
+
+
+def serve_metrics(app: App, host: str, port: int) -> None:
+    """Serve ``/metrics`` alone (``sqljobs metrics``) until SIGINT or SIGTERM: for a
+    Prometheus that should not reach the dashboard."""
+    server, thread = start_http_server(port, addr=host, registry=_registry(app))
+    stop = threading.Event()
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    log.info("metrics on http://%s:%s/metrics", host, port)
+    try:
+        stop.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
