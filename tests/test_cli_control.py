@@ -323,3 +323,28 @@ def test_jobs_enqueued_after_others_show_what_they_wait_for(app: App) -> None:
     assert gone.exit_code != 0 and "after= names no job 99999" in str(gone.exception)
     assert sqljobs(app.url, "jobs", "cancel", "--state", "waiting", answer="y\n").exit_code == 0
     assert app.job(child).refresh().state is JobState.CANCELLED
+
+
+def test_jobs_show_and_list_hide_what_a_task_redacts(
+    app: App, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The app given with --app knows which arguments its task redacts."""
+    module = f"charge_app_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(
+        "import sqljobs\n"
+        f"app = sqljobs.App({app.url!r})\n"
+        "@app.task(redact=['card'])\n"
+        "def charge(card: str, amount: int) -> None: ...\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    spec = f"{module}:app"
+    job = app.enqueue("charge", ["4111-1111-1111-1111"], {"amount": 12}, known=False)
+    shown = sqljobs(app.url, "jobs", "show", str(job.id), app=spec).stdout
+    assert "4111" not in shown and "***" in _line(shown, "args")
+    raw = json.loads(sqljobs(app.url, "jobs", "show", str(job.id), "--json", app=spec).stdout)
+    assert raw["args"] == ["***"] and raw["kwargs"] == {"amount": 12}
+    listed = json.loads(sqljobs(app.url, "jobs", "list", "--json", app=spec).stdout)
+    assert listed[0]["args"] == ["***"]
+    assert "4111" not in sqljobs(app.url, "jobs", "list", app=spec).stdout
+    unknown = sqljobs(app.url, "jobs", "show", str(job.id)).stdout  # no app: not known
+    assert "4111" in unknown

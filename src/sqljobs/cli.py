@@ -17,6 +17,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import replace
 from importlib import metadata
 from typing import Any
 
@@ -41,6 +42,7 @@ from .errors import ConfigurationError, JobNotFound, ScheduleNotFound, SqljobsEr
 from .humanize import duration, iso_local, redact_url
 from .jobs import Job, JobState, QueueInfo
 from .logs import LogFormat, configure_logging
+from .redaction import redact_arguments
 from .tasks import check_queue_name
 from .url import DEFAULT_URL
 
@@ -429,7 +431,7 @@ def jobs() -> None:
 @pass_ctx
 def jobs_list(ctx: Ctx, state: str | None, queue: str | None, limit: int, as_json: bool) -> None:
     """The newest jobs, optionally of one state or queue."""
-    rows = ctx.app.list_jobs(state, queue, limit)
+    rows = [_redacted(ctx, j) for j in ctx.app.list_jobs(state, queue, limit)]
     if as_json:
         click.echo(json.dumps([j.to_dict() for j in rows], indent=2))
         return
@@ -443,13 +445,21 @@ def _get(ctx: Ctx, job_id: int) -> Job:
     return job
 
 
+def _redacted(ctx: Ctx, job: Job) -> Job:
+    """The job with the arguments its task redacts shown as ``***``."""
+    args, kwargs = redact_arguments(ctx.app.tasks.get(job.task), job.args, job.kwargs)
+    return (
+        job if (args, kwargs) == (job.args, job.kwargs) else replace(job, args=args, kwargs=kwargs)
+    )
+
+
 @jobs.command("show")
 @click.argument("job_id", type=int)
 @click.option("--json", "as_json", is_flag=True, help="The job as JSON, times in Unix seconds.")
 @pass_ctx
 def jobs_show(ctx: Ctx, job_id: int, as_json: bool) -> None:
     """Everything about one job, with its attempt history."""
-    job = _get(ctx, job_id)
+    job = _redacted(ctx, _get(ctx, job_id))
     if as_json:
         click.echo(json.dumps(job.to_dict(), indent=2, default=str))
         return

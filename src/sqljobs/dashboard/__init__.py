@@ -57,8 +57,8 @@ from starlette.routing import Route
 
 from ..app import App
 from ..jobs import Job, JobState
+from ..redaction import redact_arguments
 from . import actions, api, metrics, page
-from .redaction import redact_arguments
 from .security import (
     AUTH_COOKIE,
     BAD_CSRF,

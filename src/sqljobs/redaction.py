@@ -1,10 +1,10 @@
-"""Arguments hidden per task (``@app.task(redact=["card_number"])``): the dashboard shows
-``***`` for those values in its page and its JSON. Positional arguments are matched to
-their parameters by position; naming a ``*args`` or ``**kwargs`` parameter hides every
-value it would collect.
+"""Arguments hidden per task (``@app.task(redact=["card_number"])``): the dashboard (its
+page and its JSON) and ``sqljobs jobs list|show`` show ``***`` for those values. Positional
+arguments are matched to their parameters by position; naming a ``*args`` or ``**kwargs``
+parameter hides every value it would collect.
 
-Only tasks the dashboard's App registers are known: start it with ``--app`` (not a bare
-``--url``) for their redactions to apply.
+Only tasks the App registers are known: start the dashboard or the CLI with ``--app``
+(not a bare ``--url``) for their redactions to apply.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from ..tasks import Task
+from .tasks import Task
 
 MASK = "***"
 
