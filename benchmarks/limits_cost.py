@@ -70,19 +70,26 @@ def drain(url: str, jobs: int, keys: int, per_key: int | None) -> tuple[float, f
     app.migrate()
     try:
         task.enqueue_many([(f"k{i % keys}",) for i in range(jobs)])
-        started = time.perf_counter()
-        with running_worker(app, concurrency=CONCURRENCY) as worker:
-            countdown.wait()
-            while worker.counters["done"] < jobs:
-                time.sleep(0.0005)
-            elapsed = time.perf_counter() - started
-            claims = worker.counters["claims"]
-        countdown.check()
+        elapsed, claims = _drained(app, jobs, countdown)
         if app.stats().total("done") != jobs:
             raise RuntimeError("not every job is done in the table")
     finally:
         app.close()
-    return jobs / elapsed, float(claims)
+    return jobs / elapsed, claims
+
+
+def _drained(app: sqljobs.App, jobs: int, countdown: Countdown) -> tuple[float, float]:
+    """Seconds from worker start until ``jobs`` outcomes are committed, and the claims
+    the worker made meanwhile."""
+    started = time.perf_counter()
+    with running_worker(app, concurrency=CONCURRENCY) as worker:
+        countdown.wait()
+        while worker.counters["done"] < jobs:
+            time.sleep(0.0005)
+        elapsed = time.perf_counter() - started
+        claims = float(worker.counters["claims"])
+    countdown.check()
+    return elapsed, claims
 
 
 def _key(key: str, **_: object) -> str:
@@ -109,18 +116,12 @@ def paced(url: str, jobs: int, rate: int) -> Paced:
     app.migrate()
     try:
         handles = paced_.enqueue_many([(i,) for i in range(jobs)])
-        started = time.perf_counter()
-        with running_worker(app, concurrency=CONCURRENCY) as worker:
-            countdown.wait()
-            while worker.counters["done"] < jobs:
-                time.sleep(0.001)
-            elapsed = time.perf_counter() - started
-            claims = worker.counters["claims"]
+        elapsed, claims = _drained(app, jobs, countdown)
         starts = sorted(h.refresh().started_at or 0.0 for h in handles)
     finally:
         app.close()
     most = max(sum(1 for t in starts if s <= t < s + 1.0) for s in starts)
-    return Paced(elapsed, float(claims), len(starts), most)
+    return Paced(elapsed, claims, len(starts), most)
 
 
 def main() -> None:

@@ -492,6 +492,21 @@ def test_loopback_is_told_apart() -> None:
     assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3")
 
 
+def _scrape(proc: subprocess.Popen[bytes], port: int, what: str) -> bytes:
+    """``/metrics`` of the server ``proc`` starts on ``port``, once it answers."""
+
+    def up() -> bytes | None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
+                return bytes(r.read())
+        except OSError:
+            assert proc.poll() is None, proc.communicate()[1].decode()
+            return None
+
+    body: bytes = wait_until(up, timeout=20, what=what)
+    return body
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -509,16 +524,7 @@ def test_the_cli_serves_the_dashboard_on_loopback(url: str) -> None:
         stderr=subprocess.PIPE,
     )
     try:
-
-        def up() -> bytes | None:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
-                    return bytes(r.read())
-            except OSError:
-                assert proc.poll() is None, proc.communicate()[1].decode()
-                return None
-
-        body = wait_until(up, timeout=20, what="the dashboard answering")
+        body = _scrape(proc, port, "the dashboard answering")
         assert b"sqljobs_workers" in body
     finally:
         proc.terminate()
@@ -538,16 +544,7 @@ def test_the_cli_serves_metrics_alone_and_stops_on_sigterm(url: str) -> None:
         stderr=subprocess.PIPE,
     )
     try:
-
-        def up() -> bytes | None:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=1) as r:
-                    return bytes(r.read())
-            except OSError:
-                assert proc.poll() is None, proc.communicate()[1].decode()
-                return None
-
-        body = wait_until(up, timeout=20, what="the metrics answering").decode()
+        body = _scrape(proc, port, "the metrics answering").decode()
         assert 'sqljobs_jobs{queue="mail",state="pending"} 1.0' in body
         assert "sqljobs_oldest_pending_age_seconds" in body
     finally:
