@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 from . import payload
 from .backends import Backend, open_backend
 from .dependencies import AfterPolicy, Group, check_policy, parent_ids
 from .errors import ConfigurationError, JobNotFound, PayloadError, SqljobsError
 from .handles import JobHandle
+from .hooks import EnqueueInfo, EventName, Hook, Hooks, Middleware, through
 from .humanize import redact_url
 from .jobs import Job, JobState, NewJob, QueueInfo
 from .limits import (
@@ -62,6 +64,8 @@ log = logging.getLogger("sqljobs")
 DEFAULT_QUEUE = "default"
 DEFAULT_LEASE = 30.0
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
+
+H = TypeVar("H", bound=Hook)
 
 
 class App:
@@ -117,6 +121,9 @@ class App:
         """This process's workers, woken the moment one of its enqueues commits (or told
         the moment one of its cancels does)."""
         self._watcher: JobWatcher | None = None
+        self.hooks = Hooks()
+        """The hooks and middleware registered with :meth:`on`, :meth:`middleware` and
+        :meth:`enqueue_middleware`."""
 
     def __repr__(self) -> str:
         try:  # show which SQLite file a relative path means from here
@@ -407,21 +414,133 @@ class App:
             callback = replace(
                 then.new_job(now, collect=True), after_policy=check_policy(after_policy)
             )
-        got, last = self.backend.enqueue_group(jobs, callback, connection)
+
+        def insert(headers: Mapping[str, str]) -> list[JobHandle]:
+            nonlocal jobs, callback
+            if headers:
+                jobs = [replace(j, payload=payload.with_headers(j.payload, headers)) for j in jobs]
+                if callback is not None:
+                    callback = replace(
+                        callback, payload=payload.with_headers(callback.payload, headers)
+                    )
+            got, last = self.backend.enqueue_group(jobs, callback, connection)
+            return [JobHandle(r.id, r.created, self) for r in [*got, *([last] if last else [])]]
+
+        everything = [*jobs, *([callback] if callback is not None else [])]
+        if self.hooks.around_enqueue:
+            made = self._around_enqueue(everything, len(everything), connection, insert)
+        else:
+            made = insert({})
         if connection is None:
             self.wake_local_workers()
-        handles = [JobHandle(r.id, r.created, self) for r in got]
-        then_handle = None if last is None else JobHandle(last.id, last.created, self)
+        handles = made[: len(jobs)]
+        then_handle = made[len(jobs)] if callback is not None else None
         log.info("group of %d enqueued%s", len(handles),
-                 "" if last is None else f", then job {last.id}")  # fmt: skip
+                 "" if then_handle is None else f", then job {then_handle.id}")  # fmt: skip
         return Group(handles, then_handle)
 
     def insert(self, jobs: Iterable[NewJob], connection: Any = None) -> list[JobHandle]:
         """Insert built jobs in one transaction and wake this process's workers."""
+        if self.hooks.around_enqueue:
+            return self._insert_with_hooks(jobs, connection)
         results = self.backend.enqueue_jobs(jobs, connection)
         if connection is None:
             self.wake_local_workers()
         return [JobHandle(r.id, r.created, self) for r in results]
+
+    def _insert_with_hooks(self, jobs: Iterable[NewJob], connection: Any) -> list[JobHandle]:
+        """:meth:`insert` through the enqueue middleware, then the ``job_enqueued``
+        hooks. The jobs still stream to the backend (``enqueue_many``)."""
+        stream = iter(jobs)
+        first = next(stream, None)
+        if first is None:
+            return []
+        count = len(jobs) if isinstance(jobs, Sized) else None
+
+        def insert(headers: Mapping[str, str]) -> list[JobHandle]:
+            rows: Iterable[NewJob] = itertools.chain([first], stream)
+            if headers:
+                rows = (replace(j, payload=payload.with_headers(j.payload, headers)) for j in rows)
+            results = self.backend.enqueue_jobs(rows, connection)
+            return [JobHandle(r.id, r.created, self) for r in results]
+
+        handles = self._around_enqueue([first], count, connection, insert)
+        if connection is None:
+            self.wake_local_workers()
+        return handles
+
+    def _around_enqueue(
+        self,
+        jobs: Sequence[NewJob],
+        count: int | None,
+        connection: Any,
+        insert: Callable[[Mapping[str, str]], list[JobHandle]],
+    ) -> list[JobHandle]:
+        """Run ``insert`` (given the headers to carry) through the enqueue middleware,
+        then tell ``job_enqueued`` hooks, after the commit (or, on the caller's
+        ``connection``, once the insert ran)."""
+        info = EnqueueInfo(jobs[0].task, jobs[0].queue, count, connection is not None)
+        handles = through(self.hooks.enqueue_middleware, info, lambda: insert(info.headers))
+        if self.hooks.listens("job_enqueued"):
+            if len(jobs) == len(handles):
+                made = [(j.task, j.queue) for j in jobs]
+            else:  # a stream (enqueue_many) of one task: the first job speaks for all
+                made = [(jobs[0].task, jobs[0].queue)] * len(handles)
+            self.hooks.enqueued(made, handles)
+        return handles
+
+    # -- hooks, middleware and tracing -------------------------------------------------
+
+    @overload
+    def on(self, event: EventName, fn: None = None, /) -> Callable[[H], H]: ...
+
+    @overload
+    def on(self, event: EventName, fn: H, /) -> H: ...
+
+    def on(self, event: EventName, fn: H | None = None, /) -> H | Callable[[H], H]:
+        """Register a hook: ``@app.on("job_failed")`` above a function of one argument
+        (a :class:`~sqljobs.hooks.JobEvent`, or for ``worker_started`` and
+        ``worker_stopped`` a :class:`~sqljobs.hooks.WorkerLifecycle`), or
+        ``app.on("job_failed", fn)``. An unknown event is a ConfigurationError naming the
+        known ones. What a hook raises is logged and ignored. See docs/hooks.md for when
+        each event is told and on which thread."""
+        if fn is not None:
+            self.hooks.add_hook(event, fn)
+            return fn
+
+        def register(func: H) -> H:
+            self.hooks.add_hook(event, func)
+            return func
+
+        self.hooks.check_event(event)  # a typo fails at the decorator, not at its use
+        return register
+
+    def middleware(self, fn: Middleware) -> Middleware:
+        """Wrap every attempt in this app's workers with ``fn``, a generator function
+        given an :class:`~sqljobs.hooks.AttemptInfo` that yields once: its code before
+        the ``yield`` runs as the attempt begins, after it as the attempt ends (the
+        ``yield`` gives the handler's return value, or raises what the handler raised).
+        The first registered is outermost. Re-raise to let the attempt fail; catching the
+        exception without raising makes the attempt succeed (its result None)."""
+        self.hooks.add_middleware(fn)
+        return fn
+
+    def enqueue_middleware(self, fn: Middleware) -> Middleware:
+        """Wrap every enqueue of this app with ``fn``, a generator function given an
+        :class:`~sqljobs.hooks.EnqueueInfo` that yields once (the ``yield`` gives the
+        list of handles). Headers it puts in ``info.headers`` before yielding are carried
+        by every job of the enqueue, to attempt middleware."""
+        self.hooks.add_middleware(fn, enqueue=True)
+        return fn
+
+    def enable_tracing(
+        self, tracer_provider: Any = None, *, child_of_enqueue: bool = False
+    ) -> None:
+        """Trace enqueues and attempts with OpenTelemetry (``pip install sqljobs[otel]``):
+        see :func:`sqljobs.tracing.enable_tracing`."""
+        from .tracing import enable_tracing
+
+        enable_tracing(self, tracer_provider, child_of_enqueue=child_of_enqueue)
 
     # -- in-process wake-ups -----------------------------------------------------------
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import ConfigurationError, JobNotFound
-from .payload import decode, encode
+from .payload import decode, encode, headers, with_headers
 
 if TYPE_CHECKING:
     from .handles import JobHandle
@@ -154,11 +154,11 @@ def results_of(parents: Iterable[int], results: Mapping[int, str | None]) -> str
 def with_results(task: str, payload: str, parents: Sequence[int], collected: Any) -> str:
     """A group callback's payload once released: its parents' results, a list in the
     group's order (None for a parent that returned nothing or did not end done), before
-    its own arguments."""
+    its own arguments. Its headers (a trace context) stay."""
     kept = json.loads(collected) if isinstance(collected, str) else dict(collected or {})
     args, kwargs = decode(payload)
     results = [kept.get(str(p), [None])[0] for p in parents]
-    return encode(task, [results, *args], kwargs)
+    return with_headers(encode(task, [results, *args], kwargs), headers(payload))
 
 
 def _value(text: str | None) -> Any:

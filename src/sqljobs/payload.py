@@ -1,4 +1,10 @@
-"""JSON payloads: encode at enqueue (naming the bad argument), decode once at the worker."""
+"""JSON payloads: encode at enqueue (naming the bad argument), decode once at the worker.
+
+A payload is ``{"args": [...], "kwargs": {...}}``, with an optional third key,
+``"headers"``: string metadata about the call rather than arguments to it (a trace
+context, see sqljobs.tracing), added only by enqueue middleware. Argument decoding never
+looks at it, so a job without headers costs nothing more.
+"""
 
 from __future__ import annotations
 
@@ -61,6 +67,51 @@ def _name_culprit(
                 "sqljobs stores payloads as JSON: pass ids, strings and numbers, not objects"
             )
     return PayloadError(f"arguments of task {task!r} are not JSON-serialisable: {exc}")
+
+
+HEADERS_KEY = "headers"
+_HEADERS_MARK = ',"headers":'
+
+
+def with_headers(payload: str, headers: Mapping[str, str]) -> str:
+    """``payload`` (as :func:`encode` wrote it) carrying ``headers`` as its last key.
+    Appended as text: the arguments are not encoded again."""
+    if not headers:
+        return payload
+    bad = [k for k, v in headers.items() if not isinstance(k, str) or not isinstance(v, str)]
+    if bad:
+        raise PayloadError(
+            f"job headers must map strings to strings; {bad[0]!r} does not "
+            f"({type(headers[bad[0]]).__name__} value)"
+        )
+    if not payload.endswith("}"):
+        raise PayloadError(f"payload is not one sqljobs wrote: {payload[:200]!r}")
+    return f"{payload[:-1]}{_HEADERS_MARK}{_encoder.encode(dict(headers))}}}"
+
+
+def headers(payload: str) -> dict[str, str]:
+    """The headers a payload carries ({} for none). Our encoder puts them last, so only
+    the tail is parsed; text written otherwise is parsed whole. Anything that is not a
+    mapping of strings to strings is ignored: headers never stop a job from running."""
+    at = payload.rfind(_HEADERS_MARK)
+    if at < 0:
+        return {}
+    tail = payload[at + len(_HEADERS_MARK) : -1]
+    found: Any = None
+    try:
+        found, end = _decoder.raw_decode(tail)
+        exact = end == len(tail) and payload.endswith("}")
+    except ValueError:
+        exact = False
+    if not exact:  # a nested "headers" key inside the arguments, or foreign text
+        try:
+            data = _parse(payload)
+        except ValueError:
+            return {}
+        found = data.get(HEADERS_KEY) if isinstance(data, dict) else None
+    if not isinstance(found, dict):
+        return {}
+    return {k: v for k, v in found.items() if isinstance(k, str) and isinstance(v, str)}
 
 
 def decode(payload: str) -> tuple[list[Any], dict[str, Any]]:

@@ -41,6 +41,7 @@ class WorkerEvent:
     worker: str
     state: str | None = None
     detail: str | None = None
+    queue: str | None = None
 
 
 OnEvent = Callable[[WorkerEvent], None]
@@ -118,4 +119,4 @@ def job_event(
     detail: str | None = None,
 ) -> WorkerEvent:
     """The event ``kind`` about one claimed job."""
-    return WorkerEvent(kind, job.id, job.task, job.attempt, worker, state, detail)
+    return WorkerEvent(kind, job.id, job.task, job.attempt, worker, state, detail, job.queue)

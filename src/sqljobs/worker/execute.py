@@ -11,13 +11,16 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..context import JobContext
 from ..errors import Discard, RetryLater
 from ..jobs import ClaimedJob, JobState, Outcome
 from ..payload import encode_result
 from ..tasks import Task
+
+if TYPE_CHECKING:
+    from .hooks import WorkerHooks
 
 log = logging.getLogger("sqljobs.worker")
 
@@ -41,6 +44,8 @@ class Running:
     overdue: bool = False  # cancelled and still running past the grace: said once
     prefetched: bool = False  # claimed into the buffer; the database is told once it began
     future: concurrent.futures.Future[Any] | None = None
+    ended: float | None = None  # monotonic, when the handler returned or raised (hooks only)
+    exception: BaseException | None = None  # what it raised (hooks only)
 
     def call_args(self) -> list[Any]:
         return [self.ctx, *self.args] if self.task.takes_context else self.args
@@ -120,23 +125,32 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-def run_sync(run: Running, clock: Clock, started: Started = no_hook) -> Outcome:
-    """Run the handler in this thread. Anything it raises, ``SystemExit`` and
-    ``KeyboardInterrupt`` included, is the attempt's failure: the thread lives on."""
+def run_sync(
+    run: Running, clock: Clock, started: Started = no_hook, hooks: WorkerHooks | None = None
+) -> Outcome:
+    """Run the handler in this thread (through the App's middleware, if it has any).
+    Anything it raises, ``SystemExit`` and ``KeyboardInterrupt`` included, is the
+    attempt's failure: the thread lives on."""
     run.begun = time.monotonic()
     started(run)
     try:
-        value = run.task.fn(*run.call_args(), **run.kwargs)
+        fn = run.task.fn
+        value = fn(*run.call_args(), **run.kwargs) if hooks is None else hooks.call(run)
         return success(run, value)
     except BaseException as exc:
         return failure(run, exc, clock())
 
 
-async def run_async(run: Running, clock: Clock, started: Started = no_hook) -> Outcome:
+async def run_async(
+    run: Running, clock: Clock, started: Started = no_hook, hooks: WorkerHooks | None = None
+) -> Outcome:
     run.begun = time.monotonic()
     started(run)
     try:
-        value = await run.task.fn(*run.call_args(), **run.kwargs)
+        if hooks is None:
+            value = await run.task.fn(*run.call_args(), **run.kwargs)
+        else:
+            value = await hooks.call_async(run)
         return success(run, value)
     except asyncio.CancelledError:
         raise
@@ -149,11 +163,18 @@ class ThreadPool:
     thread until it returns (a thread cannot be killed), so no more than ``size`` run."""
 
     def __init__(
-        self, size: int, report: Report, clock: Clock, name: str, started: Started = no_hook
+        self,
+        size: int,
+        report: Report,
+        clock: Clock,
+        name: str,
+        started: Started = no_hook,
+        hooks: WorkerHooks | None = None,
     ) -> None:
         self._queue: queue.SimpleQueue[Running | None] = queue.SimpleQueue()
         self._report = report
         self._on_start = started
+        self._hooks = hooks
         self._clock = clock
         self._name = name
         self._started = 0
@@ -188,7 +209,7 @@ class ThreadPool:
             if run.closed:  # given up before it started (lease lost, timed out): skip it
                 self._report(run, success(run))  # discarded by the coordinator; frees the slot
                 continue
-            self._report(run, run_sync(run, self._clock, self._on_start))
+            self._report(run, run_sync(run, self._clock, self._on_start, self._hooks))
 
     def stop(self) -> None:
         for _ in range(self._started):
@@ -198,10 +219,17 @@ class ThreadPool:
 class AsyncRunner:
     """One event loop on its own thread for ``async def`` tasks."""
 
-    def __init__(self, report: Report, clock: Clock, started: Started = no_hook) -> None:
+    def __init__(
+        self,
+        report: Report,
+        clock: Clock,
+        started: Started = no_hook,
+        hooks: WorkerHooks | None = None,
+    ) -> None:
         self._report = report
         self._clock = clock
         self._on_start = started
+        self._hooks = hooks
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="sqljobs-async", daemon=True
@@ -213,7 +241,7 @@ class AsyncRunner:
 
     async def _run(self, run: Running) -> None:
         try:
-            outcome = await run_async(run, self._clock, self._on_start)
+            outcome = await run_async(run, self._clock, self._on_start, self._hooks)
         except asyncio.CancelledError:
             return  # the coordinator already decided this job's fate
         self._report(run, outcome)

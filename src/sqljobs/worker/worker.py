@@ -34,6 +34,7 @@ from .dispatch import Dispatching
 from .drain import Draining
 from .events import EventKind, OnEvent, Pass, job_event
 from .execute import AsyncRunner, Running, ThreadPool, no_hook
+from .hooks import WorkerHooks
 from .lanes import Lanes
 from .report import banner, summary, unreachable
 from .signals import Signals
@@ -106,6 +107,11 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         self._timers: Timers | None = None
         self._began = time.monotonic()
         self._on_event = on_event
+        self._hooks: WorkerHooks | None = None  # the App's hooks and middleware, if any
+        if app.hooks.for_workers:
+            self._hooks = WorkerHooks(app.hooks, self.id, app.clock, on_event)
+            if self._hooks.observes:
+                self._on_event = self._hooks.observe
         self._progress_lock = threading.Lock()
         self._progress_dirty: set[int] = set()
         self._progress_signalled = False
@@ -197,13 +203,15 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         started = self._started if self._on_event is not None else no_hook
         self._threads = ThreadPool(
             self.config.concurrency, self._report, self.app.clock, f"sqljobs-{self.id}",
-            started,
+            started, self._hooks,
         )  # fmt: skip
         if any(t.is_async for t in self.app.tasks.values()):
-            self._async = AsyncRunner(self._report, self.app.clock, started)
+            self._async = AsyncRunner(self._report, self.app.clock, started, self._hooks)
         self._timers = Timers(time.monotonic(), heartbeat_interval, self.config)
         self.app.add_wakeup(self._wake)
         log.info("%s", banner(self, backend, heartbeat_interval))
+        if self._hooks is not None:
+            self._hooks.start(self.config.queues, self.config.concurrency)
         return True
 
     def run_once(self) -> Pass:
@@ -280,6 +288,8 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         self._backend = None
         self.stopped.set()
         log.info("%s", summary(self, time.monotonic() - self._began))
+        if self._hooks is not None:
+            self._hooks.stop(self.config.queues, self.config.concurrency, dict(self.counters))
 
     def __enter__(self) -> Worker:
         if not self.start():
