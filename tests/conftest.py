@@ -165,7 +165,9 @@ def spawn(url: str, runs: Runs, tmp_path: Path) -> Iterator[Callable[..., subpro
             SQLJOBS_URL=url,
             SQLJOBS_TEST_RUNS=str(runs.path),
             SQLJOBS_TEST_LEASE=str(lease),
-            PYTHONPATH=str(ROOT),
+            # this checkout's sources first: a worktree's workers run its own code, not
+            # the editable install's
+            PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
         )
         log_path = tmp_path / f"worker-{len(procs)}.log"
         logs.append(log_path)
