@@ -23,6 +23,7 @@ from .errors import (
     UnknownTask,
 )
 from .handles import JobHandle
+from .hooks import AttemptInfo, EnqueueInfo, JobEvent, WorkerLifecycle
 from .idempotency import idempotent
 from .jobs import Job, JobState, Progress, QueueInfo
 from .retention import Retention
@@ -36,15 +37,18 @@ __version__ = "0.1.0"
 
 __all__ = [
     "App",
+    "AttemptInfo",
     "BackendError",
     "BoundTask",
     "ConfigurationError",
     "Discard",
     "EffectUncertain",
+    "EnqueueInfo",
     "Group",
     "Job",
     "JobCancelled",
     "JobContext",
+    "JobEvent",
     "JobFailed",
     "JobHandle",
     "JobNotFound",
@@ -69,6 +73,7 @@ __all__ = [
     "UnknownTask",
     "Worker",
     "WorkerConfig",
+    "WorkerLifecycle",
     "idempotent",
     "perform_once",
 ]
