@@ -66,6 +66,12 @@ def test_each_event_is_told_once_with_what_happened(app: App) -> None:
     async def doomed() -> None:
         raise KeyError("gone")
 
+    release_hung = threading.Event()
+
+    @app.task(timeout=0.1, retry=sqljobs.Retry(max_attempts=1))
+    def hangs() -> None:
+        release_hung.wait(10)
+
     @app.task
     def cancel_me(ctx: sqljobs.JobContext) -> None:
         cancel_me_started.set()
@@ -73,7 +79,7 @@ def test_each_event_is_told_once_with_what_happened(app: App) -> None:
         while not ctx.cancelled and time.monotonic() < deadline:
             time.sleep(0.005)
 
-    ids = {name: task.enqueue().id for name, task in [("flaky", flaky), ("doomed", doomed)]}
+    ids = {t.name: t.enqueue().id for t in (flaky, doomed, hangs)}
     ids["ok"] = ok.enqueue(1).id
     assert ok.with_options(key="k").enqueue(2).created
     assert not ok.with_options(key="k").enqueue(2).created  # not a new job: not told
@@ -81,6 +87,8 @@ def test_each_event_is_told_once_with_what_happened(app: App) -> None:
         told.wait("job_done", ids["ok"])
         told.wait("job_done", ids["flaky"])
         told.wait("job_dead", ids["doomed"])
+        told.wait("job_dead", ids["hangs"])
+        release_hung.set()
         ids["cancel_me"] = cancel_me.enqueue().id
         assert cancel_me_started.wait(10)
         app.cancel(ids["cancel_me"])
@@ -88,7 +96,7 @@ def test_each_event_is_told_once_with_what_happened(app: App) -> None:
     told.wait("worker_stopped")
 
     enqueued = told.of("job_enqueued")
-    assert len(enqueued) == 5 and all(e.attempt == 0 and e.worker_id is None for e in enqueued)
+    assert len(enqueued) == 6 and all(e.attempt == 0 and e.worker_id is None for e in enqueued)
     expected = JobEvent("job_enqueued", ids["ok"], "ok", "q1", 0)
     assert told.of("job_enqueued", ids["ok"]) == [expected]
 
@@ -110,6 +118,11 @@ def test_each_event_is_told_once_with_what_happened(app: App) -> None:
     assert dead.error is not None and "KeyError" in dead.error and "1 of 1" in dead.error
     assert told.seen.index(failed) < told.seen.index(dead)
 
+    (timed_out,) = told.of("job_failed", ids["hangs"])
+    assert timed_out.exception is None and timed_out.duration == 0.1 and not timed_out.will_retry
+    assert "TimeoutError: timed out after 0.1 s" in (timed_out.error or "")
+    assert len(told.of("job_dead", ids["hangs"])) == 1
+
     (cancelled,) = told.of("job_cancelled", ids["cancel_me"])
     assert cancelled.task == "cancel_me" and cancelled.queue == "default"
     assert not told.of("job_done", ids["cancel_me"]) and not told.of("job_failed", ids["cancel_me"])
@@ -118,7 +131,7 @@ def test_each_event_is_told_once_with_what_happened(app: App) -> None:
     (stopped,) = told.of("worker_stopped")
     assert isinstance(started, WorkerLifecycle) and started.worker_id == worker.id
     assert told.seen.index(stopped) == len(told.seen) - 1  # after every job's events
-    assert stopped.counts["done"] == 3 and stopped.counts["dead"] == 1
+    assert stopped.counts["done"] == 3 and stopped.counts["dead"] == 2
 
 
 def test_a_hook_that_raises_is_logged_and_changes_nothing(
