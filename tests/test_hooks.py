@@ -262,3 +262,20 @@ def test_a_middleware_that_raises_fails_the_attempt_like_the_handler(app: App) -
     with worker_thread(app), pytest.raises(sqljobs.JobFailed, match="middleware bug"):
         handle.result(timeout=10)
     assert ran == []
+
+
+def test_with_nothing_registered_a_worker_and_an_enqueue_have_nothing_to_run(
+    tmp_path: Path,
+) -> None:
+    app = App(f"sqlite:///{tmp_path / 'jobs.db'}")
+
+    @app.task
+    def noop() -> None: ...
+
+    assert sqljobs.Worker(app)._hooks is None  # the per-job path checks for None only
+    assert not app.hooks.around_enqueue
+    app.on("job_enqueued", print)
+    assert app.hooks.around_enqueue and sqljobs.Worker(app)._hooks is None  # not a worker's
+    app.on("worker_started", print)
+    hooks = sqljobs.Worker(app)._hooks
+    assert hooks is not None and not hooks.observes  # no outcome hook: no per-job events
