@@ -17,6 +17,7 @@ import pytest
 import sqljobs
 from sqljobs import App, JobState
 from sqljobs.hooks import AttemptInfo, EnqueueInfo, JobEvent, WorkerLifecycle
+from sqljobs.worker import EventLog
 from tests.conftest import worker_thread
 
 
@@ -150,10 +151,12 @@ def test_a_hook_that_raises_is_logged_and_changes_nothing(
     def fine() -> str:
         return "ok"
 
+    events = EventLog()  # the worker's own on_event is still told, beside the hooks
     with caplog.at_level(logging.ERROR, logger="sqljobs.hooks"):
         handle = fine.enqueue()  # the enqueue stands
-        with worker_thread(app):
+        with worker_thread(app, on_event=events):
             assert handle.result(timeout=10) == "ok"
+            events.wait("finished", handle.id, state="done")
     assert app.get_job(handle.id).state is JobState.DONE  # type: ignore[union-attr]
     assert later == [handle.id]  # the next hook still ran
     messages = [r.getMessage() for r in caplog.records]
