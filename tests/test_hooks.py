@@ -5,6 +5,7 @@ and what an exception does in it."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 import time
@@ -282,3 +283,31 @@ def test_with_nothing_registered_a_worker_and_an_enqueue_have_nothing_to_run(
     app.on("worker_started", print)
     hooks = sqljobs.Worker(app)._hooks
     assert hooks is not None and not hooks.observes  # no outcome hook: no per-job events
+
+
+def test_middleware_that_misbehaves_fails_the_call_with_its_name() -> None:
+    from sqljobs.hooks import through, through_async
+
+    def twice(info: object) -> Generator[None, Any, None]:
+        yield
+        yield
+
+    def never(info: object) -> Generator[None, Any, None]:
+        return
+        yield
+
+    def swallows_all(info: object) -> Generator[None, Any, None]:
+        with contextlib.suppress(BaseException):
+            yield
+
+    with pytest.raises(RuntimeError, match=r"middleware .*twice yielded more than once"):
+        through([twice], None, lambda: 1)
+    with pytest.raises(RuntimeError, match=r"middleware .*never returned without yielding"):
+        through([never], None, lambda: 1)
+    assert through([swallows_all], None, lambda: 1 / 0) is None  # swallowed: it succeeds
+
+    async def cancelled() -> None:
+        raise asyncio.CancelledError()
+
+    with pytest.raises(asyncio.CancelledError):  # a cancellation is never swallowed
+        asyncio.run(through_async([swallows_all], None, cancelled))

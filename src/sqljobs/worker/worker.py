@@ -286,10 +286,10 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
             log.warning("worker %s: could not unregister: %s", self.id, exc)
         backend.close()
         self._backend = None
+        if self._hooks is not None:  # before `stopped`: whoever waits on it sees them done
+            self._hooks.stop(self.config.queues, self.config.concurrency, dict(self.counters))
         self.stopped.set()
         log.info("%s", summary(self, time.monotonic() - self._began))
-        if self._hooks is not None:
-            self._hooks.stop(self.config.queues, self.config.concurrency, dict(self.counters))
 
     def __enter__(self) -> Worker:
         if not self.start():
