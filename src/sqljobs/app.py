@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import itertools
+import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence, Sized
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
@@ -16,7 +16,7 @@ from .backends import Backend, open_backend
 from .dependencies import AfterPolicy, Group, check_policy, parent_ids
 from .errors import ConfigurationError, JobNotFound, PayloadError, SqljobsError
 from .handles import JobHandle
-from .hooks import EnqueueInfo, EventName, Hook, Hooks, Middleware, through
+from .hooks import EventName, Hook, Hooks, Middleware, around_enqueue
 from .humanize import redact_url
 from .jobs import Job, JobState, NewJob, QueueInfo
 from .limits import (
@@ -415,22 +415,17 @@ class App:
                 then.new_job(now, collect=True), after_policy=check_policy(after_policy)
             )
 
-        def insert(headers: Mapping[str, str]) -> list[JobHandle]:
-            nonlocal jobs, callback
-            if headers:
-                jobs = [replace(j, payload=payload.with_headers(j.payload, headers)) for j in jobs]
-                if callback is not None:
-                    callback = replace(
-                        callback, payload=payload.with_headers(callback.payload, headers)
-                    )
-            got, last = self.backend.enqueue_group(jobs, callback, connection)
+        def store(rows: Iterable[NewJob]) -> list[JobHandle]:
+            given = list(rows)  # as built, or carrying the enqueue middleware's headers
+            members, then_job = given[: len(jobs)], given[len(jobs)] if callback else None
+            got, last = self.backend.enqueue_group(members, then_job, connection)
             return [JobHandle(r.id, r.created, self) for r in [*got, *([last] if last else [])]]
 
         everything = [*jobs, *([callback] if callback is not None else [])]
         if self.hooks.around_enqueue:
-            made = self._around_enqueue(everything, len(everything), connection, insert)
+            made = around_enqueue(self.hooks, everything, connection is not None, store)
         else:
-            made = insert({})
+            made = store(everything)
         if connection is None:
             self.wake_local_workers()
         handles = made[: len(jobs)]
@@ -442,52 +437,15 @@ class App:
     def insert(self, jobs: Iterable[NewJob], connection: Any = None) -> list[JobHandle]:
         """Insert built jobs in one transaction and wake this process's workers."""
         if self.hooks.around_enqueue:
-            return self._insert_with_hooks(jobs, connection)
+            store = functools.partial(self._store, connection=connection)
+            return around_enqueue(self.hooks, jobs, connection is not None, store)
+        return self._store(jobs, connection)
+
+    def _store(self, jobs: Iterable[NewJob], connection: Any) -> list[JobHandle]:
         results = self.backend.enqueue_jobs(jobs, connection)
         if connection is None:
             self.wake_local_workers()
         return [JobHandle(r.id, r.created, self) for r in results]
-
-    def _insert_with_hooks(self, jobs: Iterable[NewJob], connection: Any) -> list[JobHandle]:
-        """:meth:`insert` through the enqueue middleware, then the ``job_enqueued``
-        hooks. The jobs still stream to the backend (``enqueue_many``)."""
-        stream = iter(jobs)
-        first = next(stream, None)
-        if first is None:
-            return []
-        count = len(jobs) if isinstance(jobs, Sized) else None
-
-        def insert(headers: Mapping[str, str]) -> list[JobHandle]:
-            rows: Iterable[NewJob] = itertools.chain([first], stream)
-            if headers:
-                rows = (replace(j, payload=payload.with_headers(j.payload, headers)) for j in rows)
-            results = self.backend.enqueue_jobs(rows, connection)
-            return [JobHandle(r.id, r.created, self) for r in results]
-
-        handles = self._around_enqueue([first], count, connection, insert)
-        if connection is None:
-            self.wake_local_workers()
-        return handles
-
-    def _around_enqueue(
-        self,
-        jobs: Sequence[NewJob],
-        count: int | None,
-        connection: Any,
-        insert: Callable[[Mapping[str, str]], list[JobHandle]],
-    ) -> list[JobHandle]:
-        """Run ``insert`` (given the headers to carry) through the enqueue middleware,
-        then tell ``job_enqueued`` hooks, after the commit (or, on the caller's
-        ``connection``, once the insert ran)."""
-        info = EnqueueInfo(jobs[0].task, jobs[0].queue, count, connection is not None)
-        handles = through(self.hooks.enqueue_middleware, info, lambda: insert(info.headers))
-        if self.hooks.listens("job_enqueued"):
-            if len(jobs) == len(handles):
-                made = [(j.task, j.queue) for j in jobs]
-            else:  # a stream (enqueue_many) of one task: the first job speaks for all
-                made = [(jobs[0].task, jobs[0].queue)] * len(handles)
-            self.hooks.enqueued(made, handles)
-        return handles
 
     # -- hooks, middleware and tracing -------------------------------------------------
 

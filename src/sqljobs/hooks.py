@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import logging
-from collections.abc import Awaitable, Callable, Generator, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Sequence, Sized
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 from .errors import ConfigurationError
+from .jobs import NewJob
+from .payload import with_headers
 
 if TYPE_CHECKING:
     from .context import JobContext
@@ -181,13 +184,6 @@ class Hooks:
         for fn in self.hooks[event]:
             call_hook(fn, event, data)
 
-    def enqueued(self, jobs: Iterable[tuple[str, str]], handles: Sequence[JobHandle]) -> None:
-        """Tell ``job_enqueued`` hooks of the jobs this enqueue created (one with a key
-        that named an existing job is not new: it is not told)."""
-        for (task, queue), handle in zip(jobs, handles, strict=False):
-            if handle.created:
-                self.emit("job_enqueued", JobEvent("job_enqueued", handle.id, task, queue, 0))
-
     def _changed(self) -> None:
         self.around_enqueue = bool(self.enqueue_middleware) or self.listens("job_enqueued")
 
@@ -205,6 +201,44 @@ def name_of(fn: object) -> str:
     module = getattr(fn, "__module__", None)
     name = getattr(fn, "__qualname__", None) or repr(fn)
     return f"{module}.{name}" if module else name
+
+
+# -- an enqueue through middleware and hooks ---------------------------------------------
+
+
+def around_enqueue(
+    hooks: Hooks,
+    jobs: Iterable[NewJob],
+    in_transaction: bool,
+    store: Callable[[Iterable[NewJob]], list[JobHandle]],
+) -> list[JobHandle]:
+    """``store(jobs)`` through the enqueue middleware, each job carrying the headers the
+    middleware set, then ``job_enqueued`` told of each new job (one whose key named an
+    existing job is not new), after ``store`` committed (or, ``in_transaction``, once it
+    inserted). The jobs still stream to ``store`` (``enqueue_many`` builds them as the
+    backend sends them)."""
+    stream = iter(jobs)
+    first = next(stream, None)
+    if first is None:
+        return store([])
+    count = len(jobs) if isinstance(jobs, Sized) else None
+    info = EnqueueInfo(first.task, first.queue, count, in_transaction)
+    stored: list[NewJob] = []
+    listening = hooks.listens("job_enqueued")
+
+    def rows() -> Iterator[NewJob]:
+        for job in itertools.chain([first], stream):
+            if info.headers:
+                job = replace(job, payload=with_headers(job.payload, info.headers))
+            if listening:
+                stored.append(job)
+            yield job
+
+    handles = through(hooks.enqueue_middleware, info, lambda: store(rows()))
+    for job, handle in zip(stored, handles, strict=False):
+        if handle.created:
+            hooks.emit("job_enqueued", JobEvent("job_enqueued", handle.id, job.task, job.queue, 0))
+    return handles
 
 
 # -- running a call through middleware --------------------------------------------------
