@@ -66,6 +66,13 @@ class WorkerHooks:
     # -- the hook thread -----------------------------------------------------------------
 
     def start(self, queues: tuple[str, ...] | None, concurrency: int) -> None:
+        """Say what runs around this worker's jobs; start the hook thread if any hook
+        listens, and tell ``worker_started``."""
+        log.info(
+            "worker %s: %d middleware around each attempt%s; hooks for %s",
+            self._worker_id, len(self._middleware), " (tracing)" if self._hooks.traced else "",
+            ", ".join(sorted(self._listening)) or "no event",
+        )  # fmt: skip
         if not self._listening:
             return
         self._thread = threading.Thread(
