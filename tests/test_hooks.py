@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import sqljobs
-from sqljobs import App, JobState
+from sqljobs import App, JobState, payload
 from sqljobs.hooks import AttemptInfo, EnqueueInfo, JobEvent, WorkerLifecycle
 from sqljobs.worker import EventLog
 from tests.conftest import worker_thread
@@ -177,6 +177,11 @@ def test_a_wrong_event_or_middleware_is_refused_clearly(tmp_path: Path) -> None:
 
     async def asynchronous(info: AttemptInfo) -> None: ...
 
+    too_big = "headers are 9,010 bytes of JSON, over the limit of 8,192"
+    with pytest.raises(sqljobs.PayloadError, match=too_big):
+        payload.with_headers('{"args":[],"kwargs":{}}', {"big": "x" * 9000})
+    with pytest.raises(sqljobs.PayloadError, match="strings to strings; 'n' does not"):
+        payload.with_headers('{"args":[],"kwargs":{}}', {"n": 1})  # type: ignore[dict-item]
     with pytest.raises(sqljobs.ConfigurationError, match=r"plain.*generator function"):
         app.middleware(plain)  # type: ignore[arg-type]
     with pytest.raises(sqljobs.ConfigurationError, match="asynchronous is async"):

@@ -71,6 +71,9 @@ def _name_culprit(
 
 HEADERS_KEY = "headers"
 _HEADERS_MARK = ',"headers":'
+HEADERS_LIMIT = 8192
+"""The most bytes of JSON a job's headers may take: they ride along with every claim of
+the row, and a trace context needs about a hundred."""
 
 
 def with_headers(payload: str, headers: Mapping[str, str]) -> str:
@@ -86,7 +89,14 @@ def with_headers(payload: str, headers: Mapping[str, str]) -> str:
         )
     if not payload.endswith("}"):
         raise PayloadError(f"payload is not one sqljobs wrote: {payload[:200]!r}")
-    return f"{payload[:-1]}{_HEADERS_MARK}{_encoder.encode(dict(headers))}}}"
+    text = _encoder.encode(dict(headers))
+    if len(text) * 4 > HEADERS_LIMIT and len(text.encode()) > HEADERS_LIMIT:
+        raise PayloadError(
+            f"job headers are {len(text.encode()):,} bytes of JSON, over the limit of "
+            f"{HEADERS_LIMIT:,}: headers carry small metadata (a trace context, an id); "
+            "pass data as arguments"
+        )
+    return f"{payload[:-1]}{_HEADERS_MARK}{text}}}"
 
 
 def headers(payload: str) -> dict[str, str]:
