@@ -21,6 +21,7 @@ from typing import Any
 from ..hooks import (
     WORKER_EVENTS,
     AttemptInfo,
+    EventName,
     Hooks,
     JobEvent,
     WorkerLifecycle,
@@ -206,7 +207,7 @@ class WorkerHooks:
 
     def _job_event(
         self,
-        name: Any,
+        name: EventName,
         job_id: int,
         task: str,
         queue: str,
