@@ -1,12 +1,18 @@
 """``sqljobs dashboard``: backlog health in a browser, JSON for scripts, ``/metrics`` for
-Prometheus, and the few actions an operator needs (retry, cancel, pause and resume a
-queue).
+Prometheus, and the actions an operator needs (retry, cancel and delete jobs, one or many;
+pause and resume a queue or a schedule; run a schedule now).
 
-Reads come straight from the database on every request, so every dashboard, scraper and
-``sqljobs stats`` agrees. It binds to 127.0.0.1 unless told otherwise, and refuses to bind
-beyond loopback without a token; once a token is set, every request needs it. Actions are
-POSTs that need a CSRF token too (or a bearer token), and are logged; ``read_only`` refuses
-them all. See :mod:`sqljobs.dashboard.security`.
+Reads come straight from the database on every request, through the App (no SQL here), so
+every dashboard, scraper and ``sqljobs stats`` agrees, on either backend. It binds to
+127.0.0.1 unless told otherwise, and refuses to bind beyond loopback without a token;
+once a token is set, every request needs it. Actions are POSTs that need a CSRF token too
+(or a bearer token), and are logged; ``read_only`` refuses them all. See
+:mod:`sqljobs.dashboard.security`.
+
+The pages (:mod:`sqljobs.dashboard.pages`; ``docs/dashboard.md`` describes them):
+``/`` overview, ``/jobs`` (filters and a ``before`` cursor as query parameters),
+``/jobs/ID``, ``/jobs/confirm`` (a bulk action's count, before it is done), ``/queues``,
+``/schedules``, ``/workers``.
 
 The JSON API:
 
@@ -14,28 +20,39 @@ The JSON API:
   due pending jobs in float seconds (ages are durations, so they stay numbers).
 - ``GET /api/queues``: every queue with ``paused``, ``paused_at``, its ``counts`` by state
   and ``oldest_due_age`` (float seconds).
-- ``GET /api/jobs?state=S&queue=Q&limit=N``: the newest jobs first, ``limit`` from 1 to
-  1000 (default 50). ``GET /api/jobs/ID``: one job, with its ``result`` (the task's
-  return value, or null) and ``progress`` (``done``, ``total``, ``note``, ``updated_at``,
-  or null). In jobs, the times ``run_at``, ``created_at``, ``lease_until``,
-  ``started_at``, ``finished_at``, ``deadline_at``, ``progress.updated_at`` and, in
-  ``history`` entries, ``started_at`` and ``ended_at`` are ISO 8601 strings in UTC
-  (``2026-12-03T08:14:05.123+00:00``) or null: a person reading the JSON sees when, and
-  every language parses them; so is a queue's ``paused_at``.
+- ``GET /api/jobs?state=S&queue=Q&task=T&key=K&text=X&since=A&until=B&before=ID&limit=N``:
+  the matching jobs, newest first, ``limit`` from 1 to 1000 (default 50). ``since`` and
+  ``until`` bound the creation time (``1h`` ago, ISO 8601, or Unix seconds); ``text`` is
+  found in the arguments. When there are more, a ``Link: <...>; rel="next"`` header names
+  the next page (its ``before``). ``GET /api/jobs/ID``: one job, with its ``result`` (the
+  task's return value, or null) and ``progress`` (``done``, ``total``, ``note``,
+  ``updated_at``, or null). In jobs, the times ``run_at``, ``created_at``,
+  ``lease_until``, ``started_at``, ``finished_at``, ``deadline_at``,
+  ``progress.updated_at`` and, in ``history`` entries, ``started_at`` and ``ended_at`` are
+  ISO 8601 strings in UTC (``2026-12-03T08:14:05.123+00:00``) or null: a person reading
+  the JSON sees when, and every language parses them; so is a queue's ``paused_at``.
+- ``GET /api/workers``: every live worker and the jobs it is running;
+  ``GET /api/schedules``: every schedule, with its timing ``in_words``.
 - ``POST /api/jobs/ID/retry`` (a dead or cancelled job), ``POST /api/jobs/ID/cancel`` (a
-  pending or running one, ``app.cancel``: ``was_running`` says whether a handler was cut
-  short; cancelling a cancelled job succeeds with a note), ``POST /api/dead/retry?queue=Q``
-  and ``POST /api/queues/NAME/pause`` or ``/resume`` (pausing a paused queue, or resuming
-  one that is not, succeeds with a note) answer ``{"ok": true, ...}``, or ``{"ok": false,
-  "error": why}`` with 401 (token missing or wrong), 403 (read-only, or no valid CSRF
-  token), 404 (no such job) or
-  409 (the job's state rules it out). The page's own form posts get a 303 back to the page
-  instead, which shows the same sentence.
+  pending, waiting or running one, ``app.cancel``: ``was_running`` says whether a handler
+  was cut short; cancelling a cancelled job succeeds with a note), ``POST
+  /api/jobs/ID/delete`` (an ended one), ``POST /api/dead/retry?queue=Q``, ``POST
+  /api/queues/NAME/pause`` or ``/resume`` (pausing a paused queue, or resuming one that is
+  not, succeeds with a note), ``POST /api/jobs/retry``, ``/cancel`` or ``/delete`` with
+  ``ids`` (a selection) or filter parameters (every match; at least one is needed),
+  answering ``{"ok": true, "retried"|"cancelled"|"deleted": n}``, and ``POST
+  /api/schedules/NAME/pause``, ``/resume`` or ``/run`` answer ``{"ok": true, ...}``, or
+  ``{"ok": false, "error": why}`` with 401 (token missing or wrong), 403 (read-only, or
+  no valid CSRF token), 404 (no such job or schedule) or 409 (the job's state rules it
+  out). The pages' own form posts get a 303 back to the page they came from instead,
+  which shows the same sentence.
 - ``GET /api/csrf``: ``{"csrf": token}`` for this session (its cookie comes with it), to
   send as the ``X-CSRF-Token`` header of a script's actions when it has no bearer token.
-- A bad parameter is a 400 ``{"error": why}`` that names it and says what is allowed.
+- A bad parameter is a 400 ``{"error": why}`` that names it and says what is allowed (a
+  page that a person opened says it on a page).
 
-Needs the ``dashboard`` extra (starlette, uvicorn, prometheus-client, python-multipart).
+Needs the ``dashboard`` extra (starlette, uvicorn, prometheus-client, python-multipart,
+jinja2).
 """
 
 from __future__ import annotations
@@ -44,21 +61,24 @@ import ipaddress
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
-from urllib.parse import urlencode
+from typing import Any
+from urllib.parse import urlencode, urlsplit
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import ImmutableMultiDict
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
 
 from ..app import App
-from ..jobs import Job, JobState
-from ..redaction import redact_arguments
-from . import actions, api, metrics, page
+from ..browse import JobFilter
+from . import actions, api, metrics, render
+from .pages import BULK_VERBS, DEFAULT_ALERT_AGE, Pages, View, in_words
+from .reads import paused_at, redacted, redacted_kwargs
 from .security import (
     AUTH_COOKIE,
     BAD_CSRF,
@@ -75,6 +95,16 @@ from .security import (
 __all__ = ["check_bind", "create_app", "is_loopback", "serve"]
 
 log = logging.getLogger("sqljobs.dashboard")
+
+CONTENT_SECURITY_POLICY = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; form-action 'self'; base-uri 'none'; object-src 'none'; "
+    "frame-ancestors 'none'"
+)
+"""Scripts and styles only from the dashboard's own static files: a value that slipped
+through escaping still could not run. (Inline SVG is markup, not a resource.)"""
+_FLASH = ("message", "error")
+_MAX_FLASH = 2000  # a sentence, not a page
 
 
 def is_loopback(host: str) -> bool:
@@ -93,41 +123,89 @@ def _from_page(request: Request) -> bool:
     return content_type.startswith("application/x-www-form-urlencoded")
 
 
-def _reply(request: Request, outcome: actions.Outcome) -> Response:
-    """JSON for scripts; for the page's forms, back to the page with the outcome's sentence."""
-    if _from_page(request):
-        kind = "message" if outcome.status < 400 else "error"
-        return RedirectResponse("/?" + urlencode({kind: outcome.message}), status_code=303)
-    return JSONResponse(outcome.body, status_code=outcome.status)
+def _wants_page(request: Request) -> bool:
+    """A person's browser asking for a page (not a script asking for JSON)."""
+    return not request.url.path.startswith("/api/") and request.url.path != "/metrics"
 
 
-def _refuse(request: Request, outcome: actions.Outcome) -> Response:
-    """A security refusal keeps its status even for a form (no redirect that hides it)."""
-    if _from_page(request):
-        return HTMLResponse(page.refusal(outcome.message), status_code=outcome.status)
-    return JSONResponse(outcome.body, status_code=outcome.status)
+def local_path(text: str | None, default: str = "/") -> str:
+    """``text`` if it is a path on this dashboard (``/jobs?state=dead``), else ``default``:
+    a form's ``back`` field must not send anyone to another site."""
+    if not text or not text.startswith("/") or text.startswith("//") or "\\" in text:
+        return default
+    parts = urlsplit(text)
+    if parts.scheme or parts.netloc:
+        return default
+    return text
 
 
-async def _bad_parameter(request: Request, exc: Exception) -> Response:
-    if request.method == "POST":
-        return _reply(request, actions.refused(400, str(exc)))
-    return JSONResponse({"error": str(exc)}, status_code=400)
+def _with_flash(path: str, kind: str, sentence: str) -> str:
+    """``path`` with the outcome's sentence in its query (replacing an earlier one)."""
+    parts = urlsplit(path)
+    query = [
+        (k, v)
+        for k, v in ImmutableMultiDict(_pairs(parts.query)).multi_items()
+        if k not in _FLASH
+    ]
+    query.append((kind, sentence))
+    return f"{parts.path}?{urlencode(query)}"
+
+
+def _pairs(query: str) -> list[tuple[str, str]]:
+    from urllib.parse import parse_qsl
+
+    return parse_qsl(query, keep_blank_values=True)
+
+
+def _here(request: Request) -> str:
+    """This page's address without its flash message: where its forms come back to."""
+    query = [(k, v) for k, v in request.query_params.multi_items() if k not in _FLASH]
+    return request.url.path + (f"?{urlencode(query)}" if query else "")
 
 
 def _set_cookie(response: Response, name: str, value: str) -> None:
     response.set_cookie(name, value, httponly=True, samesite="strict", path="/")
 
 
+_COUNTED = ("retried", "cancelled", "deleted")
+
+
 def _jobs_touched(outcome: actions.Outcome, per_job: bool) -> int:
     """How many jobs an action changed, for its log line."""
-    if "retried" in outcome.body:
-        return int(outcome.body["retried"])
+    for key in _COUNTED:
+        if isinstance(outcome.body.get(key), int) and not isinstance(outcome.body[key], bool):
+            return int(outcome.body[key])
     return int(per_job and outcome.status == 200 and "note" not in outcome.body)
+
+
+async def _fields(request: Request) -> ImmutableMultiDict[str, str]:
+    """An action's parameters: a page's form fields (empty ones left out, as a filter
+    form sends them), or a script's query string."""
+    if not _from_page(request):
+        return ImmutableMultiDict(request.query_params.multi_items())
+    form = await request.form()
+    return ImmutableMultiDict(
+        [
+            (k, v)
+            for k, v in form.multi_items()
+            if isinstance(v, str) and v != "" and k not in (CSRF_FIELD, "back")
+        ]
+    )
+
+
+def _page_params(
+    request: Request, allowed: tuple[str, ...], where: str
+) -> ImmutableMultiDict[str, str]:
+    """A page's query parameters: empty ones left out (a GET form sends every field),
+    unknown ones refused."""
+    params = ImmutableMultiDict([(k, v) for k, v in request.query_params.multi_items() if v])
+    api.only(params, (*allowed, *_FLASH), where)
+    return params
 
 
 class _Gate(BaseHTTPMiddleware):
     """Before any route: the Host check, the session cookie, and (with a token) the
-    authentication every request but the login page needs."""
+    authentication every request but the login page and the static files needs."""
 
     def __init__(self, asgi: Callable[..., Awaitable[None]], guard: Guard) -> None:
         super().__init__(asgi)
@@ -142,7 +220,8 @@ class _Gate(BaseHTTPMiddleware):
         new_session = session is None
         request.state.session = session or self.guard.new_session()
         request.state.identity = identity = self.guard.identify(request)
-        if identity is None and request.url.path != "/login":
+        open_path = request.url.path == "/login" or request.url.path.startswith("/static/")
+        if identity is None and not open_path:
             response: Response
             if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
                 response = RedirectResponse("/login", status_code=303)
@@ -164,7 +243,8 @@ class _Gate(BaseHTTPMiddleware):
             _set_cookie(response, SESSION_COOKIE, request.state.session)
         # buttons inside another site's frame could be clicked for the user (clickjacking)
         response.headers["X-Frame-Options"] = "DENY"
-        response.headers["Content-Security-Policy"] = "frame-ancestors 'none'"
+        response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+        response.headers["X-Content-Type-Options"] = "nosniff"
         return response
 
 
@@ -175,13 +255,61 @@ def create_app(
     exposed: bool = False,
     read_only: bool = False,
     port: int | None = None,
+    alert_age: float = DEFAULT_ALERT_AGE,
 ) -> Starlette:
     """The dashboard as an ASGI application over ``app``'s database.
 
     ``exposed`` (reachable beyond loopback) needs a ``token``: without one this raises
     ConfigurationError. Unexposed, only a Host of localhost, 127.0.0.1 or [::1] is served
-    (with ``port``, when given). ``read_only`` refuses every action and shows no buttons."""
+    (with ``port``, when given). ``read_only`` refuses every action and shows no buttons.
+    ``alert_age``: seconds the oldest due job may wait before the overview shows its age
+    as an alert."""
+    from ..errors import ConfigurationError
+
     guard = Guard.create(token, exposed=exposed, port=port)
+    if isinstance(alert_age, bool) or not isinstance(alert_age, int | float) or alert_age <= 0:
+        raise ConfigurationError(f"alert_age must be seconds > 0, got {alert_age!r}")
+    pages = Pages(app, render.environment(), float(alert_age))
+
+    def view_of(request: Request) -> View:
+        identity: Identity | None = request.state.identity
+        flash = {k: request.query_params.get(k) for k in _FLASH}
+        return View(
+            now=time.time(),
+            read_only=READ_ONLY if read_only else None,
+            csrf=guard.csrf_token(request.state.session),
+            logged_in=identity is not None and identity.who.startswith("login session"),
+            message=(flash["message"] or "")[:_MAX_FLASH] or None,
+            error=(flash["error"] or "")[:_MAX_FLASH] or None,
+            back=_here(request),
+        )
+
+    def html(body: str, status: int = 200) -> HTMLResponse:
+        return HTMLResponse(body, status_code=status)
+
+    def reply(request: Request, outcome: actions.Outcome, back: str | None = None) -> Response:
+        """JSON for scripts; for the pages' forms, back to the page they came from with
+        the outcome's sentence."""
+        if _from_page(request):
+            kind = "message" if outcome.status < 400 else "error"
+            where = back or local_path(getattr(request.state, "back", None))
+            return RedirectResponse(_with_flash(where, kind, outcome.message), status_code=303)
+        return JSONResponse(outcome.body, status_code=outcome.status)
+
+    def refuse(request: Request, outcome: actions.Outcome) -> Response:
+        """A security refusal keeps its status even for a form (no redirect that hides it)."""
+        if _from_page(request):
+            way_back = local_path(getattr(request.state, "back", None))
+            page = pages.refusal(view_of(request), outcome.message, way_back)
+            return html(page, outcome.status)
+        return JSONResponse(outcome.body, status_code=outcome.status)
+
+    async def bad_parameter(request: Request, exc: Exception) -> Response:
+        if request.method == "POST":
+            return reply(request, actions.refused(400, str(exc)))
+        if _wants_page(request):
+            return html(pages.refusal(view_of(request), str(exc)), 400)
+        return JSONResponse({"error": str(exc)}, status_code=400)
 
     async def refusal(request: Request, identity: Identity) -> actions.Outcome | None:
         """None if the action may go ahead, else why not."""
@@ -197,18 +325,25 @@ def create_app(
         return None
 
     async def act(
-        request: Request, what: str, run: Callable[[], actions.Outcome], per_job: bool = True
+        request: Request,
+        what: str,
+        run: Callable[[], actions.Outcome],
+        per_job: bool = True,
+        back: Callable[[actions.Outcome], str | None] = lambda outcome: None,
     ) -> Response:
         """Check, run and log one action: who did what to how many jobs."""
         identity: Identity = request.state.identity
         client = request.client.host if request.client else "?"
+        request.state.back = None
+        if _from_page(request):
+            request.state.back = str((await request.form()).get("back", "") or "")
         if (refused := await refusal(request, identity)) is not None:
             log.warning(
                 "dashboard action %s by %s from %s refused (%d): %s",
                 what, identity.who, client, refused.status, refused.message,
                 extra={"who": identity.who, "action": what, "status": refused.status},
             )  # fmt: skip
-            return _refuse(request, refused)
+            return refuse(request, refused)
         outcome = await run_in_threadpool(run)
         jobs = _jobs_touched(outcome, per_job)
         log.info(
@@ -216,50 +351,75 @@ def create_app(
             what, identity.who, client, jobs, outcome.message,
             extra={"who": identity.who, "action": what, "jobs": jobs, "status": outcome.status},
         )  # fmt: skip
-        return _reply(request, outcome)
+        return reply(request, outcome, back(outcome))
 
-    def redacted(job: Job) -> Job:
-        args, kwargs = redact_arguments(app.tasks.get(job.task), job.args, job.kwargs)
-        if args is job.args and kwargs is job.kwargs:
-            return job
-        return replace(job, args=args, kwargs=kwargs)
+    # -- pages --------------------------------------------------------------------------
 
-    def listed(state: str | None = None, queue: str | None = None, limit: int = 50) -> list[Job]:
-        return [redacted(job) for job in app.list_jobs(state, queue, limit)]
+    def overview(request: Request) -> Response:
+        _page_params(request, (), "/")
+        return html(pages.overview(view_of(request)))
 
-    def home(request: Request) -> Response:
-        identity: Identity = request.state.identity
-        view = page.View(
-            now=time.time(),
-            read_only=READ_ONLY if read_only else None,
-            csrf=guard.csrf_token(request.state.session),
-            logged_in=identity.who.startswith("login session"),
-            message=request.query_params.get("message"),
-            error=request.query_params.get("error"),
+    def jobs_page(request: Request) -> Response:
+        params = _page_params(request, (*api.FILTER_PARAMS, "before"), "/jobs")
+        now = time.time()
+        found = api.job_filter(params, now)
+        query = [(k, v) for k, v in params.multi_items() if k not in _FLASH]
+        return html(pages.jobs(view_of(request), found, api.before(params), query))
+
+    def confirm_page(request: Request) -> Response:
+        params = _page_params(
+            request, (*api.FILTER_PARAMS, "ids", "action", "back"), "/jobs/confirm"
         )
-        board = page.Board(
-            stats=app.stats(),
-            queues=app.queues(),
-            paused_at=_paused_at(app),
-            dead=listed(JobState.DEAD.value),
-            running=listed(JobState.RUNNING.value),
-            recent=listed(),
-        )
-        return HTMLResponse(page.render(board, view))
+        verb = params.get("action", "")
+        if verb not in BULK_VERBS:
+            raise api.BadParameter(
+                f"action must be one of {', '.join(BULK_VERBS)}, not {verb!r}"
+            )
+        found = api.job_filter(params, time.time(), selection=True)
+        if found == JobFilter():
+            raise api.BadParameter(
+                "no jobs chosen: tick the boxes of the jobs to act on, or filter the jobs "
+                "and act on every match"
+            )
+        back = local_path(params.get("back"), "/jobs")
+        view = view_of(request)
+        view = View(**{**view.__dict__, "back": back})
+        return html(pages.confirm(view, verb, found))
+
+    def job_page(request: Request) -> Response:
+        _page_params(request, (), "/jobs/ID")
+        job_id = api.job_id(request.path_params["job_id"])
+        page = pages.job(view_of(request), job_id)
+        if page is None:
+            reason = f"no job with id {job_id}: it never existed, or it was deleted or pruned"
+            return html(pages.refusal(view_of(request), reason, "/jobs"), 404)
+        return html(page)
+
+    def queues_page(request: Request) -> Response:
+        _page_params(request, (), "/queues")
+        return html(pages.queues(view_of(request)))
+
+    def schedules_page(request: Request) -> Response:
+        _page_params(request, (), "/schedules")
+        return html(pages.schedules(view_of(request)))
+
+    def workers_page(request: Request) -> Response:
+        _page_params(request, (), "/workers")
+        return html(pages.workers(view_of(request)))
 
     async def login(request: Request) -> Response:
         if token is None:
             return RedirectResponse("/", status_code=303)
-        csrf = guard.csrf_token(request.state.session)
+        view = view_of(request)
         if request.method == "GET":
-            return HTMLResponse(page.login(csrf))
+            return html(pages.login(view))
         form = await request.form()
         client = request.client.host if request.client else "?"
         if not guard.csrf_ok(guard.session(request), str(form.get(CSRF_FIELD, ""))):
-            return HTMLResponse(page.login(csrf, BAD_CSRF), status_code=403)
+            return html(pages.login(View(**{**view.__dict__, "error": BAD_CSRF})), 403)
         if not guard.token_ok(str(form.get("token", ""))):
             log.warning("dashboard login from %s refused: wrong token", client)
-            return HTMLResponse(page.login(csrf, "wrong token"), status_code=401)
+            return html(pages.login(View(**{**view.__dict__, "error": "wrong token"})), 401)
         session = guard.new_session()  # a fresh session, so one planted before is worthless
         log.info("dashboard login from %s", client)
         response = RedirectResponse("/", status_code=303)
@@ -270,10 +430,12 @@ def create_app(
     async def logout(request: Request) -> Response:
         form = await request.form()
         if not guard.csrf_ok(guard.session(request), str(form.get(CSRF_FIELD, ""))):
-            return HTMLResponse(page.refusal(BAD_CSRF), status_code=403)
+            return html(pages.refusal(view_of(request), BAD_CSRF), 403)
         response = RedirectResponse("/login", status_code=303)
         response.delete_cookie(AUTH_COOKIE, path="/", httponly=True, samesite="strict")
         return response
+
+    # -- JSON ---------------------------------------------------------------------------
 
     def csrf(request: Request) -> Response:
         return JSONResponse({"csrf": guard.csrf_token(request.state.session)})
@@ -283,51 +445,112 @@ def create_app(
 
     def queues(request: Request) -> Response:
         api.only(request.query_params, (), "/api/queues")
-        paused_at = _paused_at(app)
-        return JSONResponse([api.queue_json(q, paused_at.get(q.name)) for q in app.queues()])
+        when = paused_at(app)
+        return JSONResponse([api.queue_json(q, when.get(q.name)) for q in app.queues()])
 
     def jobs(request: Request) -> Response:
         params = request.query_params
-        api.only(params, ("state", "queue", "limit"), "/api/jobs")
-        found = listed(api.state(params), api.queue(params), api.limit(params))
-        return JSONResponse([api.job_json(job) for job in found])
+        api.only(params, (*api.FILTER_PARAMS, "before", "limit"), "/api/jobs")
+        found = api.job_filter(params, time.time())
+        page = app.find_jobs(found, before=api.before(params), limit=api.limit(params))
+        response = JSONResponse([api.job_json(redacted(app, job)) for job in page.jobs])
+        if page.next_before is not None:
+            query = [(k, v) for k, v in params.multi_items() if k != "before"]
+            query.append(("before", str(page.next_before)))
+            response.headers["Link"] = f'</api/jobs?{urlencode(query)}>; rel="next"'
+        return response
 
     def job(request: Request) -> Response:
         job_id = api.job_id(request.path_params["job_id"])
         found = app.get_job(job_id)
         if found is None:
             return JSONResponse({"error": f"no job with id {job_id}"}, status_code=404)
-        return JSONResponse(api.job_json(redacted(found)))
+        return JSONResponse(api.job_json(redacted(app, found)))
 
-    async def retry(request: Request) -> Response:
-        job_id = request.path_params["job_id"]
-        return await act(
-            request, f"retry job {job_id}", lambda: actions.retry(app, api.job_id(job_id))
+    def workers(request: Request) -> Response:
+        api.only(request.query_params, (), "/api/workers")
+        return JSONResponse(
+            [
+                api.worker_json(w, [api.job_json(redacted(app, j)) for j in w.running])
+                for w in app.workers()
+            ]
         )
 
-    async def cancel(request: Request) -> Response:
-        job_id = request.path_params["job_id"]
-        return await act(
-            request, f"cancel job {job_id}", lambda: actions.cancel(app, api.job_id(job_id))
+    def schedules(request: Request) -> Response:
+        api.only(request.query_params, (), "/api/schedules")
+        now = time.time()
+        return JSONResponse(
+            [
+                api.schedule_json(
+                    s, redacted_kwargs(app, s.schedule.task, s.schedule.kwargs), in_words(s, now)
+                )
+                for s in app.list_schedules()
+            ]
         )
 
-    async def pause_queue(request: Request) -> Response:
-        name = request.path_params["name"]
-        return await act(
-            request,
-            f"pause queue {name!r}",
-            lambda: actions.pause_queue(app, api.queue_name(name)),
-            per_job=False,
-        )
+    def scrape(request: Request) -> Response:
+        return Response(metrics.render(app), media_type="text/plain; version=0.0.4")
 
-    async def resume_queue(request: Request) -> Response:
-        name = request.path_params["name"]
-        return await act(
-            request,
-            f"resume queue {name!r}",
-            lambda: actions.resume_queue(app, api.queue_name(name)),
-            per_job=False,
-        )
+    # -- actions ------------------------------------------------------------------------
+
+    def on_job(verb: str, change: Callable[[App, int], actions.Outcome]) -> Any:
+        async def endpoint(request: Request) -> Response:
+            job_id = request.path_params["job_id"]
+
+            def back(outcome: actions.Outcome) -> str | None:
+                # a deleted job's own page is gone: back to the list
+                gone = verb == "delete" and outcome.status == 200
+                return "/jobs" if gone and request.state.back == f"/jobs/{job_id}" else None
+
+            return await act(
+                request,
+                f"{verb} job {job_id}",
+                lambda: change(app, api.job_id(job_id)),
+                back=back,
+            )
+
+        return endpoint
+
+    def on_jobs(verb: str) -> Any:
+        async def endpoint(request: Request) -> Response:
+            params = await _fields(request)
+            where = f"/api/jobs/{verb}"
+
+            def run() -> actions.Outcome:
+                api.only(params, (*api.FILTER_PARAMS, "ids"), where)
+                found = api.job_filter(params, time.time(), selection=True)
+                if found == JobFilter():
+                    raise api.BadParameter(
+                        f"{where} needs ids (a selection) or a filter ("
+                        f"{', '.join(api.FILTER_PARAMS)}): acting on every job at once is "
+                        "never what a typo should do"
+                    )
+                return actions.bulk(app, verb, found)
+
+            return await act(request, f"{verb} jobs", run)
+
+        return endpoint
+
+    def on_queue(verb: str, change: Callable[[App, str], actions.Outcome]) -> Any:
+        async def endpoint(request: Request) -> Response:
+            name = request.path_params["name"]
+            return await act(
+                request,
+                f"{verb} queue {name!r}",
+                lambda: change(app, api.queue_name(name)),
+                per_job=False,
+            )
+
+        return endpoint
+
+    def on_schedule(verb: str, change: Callable[[App, str], actions.Outcome]) -> Any:
+        async def endpoint(request: Request) -> Response:
+            name = request.path_params["name"]
+            return await act(
+                request, f"{verb} schedule {name!r}", lambda: change(app, name), per_job=False
+            )
+
+        return endpoint
 
     async def retry_dead(request: Request) -> Response:
         params = request.query_params
@@ -339,36 +562,67 @@ def create_app(
 
         return await act(request, f"retry the dead jobs of {where}", run, per_job=False)
 
-    def scrape(request: Request) -> Response:
-        return Response(metrics.render(app), media_type="text/plain; version=0.0.4")
-
     return Starlette(
         routes=[
-            Route("/", home),
+            Route("/", overview),
+            Route("/jobs", jobs_page),
+            Route("/jobs/confirm", confirm_page),
+            Route("/jobs/{job_id}", job_page),
+            Route("/queues", queues_page),
+            Route("/schedules", schedules_page),
+            Route("/workers", workers_page),
             Route("/login", login, methods=["GET", "POST"]),
             Route("/logout", logout, methods=["POST"]),
             Route("/metrics", scrape),
+            Mount("/static", StaticFiles(packages=[("sqljobs.dashboard", "static")])),
             Route("/api/csrf", csrf),
             Route("/api/stats", stats),
             Route("/api/queues", queues),
+            Route("/api/workers", workers),
+            Route("/api/schedules", schedules),
             Route("/api/jobs", jobs),
+            # bulk actions before the routes that take an id in their place
+            *(
+                Route(f"/api/jobs/{verb}", on_jobs(verb), methods=["POST"])
+                for verb in BULK_VERBS
+            ),
             # the id is checked by api.job_id, which says what is wrong with a bad one
             Route("/api/jobs/{job_id}", job),
-            Route("/api/jobs/{job_id}/retry", retry, methods=["POST"]),
-            Route("/api/jobs/{job_id}/cancel", cancel, methods=["POST"]),
+            Route("/api/jobs/{job_id}/retry", on_job("retry", actions.retry), methods=["POST"]),
+            Route("/api/jobs/{job_id}/cancel", on_job("cancel", actions.cancel), methods=["POST"]),
+            Route("/api/jobs/{job_id}/delete", on_job("delete", actions.delete), methods=["POST"]),
             Route("/api/dead/retry", retry_dead, methods=["POST"]),
             # the name is checked by api.queue_name, which says what a name may hold
-            Route("/api/queues/{name}/pause", pause_queue, methods=["POST"]),
-            Route("/api/queues/{name}/resume", resume_queue, methods=["POST"]),
+            Route(
+                "/api/queues/{name}/pause",
+                on_queue("pause", actions.pause_queue),
+                methods=["POST"],
+            ),
+            Route(
+                "/api/queues/{name}/resume",
+                on_queue("resume", actions.resume_queue),
+                methods=["POST"],
+            ),
+            # a schedule's name may hold a slash ("daily-report:acme/eu")
+            Route(
+                "/api/schedules/{name:path}/pause",
+                on_schedule("pause", actions.pause_schedule),
+                methods=["POST"],
+            ),
+            Route(
+                "/api/schedules/{name:path}/resume",
+                on_schedule("resume", actions.resume_schedule),
+                methods=["POST"],
+            ),
+            Route(
+                "/api/schedules/{name:path}/run",
+                on_schedule("run now", actions.run_schedule_now),
+                methods=["POST"],
+            ),
         ],
         middleware=[Middleware(_Gate, guard=guard)],
-        exception_handlers={api.BadParameter: _bad_parameter},
+        exception_handlers={api.BadParameter: bad_parameter},
     )
-
-
-def _paused_at(app: App) -> dict[str, float | None]:
-    """When each paused queue was paused: a setting the backend keeps beside the flag."""
-    return {name: at for name, (paused, at) in app.backend.queue_states().items() if paused}
 
 
 def serve(
