@@ -1,6 +1,7 @@
 """sqljobs: durable background jobs and periodic schedules in your SQL database."""
 
 from .app import App
+from .browse import JobCount, JobFilter, JobPage, WorkerStatus
 from .context import JobContext
 from .dependencies import Group
 from .effects import perform_once
@@ -45,9 +46,12 @@ __all__ = [
     "Job",
     "JobCancelled",
     "JobContext",
+    "JobCount",
     "JobFailed",
+    "JobFilter",
     "JobHandle",
     "JobNotFound",
+    "JobPage",
     "JobSignal",
     "JobState",
     "LeaseLost",
@@ -69,6 +73,7 @@ __all__ = [
     "UnknownTask",
     "Worker",
     "WorkerConfig",
+    "WorkerStatus",
     "idempotent",
     "perform_once",
 ]

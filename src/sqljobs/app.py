@@ -12,6 +12,7 @@ from typing import Any, overload
 
 from . import payload
 from .backends import Backend, open_backend
+from .browse import ENDED, RETRYABLE, UNENDED, JobCount, JobFilter, JobPage, WorkerStatus
 from .dependencies import AfterPolicy, Group, check_policy, parent_ids
 from .errors import ConfigurationError, JobNotFound, PayloadError, SqljobsError
 from .handles import JobHandle
@@ -574,6 +575,79 @@ class App:
             log.info("cancelled %d jobs (queue=%s, task=%s, state=%s)", total, queue, task, state)
             self._wakeups.emit("cancel", None)
         return total
+
+    # -- browsing and bulk actions (sqljobs.browse) -------------------------------------
+
+    def find_jobs(
+        self, filter: JobFilter | None = None, *, before: int | None = None, limit: int = 50
+    ) -> JobPage:
+        """A page of the jobs matching ``filter``, newest first: pass the page's
+        ``next_before`` as ``before`` for the next one (keyset paging, as cheap on page
+        500 as on page 1). ``limit`` is 1 to 1000."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise ConfigurationError(f"find_jobs(limit={limit!r}): give 1 to 1000 jobs a page")
+        if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
+            raise ConfigurationError(f"find_jobs(before={before!r}): give a job id")
+        return self.backend.find_jobs(filter or JobFilter(), before, limit)
+
+    def count_jobs(self, filter: JobFilter | None = None, *, cap: int = 10_000) -> JobCount:
+        """How many jobs match ``filter``, counted up to ``cap`` (``capped`` says the count
+        stopped there): a count over every job of a large table would read them all."""
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+            raise ConfigurationError(f"count_jobs(cap={cap!r}): give a positive whole number")
+        return self.backend.count_jobs(filter or JobFilter(), cap)
+
+    def retry_jobs(self, filter: JobFilter) -> int:
+        """Send every dead or cancelled job matching ``filter`` back to pending with fresh
+        attempts, in batches; return how many. A cancelled job that runs after others is
+        left alone while one of them is not done (:meth:`retry_job` says why)."""
+        n = self.backend.retry_jobs(filter, filter.only(RETRYABLE))
+        log.info("retried %d jobs (%s)", n, filter.describe())
+        if n:
+            self.backend.notifier.announce()
+            self.wake_local_workers()
+        return n
+
+    def cancel_jobs(self, filter: JobFilter) -> int:
+        """Cancel every pending, waiting or running job matching ``filter``, in batches,
+        as :meth:`cancel` does one; return how many."""
+        n = self.backend.cancel_jobs_matching(filter, filter.only(UNENDED))
+        log.info("cancelled %d jobs (%s)", n, filter.describe())
+        if n:
+            self._wakeups.emit("cancel", None)
+        return n
+
+    def delete_jobs(self, filter: JobFilter) -> int:
+        """Delete every ended (done, dead or cancelled) job matching ``filter``, in
+        batches; return how many. Jobs that have not ended are left alone: cancel them
+        first."""
+        n = self.backend.delete_jobs(filter, filter.only(ENDED))
+        log.info("deleted %d jobs (%s)", n, filter.describe())
+        return n
+
+    def delete_job(self, job_id: int) -> bool:
+        """Delete one ended job; False if there is no such job. A job that has not ended
+        is refused with ConfigurationError (cancel it first)."""
+        job_id = self.job(job_id).id
+        found = self.backend.get_job(job_id)
+        if found is None:
+            return False
+        if found.state.value not in ENDED:
+            raise ConfigurationError(
+                f"job {job_id} is {found.state.value}: only a done, dead or cancelled job "
+                "can be deleted (cancel it first)"
+            )
+        deleted = self.backend.delete_jobs(JobFilter(ids=(job_id,)), ENDED) == 1
+        log.info("job %s %s", job_id, "deleted" if deleted else "was not deleted: it changed")
+        return deleted
+
+    def workers(self) -> list[WorkerStatus]:
+        """Every live worker (seen within its heartbeat) and the jobs it is running."""
+        return self.backend.worker_statuses()
+
+    def job_children(self, job_id: int, limit: int = 100) -> list[int]:
+        """The ids of the jobs enqueued ``after`` this one (up to ``limit``), oldest first."""
+        return self.backend.job_children(self.job(job_id).id, limit)
 
     def limit_queue(
         self, name: str, *, concurrency: int | None = None, rate: str | None = None

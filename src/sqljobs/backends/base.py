@@ -13,6 +13,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..browse import JobCount, JobFilter, JobPage, WorkerStatus
 from ..jobs import ClaimedJob, Due, EnqueueResult, ExpiredJob, HeldJob, Job, NewJob, Outcome
 from ..limits import QueueLimit
 from ..notifiers.base import Notifier
@@ -242,6 +243,29 @@ class Backend(Protocol):
     def retry_job(self, job_id: int) -> bool: ...
 
     def retry_dead(self, queue: str | None = None) -> int: ...
+
+    # -- browsing and bulk actions (sqljobs.browse) -------------------------------------
+
+    def find_jobs(self, wanted: JobFilter, before: int | None, limit: int) -> JobPage:
+        """A page of matching jobs, newest first, below ``before`` (an id)."""
+
+    def count_jobs(self, wanted: JobFilter, cap: int) -> JobCount:
+        """How many jobs match, counted up to ``cap``."""
+
+    def retry_jobs(self, wanted: JobFilter, states: Sequence[str]) -> int:
+        """Send the matches in ``states`` (dead, cancelled) back to pending."""
+
+    def cancel_jobs_matching(self, wanted: JobFilter, states: Sequence[str]) -> int:
+        """Cancel the matches in ``states`` (pending, waiting, running)."""
+
+    def delete_jobs(self, wanted: JobFilter, states: Sequence[str]) -> int:
+        """Delete the matches in ``states`` (done, dead, cancelled)."""
+
+    def worker_statuses(self) -> list[WorkerStatus]:
+        """The live workers and what each is running."""
+
+    def job_children(self, job_id: int, limit: int) -> list[int]:
+        """The ids of up to ``limit`` jobs enqueued after ``job_id``, oldest first."""
 
     # -- control over work in flight -------------------------------------------------------
 

@@ -81,6 +81,8 @@ CREATE INDEX sqljobs_jobs_limited_running ON {schema}.sqljobs_jobs (limit_key)
 -- Ended jobs by state, queue and age: the pruner's and the stats' one index (0006).
 CREATE INDEX sqljobs_jobs_ended ON {schema}.sqljobs_jobs (state, queue, finished_at)
     WHERE state <> 'pending' AND state <> 'running';
+-- A job's children, found among the jobs that have parents (0011 in SQLite, 0013 in PostgreSQL).
+CREATE INDEX sqljobs_jobs_dependent ON {schema}.sqljobs_jobs (id) WHERE parents IS NOT NULL;
 
 CREATE TABLE {schema}.sqljobs_workers (
     id                 text             PRIMARY KEY,

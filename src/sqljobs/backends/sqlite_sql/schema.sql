@@ -71,6 +71,8 @@ CREATE INDEX sqljobs_jobs_lease ON sqljobs_jobs (lease_until) WHERE state = 'run
 -- Ended jobs by state, queue and age: the pruner's and the stats' one index (0005).
 CREATE INDEX sqljobs_jobs_ended ON sqljobs_jobs (state, queue, finished_at)
     WHERE state <> 'pending' AND state <> 'running';
+-- A job's children, found among the jobs that have parents (0011 in SQLite, 0013 in PostgreSQL).
+CREATE INDEX sqljobs_jobs_dependent ON sqljobs_jobs (id) WHERE parents IS NOT NULL;
 
 -- Live worker processes. last_seen tells a crashed worker from a slow job.
 CREATE TABLE sqljobs_workers (
