@@ -127,7 +127,12 @@ class Pages:
         )
 
     def _charts(self) -> list[Chart]:
-        minutes = self.app.throughput(60)
+        # TODO(facade): app.throughput comes with the metrics developer's "throughput
+        # facade"; until it is merged the overview shows no charts.
+        throughput = getattr(self.app, "throughput", None)
+        if throughput is None:
+            return []
+        minutes = throughput(60)
         done = [m.done for m in minutes]
         failed = [m.failed for m in minutes]
         return [
@@ -187,7 +192,7 @@ class Pages:
             live=False,
             verb=verb,
             label=label,
-            states=states,
+            acts_on=states,
             count=count,
             filter=filter,
             fields=filter_fields(filter),
