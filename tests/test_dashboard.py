@@ -14,12 +14,12 @@ import threading
 import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from markupsafe import escape
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx2
 import pytest
+from markupsafe import escape
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
@@ -428,7 +428,7 @@ def test_progress_while_running_and_the_result_when_done(app: App) -> None:
     assert body["result"] == {"file": "<b>report</b>.pdf", "pages": "x" * 200}
     assert body["progress"]["done"] == 3, "the last report stays with the job"
     html = client.get("/").text
-    assert "<h2>Running jobs</h2>\n<p class=\"empty\">No running jobs.</p>" in html
+    assert '<h2>Running jobs</h2>\n<p class="empty">No running jobs.</p>' in html
     (row,) = _rows(client.get("/jobs").text, handle.id)
     shown = json.dumps(body["result"])[:79] + "…"
     assert f"<code>{escape(shown)}</code>" in row, "a long result is cut; the JSON has it all"

@@ -7,10 +7,10 @@ from __future__ import annotations
 import base64
 import logging
 import re
-from markupsafe import escape
 
 import pytest
 from click.testing import CliRunner
+from markupsafe import escape
 from starlette.testclient import TestClient
 
 from sqljobs import App, ConfigurationError, JobState

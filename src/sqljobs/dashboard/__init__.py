@@ -143,9 +143,7 @@ def _with_flash(path: str, kind: str, sentence: str) -> str:
     """``path`` with the outcome's sentence in its query (replacing an earlier one)."""
     parts = urlsplit(path)
     query = [
-        (k, v)
-        for k, v in ImmutableMultiDict(_pairs(parts.query)).multi_items()
-        if k not in _FLASH
+        (k, v) for k, v in ImmutableMultiDict(_pairs(parts.query)).multi_items() if k not in _FLASH
     ]
     query.append((kind, sentence))
     return f"{parts.path}?{urlencode(query)}"
@@ -199,7 +197,10 @@ def _page_params(
     """A page's query parameters: empty ones left out (a GET form sends every field),
     unknown ones refused."""
     params = ImmutableMultiDict([(k, v) for k, v in request.query_params.multi_items() if v])
-    api.only(params, (*allowed, *_FLASH), where)
+    for name in params:
+        if name not in allowed and name not in _FLASH:
+            takes = ", ".join(allowed) if allowed else "no parameters"
+            raise api.BadParameter(f"unknown parameter {name!r}: {where} takes {takes}")
     return params
 
 
@@ -372,9 +373,7 @@ def create_app(
         )
         verb = params.get("action", "")
         if verb not in BULK_VERBS:
-            raise api.BadParameter(
-                f"action must be one of {', '.join(BULK_VERBS)}, not {verb!r}"
-            )
+            raise api.BadParameter(f"action must be one of {', '.join(BULK_VERBS)}, not {verb!r}")
         found = api.job_filter(params, time.time(), selection=True)
         if found == JobFilter():
             raise api.BadParameter(
@@ -582,10 +581,7 @@ def create_app(
             Route("/api/schedules", schedules),
             Route("/api/jobs", jobs),
             # bulk actions before the routes that take an id in their place
-            *(
-                Route(f"/api/jobs/{verb}", on_jobs(verb), methods=["POST"])
-                for verb in BULK_VERBS
-            ),
+            *(Route(f"/api/jobs/{verb}", on_jobs(verb), methods=["POST"]) for verb in BULK_VERBS),
             # the id is checked by api.job_id, which says what is wrong with a bad one
             Route("/api/jobs/{job_id}", job),
             Route("/api/jobs/{job_id}/retry", on_job("retry", actions.retry), methods=["POST"]),

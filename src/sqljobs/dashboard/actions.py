@@ -1,8 +1,8 @@
 """Retry, cancel, delete, pause, resume and run now, as the dashboard offers them, on one
 job, on many (a selection or every match of a filter), on a queue or on a schedule. Every
-answer says what happened or why not, once for a script (a status and a JSON body) and once for a person (a
-sentence the page shows): a bare "no" leaves an operator guessing whether the job is gone,
-finished, or the token was wrong."""
+answer says what happened or why not, once for a script (a status and a JSON body) and
+once for a person (a sentence the page shows): a bare "no" leaves an operator guessing
+whether the job is gone, finished, or the token was wrong."""
 
 from __future__ import annotations
 

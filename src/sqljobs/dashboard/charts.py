@@ -61,9 +61,7 @@ def bars(minutes: Sequence[Minute], values: Sequence[int], label: str, kind: str
         )
     if n:
         parts.append(
-            Markup('<text class="scale" x="2" y="{y}">{n} min ago</text>').format(
-                y=HEIGHT - 2, n=n
-            )
+            Markup('<text class="scale" x="2" y="{y}">{n} min ago</text>').format(y=HEIGHT - 2, n=n)
         )
         parts.append(
             Markup('<text class="scale" x="{x}" y="{y}" text-anchor="end">now</text>').format(

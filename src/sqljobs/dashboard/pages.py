@@ -178,7 +178,7 @@ class Pages:
         )
 
     def confirm(self, view: View, verb: str, filter: JobFilter) -> str:
-        """"Cancel 100 jobs?": how many jobs a bulk action would change, and the button
+        """ "Cancel 100 jobs?": how many jobs a bulk action would change, and the button
         that does it (or why there is nothing to do)."""
         label, states = BULK_VERBS[verb]
         count = self.affected(verb, filter)
