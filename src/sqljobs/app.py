@@ -591,11 +591,27 @@ class App:
         return self.backend.find_jobs(filter or JobFilter(), before, limit)
 
     def count_jobs(self, filter: JobFilter | None = None, *, cap: int = 10_000) -> JobCount:
-        """How many jobs match ``filter``, counted up to ``cap`` (``capped`` says the count
-        stopped there): a count over every job of a large table would read them all."""
+        """How many jobs match ``filter``, counted up to ``cap``; ``capped`` says the true
+        number may be larger. By state and queue alone it is the stats' count; with other
+        fields, the newest :data:`~sqljobs.browse.COUNT_SCAN` jobs are counted (a count
+        over every job of a large table would read them all), and a count that did not
+        reach the oldest job is capped too."""
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
             raise ConfigurationError(f"count_jobs(cap={cap!r}): give a positive whole number")
-        return self.backend.count_jobs(filter or JobFilter(), cap)
+        wanted = filter or JobFilter()
+        if wanted.by_state_and_queue_only():
+            return self._count_from_stats(wanted, cap)
+        return self.backend.count_jobs(wanted, cap)
+
+    def _count_from_stats(self, wanted: JobFilter, cap: int) -> JobCount:
+        """A count by state and queue alone, from the per-queue counts ``stats()`` reads
+        through indexes (exact but for done and cancelled jobs past its own cap)."""
+        stats = self.backend.stats()
+        queues = [wanted.queue] if wanted.queue is not None else list(stats.counts)
+        states = [wanted.state] if wanted.state is not None else [s.value for s in JobState]
+        n = sum(stats.counts.get(q, {}).get(s, 0) for q in queues for s in states)
+        lower_bound = any(s in stats.capped.get(q, ()) for q in queues for s in states)
+        return JobCount(min(n, cap), n > cap or lower_bound)
 
     def retry_jobs(self, filter: JobFilter) -> int:
         """Send every dead or cancelled job matching ``filter`` back to pending with fresh
