@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from sqljobs import App, ConfigurationError, JobFilter, JobState
+from sqljobs import App, ConfigurationError, JobCount, JobFilter, JobState
 from sqljobs.backends import job_browser
 
 from .conftest import db_execute, wait_until, worker_thread
@@ -99,13 +99,23 @@ def test_a_text_search_reads_a_bounded_share_per_page_and_goes_on_below(
     assert found == [needle] and pages == 3  # ids 10..7, 6..3, 2..1
 
 
-def test_counts_stop_at_their_cap(app: App) -> None:
+def test_counts_stop_at_their_cap_and_say_when_they_read_only_the_newest(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
     _populate(app)
+    # by state and queue: the stats' counts
     assert (app.count_jobs().n, app.count_jobs().capped) == (14, False)
     capped = app.count_jobs(cap=5)
     assert (capped.n, capped.capped, str(capped)) == (5, True, "5+")
-    assert app.count_jobs(JobFilter(queue="bill"), cap=7).capped is False
-    assert app.count_jobs(JobFilter(queue="bill"), cap=7).n == 7
+    assert app.count_jobs(JobFilter(queue="bill"), cap=7) == JobCount(7, False)
+    assert app.count_jobs(JobFilter(state="pending", queue="mail")) == JobCount(7, False)
+    # by task: counted in the table, up to the cap
+    assert app.count_jobs(JobFilter(task="charge")) == JobCount(7, False)
+    assert app.count_jobs(JobFilter(task="charge"), cap=3) == JobCount(3, True)
+    # reading only the newest 4 jobs, a count that did not reach the oldest is "at least"
+    monkeypatch.setattr(job_browser, "COUNT_SCAN", 4)
+    assert app.count_jobs(JobFilter(task="charge")) == JobCount(2, True)
+    assert app.count_jobs(JobFilter(key="send-0")) == JobCount(1, False)  # by index
 
 
 def test_bulk_actions_change_exactly_the_matches_in_batches(

@@ -31,6 +31,7 @@ from .notifiers import LocalNotifier
 from .notifiers.base import JobEventCallback
 from .retention import Retention
 from .retry import Retry, seconds
+from .rollup import MetricAmount, MinuteCounts, check_window, minute_counts, minute_of
 from .schedules import (
     Schedule,
     ScheduleNotFound,
@@ -450,6 +451,22 @@ class App:
         """Counts by queue and state, and the age of the oldest due pending job."""
         return self.backend.stats()
 
+    def throughput(self, minutes: int = 60, queue: str | None = None) -> list[MinuteCounts]:
+        """Attempts that ended done, failed and cancelled in each of the last ``minutes``
+        minutes (the current one last), of one queue or all: one entry per minute, empty
+        minutes included, oldest first. Workers add their counts at each heartbeat, so the
+        newest minute may lag by one heartbeat (see :mod:`sqljobs.rollup`)."""
+        minutes = check_window(minutes)
+        if queue is not None:
+            check_queue_name(queue, "throughput(queue=...)")
+        first = minute_of(self.clock()) - 60 * (minutes - 1)
+        return minute_counts(self.backend.attempts_by_minute(first, queue), first, minutes)
+
+    def metric_totals(self) -> list[MetricAmount]:
+        """Every counted amount since the database began (by queue, task, outcome, series
+        and bucket): what the Prometheus counters and histograms show."""
+        return self.backend.metric_totals()
+
     def get_job(self, job_id: int) -> Job | None:
         return self.backend.get_job(job_id)
 
@@ -591,11 +608,27 @@ class App:
         return self.backend.find_jobs(filter or JobFilter(), before, limit)
 
     def count_jobs(self, filter: JobFilter | None = None, *, cap: int = 10_000) -> JobCount:
-        """How many jobs match ``filter``, counted up to ``cap`` (``capped`` says the count
-        stopped there): a count over every job of a large table would read them all."""
+        """How many jobs match ``filter``, counted up to ``cap``; ``capped`` says the true
+        number may be larger. By state and queue alone it is the stats' count; with other
+        fields, the newest :data:`~sqljobs.browse.COUNT_SCAN` jobs are counted (a count
+        over every job of a large table would read them all), and a count that did not
+        reach the oldest job is capped too."""
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
             raise ConfigurationError(f"count_jobs(cap={cap!r}): give a positive whole number")
-        return self.backend.count_jobs(filter or JobFilter(), cap)
+        wanted = filter or JobFilter()
+        if wanted.by_state_and_queue_only():
+            return self._count_from_stats(wanted, cap)
+        return self.backend.count_jobs(wanted, cap)
+
+    def _count_from_stats(self, wanted: JobFilter, cap: int) -> JobCount:
+        """A count by state and queue alone, from the per-queue counts ``stats()`` reads
+        through indexes (exact but for done and cancelled jobs past its own cap)."""
+        stats = self.backend.stats()
+        queues = [wanted.queue] if wanted.queue is not None else list(stats.counts)
+        states = [wanted.state] if wanted.state is not None else [s.value for s in JobState]
+        n = sum(stats.counts.get(q, {}).get(s, 0) for q in queues for s in states)
+        lower_bound = any(s in stats.capped.get(q, ()) for q in queues for s in states)
+        return JobCount(min(n, cap), n > cap or lower_bound)
 
     def retry_jobs(self, filter: JobFilter) -> int:
         """Send every dead or cancelled job matching ``filter`` back to pending with fresh

@@ -23,6 +23,9 @@ from .tasks import check_queue_name
 
 TEXT_SCAN = 20_000
 """The most jobs one page of an argument-text search reads (there is no index on text)."""
+COUNT_SCAN = 100_000
+"""The newest jobs a count by task, key, time or text reads at most: beyond them it says
+"at least" (:attr:`JobCount.capped`) rather than read the whole table."""
 MAX_TEXT = 200
 """The longest argument text searched for."""
 MAX_IDS = 10_000
@@ -98,6 +101,12 @@ class JobFilter:
             words.append(f"{name}={value}")
         return ", ".join(words) or "every job"
 
+    def by_state_and_queue_only(self) -> bool:
+        """No field but ``state`` and ``queue``: what the stats count by themselves."""
+        return all(
+            getattr(self, f.name) is None for f in fields(self) if f.name not in ("state", "queue")
+        )
+
     def only(self, states: Sequence[str]) -> tuple[str, ...]:
         """The states among ``states`` this filter admits (none: it matches nothing there)."""
         return tuple(s for s in states if self.state is None or self.state == s)
@@ -116,7 +125,8 @@ class JobPage:
 
 @dataclass(frozen=True)
 class JobCount:
-    """How many jobs match, counted up to a cap: ``capped`` means "at least ``n``"."""
+    """How many jobs match: ``capped`` means "at least ``n``" (the count stopped at its cap,
+    or read only the newest jobs)."""
 
     n: int
     capped: bool

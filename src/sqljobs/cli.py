@@ -44,7 +44,7 @@ from .errors import ConfigurationError, JobNotFound, ScheduleNotFound, SqljobsEr
 from .humanize import duration, iso_local, redact_url
 from .jobs import Job, JobState, QueueInfo
 from .logs import LogFormat, configure_logging
-from .redaction import redact_arguments
+from .redaction import redact_job
 from .tasks import check_queue_name
 from .url import DEFAULT_URL
 
@@ -529,11 +529,8 @@ def _get(ctx: Ctx, job_id: int) -> Job:
 
 
 def _redacted(ctx: Ctx, job: Job) -> Job:
-    """The job with the arguments its task redacts shown as ``***``."""
-    args, kwargs = redact_arguments(ctx.app.tasks.get(job.task), job.args, job.kwargs)
-    return (
-        job if (args, kwargs) == (job.args, job.kwargs) else replace(job, args=args, kwargs=kwargs)
-    )
+    """The job with the arguments its task redacts shown as ``***``, in its texts too."""
+    return redact_job(ctx.app.tasks.get(job.task), job)
 
 
 @jobs.command("show")

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..browse import TEXT_SCAN, JobCount, JobFilter, JobPage, WorkerStatus
+from ..browse import COUNT_SCAN, ENDED, TEXT_SCAN, JobCount, JobFilter, JobPage, WorkerStatus
 from ..jobs import Job
 from .core import BackendCore
 from .rows import job, result
@@ -34,7 +34,10 @@ class JobBrowser(BackendCore):
             value = getattr(wanted, name)
             if value is None:
                 continue
-            parts.append(self.sql[f"where_{name}"])
+            fragment = f"where_{name}"
+            if name == "state" and value in ENDED:
+                fragment = "where_state_ended"  # the index on ended jobs serves it
+            parts.append(self.sql[fragment])
             if name == "text":
                 value = value.lower()
             elif name == "ids":
@@ -74,9 +77,16 @@ class JobBrowser(BackendCore):
     def count_jobs(self, wanted: JobFilter, cap: int) -> JobCount:
         where, params = self._where(wanted)
         params["cap"] = cap + 1
-        sql = self._filtered_statement("count_jobs", where)
+        extra = []
+        floor = 1
+        if wanted.ids is None and wanted.key is None:  # else an index finds the few
+            scan = TEXT_SCAN if wanted.text is not None else COUNT_SCAN
+            floor = max(self._newest_id() + 1 - scan, 1)
+            extra.append("floor")
+            params["floor"] = floor
+        sql = self._filtered_statement("count_jobs", where, extra)
         n = int(self._read(lambda conn: _result(conn, sql, params)).rows[0][0])
-        return JobCount(min(n, cap), n > cap)
+        return JobCount(min(n, cap), n > cap or floor > 1)
 
     def _each_batch(
         self, wanted: JobFilter, states: Sequence[str], change: Callable[[Any, list[int]], int]

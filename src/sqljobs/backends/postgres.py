@@ -47,6 +47,7 @@ _FILES = (
     "limits.sql",
     "dependencies.sql",
     "browse.sql",
+    "rollup.sql",
 )
 LIMITED_KEYS = 256
 """At most this many limit keys are locked and looked at per claim (starting where the

@@ -43,6 +43,7 @@ Q = load_statements(
     "limits.sql",
     "dependencies.sql",
     "browse.sql",
+    "rollup.sql",
 )
 RATE_OPENED_LATELY = 0.05
 """A rate's window that opened this recently still counts as the next opening (as now):

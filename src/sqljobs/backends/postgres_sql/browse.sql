@@ -20,6 +20,10 @@ SELECT coalesce(max(id), 0) AS id FROM {schema}.sqljobs_jobs
 
 -- name: where_state
 state = %(state)s::text
+-- name: where_state_ended
+-- An ended state, with the predicate of the index on ended jobs (SQLite uses a partial
+-- index only when the query repeats its predicate).
+state = %(state)s::text AND state <> 'pending' AND state <> 'running'
 -- name: where_queue
 queue = %(queue)s::text
 -- name: where_task

@@ -25,6 +25,10 @@ SELECT coalesce(max(id), 0) AS id FROM sqljobs_jobs
 
 -- name: where_state
 state = :state
+-- name: where_state_ended
+-- An ended state, with the predicate of the index on ended jobs (SQLite uses a partial
+-- index only when the query repeats its predicate).
+state = :state AND state <> 'pending' AND state <> 'running'
 -- name: where_queue
 queue = :queue
 -- name: where_task
