@@ -9,21 +9,18 @@ declare ``redact=[...]``); a schedule's keyword arguments through
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from ..app import App
 from ..jobs import Job, JobState, QueueInfo
-from ..redaction import redact_arguments
+from ..redaction import redact_arguments, redact_job
 from ..stats import Stats
 
 
 def redacted(app: App, job: Job) -> Job:
-    """``job`` with the values of its task's redacted parameters shown as ``***``."""
-    args, kwargs = redact_arguments(app.tasks.get(job.task), job.args, job.kwargs)
-    if args is job.args and kwargs is job.kwargs:
-        return job
-    return replace(job, args=args, kwargs=kwargs)
+    """``job`` with the values of its task's redacted parameters shown as ``***``, also
+    where its error, traceback, history or progress note quote them."""
+    return redact_job(app.tasks.get(job.task), job)
 
 
 def redacted_kwargs(app: App, task: str, kwargs: dict[str, Any]) -> dict[str, Any]:
