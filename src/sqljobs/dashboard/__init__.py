@@ -62,11 +62,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.datastructures import ImmutableMultiDict
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
@@ -76,7 +75,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..app import App
 from ..browse import JobFilter
-from . import actions, api, metrics, render
+from . import actions, api, forms, metrics, render
 from .pages import BULK_VERBS, DEFAULT_ALERT_AGE, Pages, View, in_words
 from .reads import paused_at, redacted, redacted_kwargs
 from .security import (
@@ -103,8 +102,6 @@ CONTENT_SECURITY_POLICY = (
 )
 """Scripts and styles only from the dashboard's own static files: a value that slipped
 through escaping still could not run. (Inline SVG is markup, not a resource.)"""
-_FLASH = ("message", "error")
-_MAX_FLASH = 2000  # a sentence, not a page
 
 
 def is_loopback(host: str) -> bool:
@@ -115,50 +112,6 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
-
-
-def _from_page(request: Request) -> bool:
-    """A post from the page's own forms, which wants the page back rather than JSON."""
-    content_type = request.headers.get("content-type", "")
-    return content_type.startswith("application/x-www-form-urlencoded")
-
-
-def _wants_page(request: Request) -> bool:
-    """A person's browser asking for a page (not a script asking for JSON)."""
-    return not request.url.path.startswith("/api/") and request.url.path != "/metrics"
-
-
-def local_path(text: str | None, default: str = "/") -> str:
-    """``text`` if it is a path on this dashboard (``/jobs?state=dead``), else ``default``:
-    a form's ``back`` field must not send anyone to another site."""
-    if not text or not text.startswith("/") or text.startswith("//") or "\\" in text:
-        return default
-    parts = urlsplit(text)
-    if parts.scheme or parts.netloc:
-        return default
-    return text
-
-
-def _with_flash(path: str, kind: str, sentence: str) -> str:
-    """``path`` with the outcome's sentence in its query (replacing an earlier one)."""
-    parts = urlsplit(path)
-    query = [
-        (k, v) for k, v in ImmutableMultiDict(_pairs(parts.query)).multi_items() if k not in _FLASH
-    ]
-    query.append((kind, sentence))
-    return f"{parts.path}?{urlencode(query)}"
-
-
-def _pairs(query: str) -> list[tuple[str, str]]:
-    from urllib.parse import parse_qsl
-
-    return parse_qsl(query, keep_blank_values=True)
-
-
-def _here(request: Request) -> str:
-    """This page's address without its flash message: where its forms come back to."""
-    query = [(k, v) for k, v in request.query_params.multi_items() if k not in _FLASH]
-    return request.url.path + (f"?{urlencode(query)}" if query else "")
 
 
 def _set_cookie(response: Response, name: str, value: str) -> None:
@@ -174,34 +127,6 @@ def _jobs_touched(outcome: actions.Outcome, per_job: bool) -> int:
         if isinstance(outcome.body.get(key), int) and not isinstance(outcome.body[key], bool):
             return int(outcome.body[key])
     return int(per_job and outcome.status == 200 and "note" not in outcome.body)
-
-
-async def _fields(request: Request) -> ImmutableMultiDict[str, str]:
-    """An action's parameters: a page's form fields (empty ones left out, as a filter
-    form sends them), or a script's query string."""
-    if not _from_page(request):
-        return ImmutableMultiDict(request.query_params.multi_items())
-    form = await request.form()
-    return ImmutableMultiDict(
-        [
-            (k, v)
-            for k, v in form.multi_items()
-            if isinstance(v, str) and v != "" and k not in (CSRF_FIELD, "back")
-        ]
-    )
-
-
-def _page_params(
-    request: Request, allowed: tuple[str, ...], where: str
-) -> ImmutableMultiDict[str, str]:
-    """A page's query parameters: empty ones left out (a GET form sends every field),
-    unknown ones refused."""
-    params = ImmutableMultiDict([(k, v) for k, v in request.query_params.multi_items() if v])
-    for name in params:
-        if name not in allowed and name not in _FLASH:
-            takes = ", ".join(allowed) if allowed else "no parameters"
-            raise api.BadParameter(f"unknown parameter {name!r}: {where} takes {takes}")
-    return params
 
 
 class _Gate(BaseHTTPMiddleware):
@@ -274,15 +199,15 @@ def create_app(
 
     def view_of(request: Request) -> View:
         identity: Identity | None = request.state.identity
-        flash = {k: request.query_params.get(k) for k in _FLASH}
+        flash = {k: request.query_params.get(k) for k in forms.FLASH}
         return View(
             now=time.time(),
             read_only=READ_ONLY if read_only else None,
             csrf=guard.csrf_token(request.state.session),
             logged_in=identity is not None and identity.who.startswith("login session"),
-            message=(flash["message"] or "")[:_MAX_FLASH] or None,
-            error=(flash["error"] or "")[:_MAX_FLASH] or None,
-            back=_here(request),
+            message=(flash["message"] or "")[: forms.MAX_FLASH] or None,
+            error=(flash["error"] or "")[: forms.MAX_FLASH] or None,
+            back=forms.here(request),
         )
 
     def html(body: str, status: int = 200) -> HTMLResponse:
@@ -291,16 +216,16 @@ def create_app(
     def reply(request: Request, outcome: actions.Outcome, back: str | None = None) -> Response:
         """JSON for scripts; for the pages' forms, back to the page they came from with
         the outcome's sentence."""
-        if _from_page(request):
+        if forms.from_page(request):
             kind = "message" if outcome.status < 400 else "error"
-            where = back or local_path(getattr(request.state, "back", None))
-            return RedirectResponse(_with_flash(where, kind, outcome.message), status_code=303)
+            where = back or forms.local_path(getattr(request.state, "back", None))
+            return RedirectResponse(forms.with_flash(where, kind, outcome.message), status_code=303)
         return JSONResponse(outcome.body, status_code=outcome.status)
 
     def refuse(request: Request, outcome: actions.Outcome) -> Response:
         """A security refusal keeps its status even for a form (no redirect that hides it)."""
-        if _from_page(request):
-            way_back = local_path(getattr(request.state, "back", None))
+        if forms.from_page(request):
+            way_back = forms.local_path(getattr(request.state, "back", None))
             page = pages.refusal(view_of(request), outcome.message, way_back)
             return html(page, outcome.status)
         return JSONResponse(outcome.body, status_code=outcome.status)
@@ -308,7 +233,7 @@ def create_app(
     async def bad_parameter(request: Request, exc: Exception) -> Response:
         if request.method == "POST":
             return reply(request, actions.refused(400, str(exc)))
-        if _wants_page(request):
+        if forms.wants_page(request):
             return html(pages.refusal(view_of(request), str(exc)), 400)
         return JSONResponse({"error": str(exc)}, status_code=400)
 
@@ -319,7 +244,7 @@ def create_app(
         if identity.bearer:
             return None  # a browser never sends a bearer token by itself
         given = request.headers.get(CSRF_HEADER, "")
-        if not given and _from_page(request):
+        if not given and forms.from_page(request):
             given = str((await request.form()).get(CSRF_FIELD, ""))
         if not guard.csrf_ok(guard.session(request), given):
             return actions.refused(403, BAD_CSRF)
@@ -336,7 +261,7 @@ def create_app(
         identity: Identity = request.state.identity
         client = request.client.host if request.client else "?"
         request.state.back = None
-        if _from_page(request):
+        if forms.from_page(request):
             request.state.back = str((await request.form()).get("back", "") or "")
         if (refused := await refusal(request, identity)) is not None:
             log.warning(
@@ -357,18 +282,18 @@ def create_app(
     # -- pages --------------------------------------------------------------------------
 
     def overview(request: Request) -> Response:
-        _page_params(request, (), "/")
+        forms.page_params(request, (), "/")
         return html(pages.overview(view_of(request)))
 
     def jobs_page(request: Request) -> Response:
-        params = _page_params(request, (*api.FILTER_PARAMS, "before"), "/jobs")
+        params = forms.page_params(request, (*api.FILTER_PARAMS, "before"), "/jobs")
         now = time.time()
         found = api.job_filter(params, now)
-        query = [(k, v) for k, v in params.multi_items() if k not in _FLASH]
+        query = [(k, v) for k, v in params.multi_items() if k not in forms.FLASH]
         return html(pages.jobs(view_of(request), found, api.before(params), query))
 
     def confirm_page(request: Request) -> Response:
-        params = _page_params(
+        params = forms.page_params(
             request, (*api.FILTER_PARAMS, "ids", "action", "back"), "/jobs/confirm"
         )
         verb = params.get("action", "")
@@ -380,13 +305,13 @@ def create_app(
                 "no jobs chosen: tick the boxes of the jobs to act on, or filter the jobs "
                 "and act on every match"
             )
-        back = local_path(params.get("back"), "/jobs")
+        back = forms.local_path(params.get("back"), "/jobs")
         view = view_of(request)
         view = View(**{**view.__dict__, "back": back})
         return html(pages.confirm(view, verb, found))
 
     def job_page(request: Request) -> Response:
-        _page_params(request, (), "/jobs/ID")
+        forms.page_params(request, (), "/jobs/ID")
         job_id = api.job_id(request.path_params["job_id"])
         page = pages.job(view_of(request), job_id)
         if page is None:
@@ -395,15 +320,15 @@ def create_app(
         return html(page)
 
     def queues_page(request: Request) -> Response:
-        _page_params(request, (), "/queues")
+        forms.page_params(request, (), "/queues")
         return html(pages.queues(view_of(request)))
 
     def schedules_page(request: Request) -> Response:
-        _page_params(request, (), "/schedules")
+        forms.page_params(request, (), "/schedules")
         return html(pages.schedules(view_of(request)))
 
     def workers_page(request: Request) -> Response:
-        _page_params(request, (), "/workers")
+        forms.page_params(request, (), "/workers")
         return html(pages.workers(view_of(request)))
 
     async def login(request: Request) -> Response:
@@ -512,7 +437,7 @@ def create_app(
 
     def on_jobs(verb: str) -> Any:
         async def endpoint(request: Request) -> Response:
-            params = await _fields(request)
+            params = await forms.action_fields(request)
             where = f"/api/jobs/{verb}"
 
             def run() -> actions.Outcome:
