@@ -148,7 +148,7 @@ def _history_entry_json(entry: dict[str, Any]) -> dict[str, Any]:
 
 _UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 _AGO = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)\s*(s|m|min|h|d)")
-_UNIX = re.compile(r"\d{1,11}(?:\.\d{1,6})?")
+_UNIX = re.compile(r"\d{1,11}(?:\.\d{1,17})?")
 _TIME_FORMS = (
     "a time: '1h' or '15m' or '2d' (that long ago), an ISO 8601 time such as "
     "'2026-12-03T08:00:00+01:00' (UTC when it gives no zone), or Unix seconds"
