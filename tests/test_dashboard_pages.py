@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import re
 import threading
+import time
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -20,6 +21,7 @@ from starlette.testclient import TestClient
 from sqljobs import App, JobContext, JobState, Retry
 from sqljobs.dashboard import create_app
 from sqljobs.dashboard.charts import bars
+from sqljobs.rollup import INF, MetricAmount, Series, minute_of
 
 from .conftest import wait_until, worker_thread
 
@@ -429,3 +431,43 @@ def test_a_chart_draws_one_bar_a_minute_scaled_to_the_busiest() -> None:
     assert "<title>1 min ago: 10</title>" in svg and "<title>this minute: 2</title>" in svg
     assert 'role="img" aria-label="done per minute: 17 in the last 4 minutes' in svg
     assert str(escape("<")) in str(bars(minutes, [1, 1, 1, 1], "<x>", "done"))
+
+
+def test_the_overview_charts_the_last_hour_of_done_and_failed_attempts(app: App) -> None:
+    # what workers add to the rollup at their heartbeats, added here directly
+    now = minute_of(time.time())
+    app.backend.add_metric_amounts(
+        [
+            MetricAmount("default", "t", "done", Series.ATTEMPTS, INF, 3, now),
+            MetricAmount("default", "t", "retried", Series.ATTEMPTS, INF, 2, now - 600),
+        ]
+    )
+    html = _client(app).get("/").text
+    svgs = re.findall(r'<svg class="chart".*?</svg>', html, re.S)
+    assert len(svgs) == 2 and all(svg.count("<rect class=") == 60 for svg in svgs)
+    assert 'aria-label="done per minute: 3 in the last 60 minutes' in svgs[0]
+    assert "<title>this minute: 3</title>" in svgs[0]
+    assert "<title>10 min ago: 2</title>" in svgs[1]
+    assert "<figcaption>Done per minute, last hour: 3 in all</figcaption>" in html
+    assert "<figcaption>Failed attempts per minute, last hour: 2 in all</figcaption>" in html
+    assert "<script" not in "".join(svgs) and "style=" not in html, "nothing the CSP refuses"
+
+
+def test_a_filter_carried_to_a_bulk_action_reads_back_the_same() -> None:
+    from starlette.datastructures import ImmutableMultiDict
+
+    from sqljobs.dashboard import api
+
+    now = 1_796_318_745.1234567
+    params = ImmutableMultiDict(
+        [("state", "dead"), ("queue", "mail"), ("task", "send"), ("key", "k:1"),
+         ("text", "acme"), ("since", "90m"), ("until", "2026-12-04T01:00:00+01:00"),
+         ("ids", "3,4"), ("ids", "5")]
+    )  # fmt: skip
+    found = api.job_filter(params, now, selection=True)
+    assert found.since == now - 5400 and found.until == 1_796_342_400.0
+    assert found.ids == (3, 4, 5)
+    carried = ImmutableMultiDict(api.filter_fields(found))
+    assert api.job_filter(carried, now + 3600, selection=True) == found, "fixed when shown"
+    naive = api.job_filter(ImmutableMultiDict([("since", "2026-12-03 08:00")]), now)
+    assert naive.since == 1_796_284_800.0, "a time without a zone is UTC"

@@ -127,12 +127,9 @@ class Pages:
         )
 
     def _charts(self) -> list[Chart]:
-        # TODO(facade): app.throughput comes with the metrics developer's "throughput
-        # facade"; until it is merged the overview shows no charts.
-        throughput = getattr(self.app, "throughput", None)
-        if throughput is None:
-            return []
-        minutes = throughput(60)
+        """The last hour, a bar a minute: attempts done, and attempts failed (retried or
+        dead, lease expired, worker crashed), from the rollup the workers keep."""
+        minutes = self.app.throughput(60)
         done = [m.done for m in minutes]
         failed = [m.failed for m in minutes]
         return [
@@ -142,7 +139,7 @@ class Pages:
             ),
             Chart(
                 charts.bars(minutes, failed, "failed per minute", "failed"),
-                f"Failed per minute, last hour: {sum(failed):,} in all",
+                f"Failed attempts per minute, last hour: {sum(failed):,} in all",
             ),
         ]
 
