@@ -259,6 +259,8 @@ def test_bulk_actions_change_exactly_the_chosen_jobs_and_say_how_many(
     assert retried.json() == {"ok": True, "retried": 1}
     assert _state(app, mail[0]) is JobState.PENDING
     assert _h1(client.get("/jobs/confirm?action=delete&queue=mail").text) == "Delete 0 jobs?"
+    by_task = client.get("/jobs/confirm", params={"action": "cancel", "task": "send"}).text
+    assert _h1(by_task) == "Cancel 3 jobs?", "counted by the facade, state by state"
     assert "Nothing to delete" in client.get("/jobs/confirm?action=delete&queue=mail").text
     cancelled = client.post("/api/jobs/cancel", params={"task": "send", "text": "user1"})
     assert cancelled.json() == {"ok": True, "cancelled": 1}

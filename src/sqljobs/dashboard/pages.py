@@ -200,6 +200,15 @@ class Pages:
     def affected(self, verb: str, filter: JobFilter) -> JobCount:
         """How many jobs ``verb`` would change: the matches in the states it acts on."""
         _, states = BULK_VERBS[verb]
+        if _by_state_and_queue(filter):
+            # one stats read answers every state at once (count_jobs would read it per state)
+            stats = self.app.stats()
+            queues = [filter.queue] if filter.queue is not None else list(stats.counts)
+            pairs = [(q, s) for q in queues for s in filter.only(states)]
+            return JobCount(
+                sum(stats.counts.get(q, {}).get(s, 0) for q, s in pairs),
+                any(stats.is_capped(s, q) for q, s in pairs),
+            )
         total, capped = 0, False
         for state in filter.only(states):
             found = self.app.count_jobs(JobFilter(**{**_fields(filter), "state": state}))
@@ -285,6 +294,13 @@ class Pages:
             "refusal.html", view, title="Refused", section="", live=False, reason=reason,
             way_back=back,
         )  # fmt: skip
+
+
+def _by_state_and_queue(filter: JobFilter) -> bool:
+    """Whether ``filter`` names jobs by state and queue only: what stats count."""
+    return all(
+        getattr(filter, name) is None for name in ("task", "key", "text", "since", "until", "ids")
+    )
 
 
 def _fields(filter: JobFilter) -> dict[str, Any]:
