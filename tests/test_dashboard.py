@@ -32,7 +32,7 @@ from .conftest import wait_until, worker_thread
 
 READ_ONLY = (
     "read-only: this dashboard was started with --read-only and takes no actions "
-    "(retry, cancel, pause, resume)"
+    "(retry, cancel, delete, pause, resume, run now)"
 )
 BAD_TOKEN = "a valid token is required"
 

@@ -18,7 +18,7 @@ import pytest
 from markupsafe import escape
 from starlette.testclient import TestClient
 
-from sqljobs import App, JobContext, JobState, Retry
+from sqljobs import App, ConfigurationError, JobContext, JobState, Retry
 from sqljobs.dashboard import create_app
 from sqljobs.dashboard.charts import bars
 from sqljobs.rollup import INF, MetricAmount, Series, minute_of
@@ -402,8 +402,9 @@ def test_the_overview_colours_the_oldest_due_age_against_its_threshold(app: App)
     assert re.search(r'<b class="alert" title="alert above 10 ms">\d', alarmed)
     calm = _client(app).get("/").text
     assert '<b class="ok" title="alert above 1 min 0 s">' in calm
-    with pytest.raises(Exception, match="alert_age must be seconds > 0"):
-        create_app(app, alert_age=0)
+    for bad in (0, -1, float("nan"), True, "60"):
+        with pytest.raises(ConfigurationError, match="alert_age must be seconds > 0"):
+            create_app(app, alert_age=bad)  # type: ignore[arg-type]
 
 
 def test_forms_return_only_to_this_dashboard_and_the_page_is_locked_down(app: App) -> None:

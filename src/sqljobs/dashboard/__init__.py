@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -75,6 +76,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..app import App
 from ..browse import JobFilter
+from ..errors import ConfigurationError
 from . import actions, api, forms, metrics, render
 from .pages import BULK_VERBS, DEFAULT_ALERT_AGE, Pages, View, in_words
 from .reads import paused_at, redacted, redacted_kwargs
@@ -190,10 +192,9 @@ def create_app(
     (with ``port``, when given). ``read_only`` refuses every action and shows no buttons.
     ``alert_age``: seconds the oldest due job may wait before the overview shows its age
     as an alert."""
-    from ..errors import ConfigurationError
-
     guard = Guard.create(token, exposed=exposed, port=port)
-    if isinstance(alert_age, bool) or not isinstance(alert_age, int | float) or alert_age <= 0:
+    number = isinstance(alert_age, int | float) and not isinstance(alert_age, bool)
+    if not number or not math.isfinite(alert_age) or alert_age <= 0:
         raise ConfigurationError(f"alert_age must be seconds > 0, got {alert_age!r}")
     pages = Pages(app, render.environment(), float(alert_age))
 

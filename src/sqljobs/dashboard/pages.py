@@ -21,7 +21,7 @@ from ..browse import JobCount, JobFilter, JobPage, WorkerStatus
 from ..cron import zone
 from ..errors import ConfigurationError
 from ..humanize import duration
-from ..jobs import FINISHED_STATES, JobState
+from ..jobs import JobState
 from ..schedules import ScheduleState
 from . import charts
 from .api import filter_fields
@@ -85,9 +85,15 @@ class Pages:
     alert_age: float = DEFAULT_ALERT_AGE
 
     def render(
-        self, template: str, view: View, *, title: str, section: str, live: bool = True,
+        self,
+        template: str,
+        view: View,
+        *,
+        title: str,
+        section: str,
+        live: bool = True,
         **context: Any,
-    ) -> str:  # fmt: skip
+    ) -> str:
         """``template`` in the layout: navigation, notices, the live region."""
         return self.env.get_template(template).render(
             nav=NAV,
@@ -162,7 +168,6 @@ class Pages:
             view,
             title="Jobs",
             section="/jobs",
-            filter=filter,
             form=dict(query),
             page=page,
             page_size=PAGE_SIZE,
@@ -175,8 +180,8 @@ class Pages:
         )
 
     def confirm(self, view: View, verb: str, filter: JobFilter) -> str:
-        """ "Cancel 100 jobs?": how many jobs a bulk action would change, and the button
-        that does it (or why there is nothing to do)."""
+        """The question a bulk action asks first, "Cancel 100 jobs?": how many jobs it
+        would change, and the button that does it (or why there is nothing to do)."""
         label, states = BULK_VERBS[verb]
         count = self.affected(verb, filter)
         jobs = "job" if count.n == 1 and not count.capped else "jobs"
@@ -191,7 +196,6 @@ class Pages:
             label=label,
             acts_on=states,
             count=count,
-            filter=filter,
             fields=filter_fields(filter),
             filter_words=filter.describe(),
             action_label=f"{label} {amount} {jobs}",
@@ -211,7 +215,7 @@ class Pages:
             )
         total, capped = 0, False
         for state in filter.only(states):
-            found = self.app.count_jobs(JobFilter(**{**_fields(filter), "state": state}))
+            found = self.app.count_jobs(replace(filter, state=state))
             total, capped = total + found.n, capped or found.capped
         return JobCount(total, capped)
 
@@ -231,7 +235,6 @@ class Pages:
             reason=self.app.waiting_reason(found),
             attempts=[_attempt(entry) for entry in job.history],
             children=self.app.job_children(job.id),
-            finished=job.state in FINISHED_STATES,
             task_known=job.task in self.app.tasks,
         )
 
@@ -291,9 +294,14 @@ class Pages:
     def refusal(self, view: View, reason: str, back: str = "/") -> str:
         """A refused action or a bad address, for a person: why, and the way back."""
         return self.render(
-            "refusal.html", view, title="Refused", section="", live=False, reason=reason,
+            "refusal.html",
+            view,
+            title="Refused",
+            section="",
+            live=False,
+            reason=reason,
             way_back=back,
-        )  # fmt: skip
+        )
 
 
 def _by_state_and_queue(filter: JobFilter) -> bool:
@@ -301,10 +309,6 @@ def _by_state_and_queue(filter: JobFilter) -> bool:
     return all(
         getattr(filter, name) is None for name in ("task", "key", "text", "since", "until", "ids")
     )
-
-
-def _fields(filter: JobFilter) -> dict[str, Any]:
-    return {name: getattr(filter, name) for name in filter.__dataclass_fields__}
 
 
 def _attempt(entry: Any) -> dict[str, Any]:

@@ -56,7 +56,7 @@ BAD_CSRF = (
 )
 READ_ONLY = (
     "read-only: this dashboard was started with --read-only and takes no actions "
-    "(retry, cancel, pause, resume)"
+    "(retry, cancel, delete, pause, resume, run now)"
 )
 
 
