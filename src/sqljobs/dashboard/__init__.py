@@ -232,6 +232,7 @@ def create_app(
         return JSONResponse(outcome.body, status_code=outcome.status)
 
     async def bad_parameter(request: Request, exc: Exception) -> Response:
+        log.info("dashboard %s %s refused (400): %s", request.method, request.url.path, exc)
         if request.method == "POST":
             return reply(request, actions.refused(400, str(exc)))
         if forms.wants_page(request):
