@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -10,7 +11,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, overload
 
-from . import payload
+from . import app_async, payload
 from .backends import Backend, open_backend
 from .browse import ENDED, RETRYABLE, UNENDED, JobCount, JobFilter, JobPage, WorkerStatus
 from .dependencies import AfterPolicy, Group, check_policy, parent_ids
@@ -275,6 +276,44 @@ class App:
         no worker's record of it, the app's defaults apply. ``after`` and
         ``after_policy`` are as for ``Task.with_options``.
         """
+        job = self.build_named_job(
+            task,
+            args,
+            kwargs,
+            key=key,
+            delay=delay,
+            run_at=run_at,
+            priority=priority,
+            queue=queue,
+            connection=connection,
+            key_scope=key_scope,
+            known=known,
+            concurrency_key=concurrency_key,
+            after=after,
+            after_policy=after_policy,
+        )
+        return self.insert([job], connection)[0]
+
+    def build_named_job(
+        self,
+        task: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        key: str | None = None,
+        delay: float | timedelta | None = None,
+        run_at: float | datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        connection: Any = None,
+        key_scope: KeyScope = "retained",
+        known: bool = True,
+        concurrency_key: str | None = None,
+        after: Iterable[JobHandle | int] | None = None,
+        after_policy: AfterPolicy = "done",
+    ) -> NewJob:
+        """The row :meth:`enqueue` inserts, checked and encoded but not inserted (what
+        :meth:`enqueue_async` sends on an async connection). Arguments as for enqueue."""
         if not isinstance(task, str) or not task:
             raise ConfigurationError(f"task name must be a non-empty string, got {task!r}")
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
@@ -302,7 +341,7 @@ class App:
         else:
             info = self._task_info(task, known)
             job = self.build_job(task, args, kwargs or {}, opts, now, task=info)
-        return self.insert([job], connection)[0]
+        return job
 
     def _task_info(self, name: str, known: bool) -> TaskInfo | None:
         """The defaults of a task this App does not register, as a worker recorded them;
@@ -424,6 +463,55 @@ class App:
         if connection is None:
             self.wake_local_workers()
         return [JobHandle(r.id, r.created, self) for r in results]
+
+    # -- for asyncio callers (sqljobs.app_async: nothing here blocks the event loop) ----
+
+    async def enqueue_async(self, task: str, *args: Any, **kwargs: Any) -> JobHandle:
+        """:meth:`enqueue`, awaitable; ``connection=`` may be a psycopg AsyncConnection,
+        whose transaction the job joins."""
+        return await app_async.enqueue_named(self, task, *args, **kwargs)
+
+    async def insert_async(self, jobs: Sequence[NewJob], connection: Any) -> list[JobHandle]:
+        """Insert built jobs in the caller's AsyncConnection transaction."""
+        return await app_async.insert_on(self, jobs, connection)
+
+    async def stats_async(self) -> Stats:
+        return await asyncio.to_thread(self.stats)
+
+    async def queues_async(self) -> list[QueueInfo]:
+        return await asyncio.to_thread(self.queues)
+
+    async def get_job_async(self, job_id: int) -> Job | None:
+        return await asyncio.to_thread(self.get_job, job_id)
+
+    async def cancel_async(self, job_id: int) -> bool:
+        return await asyncio.to_thread(self.cancel, job_id)
+
+    async def find_jobs_async(
+        self, filter: JobFilter | None = None, *, before: int | None = None, limit: int = 50
+    ) -> JobPage:
+        return await asyncio.to_thread(self.find_jobs, filter, before=before, limit=limit)
+
+    async def count_jobs_async(
+        self, filter: JobFilter | None = None, *, cap: int = 10_000
+    ) -> JobCount:
+        return await asyncio.to_thread(self.count_jobs, filter, cap=cap)
+
+    async def run_worker_async(
+        self, concurrency: int = 8, queues: str | Sequence[str] | None = None, **options: Any
+    ) -> None:
+        """Run a worker inside a running event loop until the awaiting task is cancelled,
+        then drain it as SIGTERM would and re-raise. It installs no signal handlers (they
+        are the application's): for a service that serves and works in one process."""
+        from .worker import WorkerConfig
+
+        config = WorkerConfig(
+            concurrency=concurrency,
+            queues=check_queues(queues, "run_worker_async(queues=...)"),
+            install_signal_handlers=False,
+            **options,
+        )
+        await app_async.run_worker(self, config)
 
     # -- in-process wake-ups -----------------------------------------------------------
 
