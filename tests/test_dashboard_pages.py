@@ -284,7 +284,9 @@ def test_bulk_actions_change_exactly_the_chosen_jobs_and_say_how_many(
     assert _state(app, reports[1]) is JobState.PENDING
 
 
-def test_a_job_page_deletes_and_shows_parents_and_children(app: App) -> None:
+def test_a_job_page_deletes_and_shows_parents_and_children(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
     app.task(name="t")(lambda: None)
     parent = app.enqueue("t").id
     child = app.tasks["t"].with_options(after=[parent]).enqueue().id
@@ -302,7 +304,10 @@ def test_a_job_page_deletes_and_shows_parents_and_children(app: App) -> None:
     assert client.post(f"/api/jobs/{parent}/delete").status_code == 409
     app.cancel(child)
     assert 'data-confirm="Delete job' in client.get(f"/jobs/{child}").text
-    gone = _post_form(client, f"/api/jobs/{child}/delete", back=f"/jobs/{child}")
+    with caplog.at_level(logging.INFO, logger="sqljobs.dashboard"):
+        gone = _post_form(client, f"/api/jobs/{child}/delete", back=f"/jobs/{child}")
+    (record,) = [r for r in caplog.records if r.name == "sqljobs.dashboard"]
+    assert record.action == f"delete job {child}" and record.jobs == 1  # type: ignore[attr-defined]
     assert _flash(gone) == ("/jobs", {"message": [f"job {child} deleted"]}), "its page is gone"
     assert app.get_job(child) is None
     missing = client.get(f"/jobs/{child}")

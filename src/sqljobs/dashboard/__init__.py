@@ -555,12 +555,18 @@ def serve(
     token: str | None = None,
     *,
     read_only: bool = False,
+    alert_age: float = DEFAULT_ALERT_AGE,
 ) -> None:
     """Run the dashboard until interrupted; refuses a bind beyond loopback without a token."""
     import uvicorn
 
     check_bind(host, token)
     asgi = create_app(
-        app, token=token, exposed=not is_loopback(host), read_only=read_only, port=port
+        app,
+        token=token,
+        exposed=not is_loopback(host),
+        read_only=read_only,
+        port=port,
+        alert_age=alert_age,
     )
     uvicorn.run(asgi, host=host, port=port, log_level="warning")

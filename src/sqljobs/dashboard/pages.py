@@ -128,6 +128,7 @@ class Pages:
             workers_live=stats.workers,
             workers=self._workers(),
             charts=self._charts(),
+            overview_jobs=OVERVIEW_JOBS,
             running=self._jobs(JobFilter(state="running"), OVERVIEW_JOBS).jobs,
             dead=self._jobs(JobFilter(state="dead"), OVERVIEW_JOBS).jobs,
         )
