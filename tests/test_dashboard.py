@@ -222,7 +222,9 @@ def test_the_page_offers_only_the_actions_it_would_take(app: App) -> None:
     assert all("/cancel" in row and "/retry" not in row for row in _rows(html, jobs.pending))
     assert [row for row in _rows(html, jobs.done) if "<form" in row] == [], "done: nothing to do"
     assert 'name="token"' not in html, "no token asked for"
-    assert ">Retry every dead job</button>" in client.get("/").text
+    overview = client.get("/").text
+    assert 'data-confirm="Retry every dead job (1)?"' in overview, "asks first, with the count"
+    assert ">Retry every dead job</button>" in overview
     assert READ_ONLY not in html
     assert all('<input type="hidden" name="csrf"' in row for row in _rows(html, jobs.dead))
 

@@ -394,6 +394,7 @@ def test_bad_page_parameters_say_what_is_wrong(app: App) -> None:
         answer = client.get(path, params=params)
         assert answer.status_code == 400, (path, params)
         assert says in answer.text and 'role="alert"' in answer.text, (path, params)
+        assert _h1(answer.text) == "Bad address" and f'<a href="{path}">back</a>' in answer.text
     api = client.get("/api/jobs", params={"until": "soon"})
     assert api.status_code == 400 and "until must be a time" in api.json()["error"]
     assert client.get("/jobs/abc").status_code == 400

@@ -236,7 +236,8 @@ def create_app(
         if request.method == "POST":
             return reply(request, actions.refused(400, str(exc)))
         if forms.wants_page(request):
-            return html(pages.refusal(view_of(request), str(exc)), 400)
+            page = pages.refusal(view_of(request), str(exc), request.url.path, "Bad address")
+            return html(page, 400)
         return JSONResponse({"error": str(exc)}, status_code=400)
 
     async def refusal(request: Request, identity: Identity) -> actions.Outcome | None:

@@ -292,12 +292,12 @@ class Pages:
     def login(self, view: View) -> str:
         return self.render("login.html", view, title="Log in", section="", live=False)
 
-    def refusal(self, view: View, reason: str, back: str = "/") -> str:
+    def refusal(self, view: View, reason: str, back: str = "/", title: str = "Refused") -> str:
         """A refused action or a bad address, for a person: why, and the way back."""
         return self.render(
             "refusal.html",
             view,
-            title="Refused",
+            title=title,
             section="",
             live=False,
             reason=reason,
