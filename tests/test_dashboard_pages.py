@@ -480,3 +480,28 @@ def test_a_filter_carried_to_a_bulk_action_reads_back_the_same() -> None:
     assert api.job_filter(carried, now + 3600, selection=True) == found, "fixed when shown"
     naive = api.job_filter(ImmutableMultiDict([("since", "2026-12-03 08:00")]), now)
     assert naive.since == 1_796_284_800.0, "a time without a zone is UTC"
+
+
+def test_bounded_searches_and_capped_counts_say_so(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqljobs.backends import job_browser
+
+    monkeypatch.setattr(job_browser, "TEXT_SCAN", 4)  # a text search reads 4 ids a page
+    monkeypatch.setattr(job_browser, "COUNT_SCAN", 4)  # a count by task stops at 4
+    app.task(name="t")(lambda word: None)
+    ids = [h.id for h in app.tasks["t"].enqueue_many([("needle",)] + [("hay",)] * 9)]
+    client = _client(app)
+    html = client.get("/jobs", params={"text": "needle"}).text
+    assert _row_ids(html) == [] and "older pages may hold more" in html
+    older = re.search(r'<a href="([^"]+)" rel="next">Older</a>', html)
+    assert older is not None, "the search goes on below"
+    asked = client.get("/jobs/confirm", params={"action": "cancel", "task": "t"})
+    assert _h1(asked.text) == "Cancel at least 4 jobs?"
+    assert "every match is changed, however many" in asked.text
+    assert "<b>4+</b> jobs match" in client.get("/jobs", params={"task": "t"}).text
+    assert client.post("/api/jobs/cancel", params={"task": "t"}).json() == {
+        "ok": True,
+        "cancelled": 10,
+    }, "the action itself is not capped"
+    assert all(_state(app, i) is JobState.CANCELLED for i in ids)
