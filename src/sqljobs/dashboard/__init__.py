@@ -62,6 +62,7 @@ import logging
 import math
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlencode
 
@@ -309,9 +310,7 @@ def create_app(
                 "and act on every match"
             )
         back = forms.local_path(params.get("back"), "/jobs")
-        view = view_of(request)
-        view = View(**{**view.__dict__, "back": back})
-        return html(pages.confirm(view, verb, found))
+        return html(pages.confirm(replace(view_of(request), back=back), verb, found))
 
     def job_page(request: Request) -> Response:
         forms.page_params(request, (), "/jobs/ID")
@@ -343,10 +342,10 @@ def create_app(
         form = await request.form()
         client = request.client.host if request.client else "?"
         if not guard.csrf_ok(guard.session(request), str(form.get(CSRF_FIELD, ""))):
-            return html(pages.login(View(**{**view.__dict__, "error": BAD_CSRF})), 403)
+            return html(pages.login(replace(view, error=BAD_CSRF)), 403)
         if not guard.token_ok(str(form.get("token", ""))):
             log.warning("dashboard login from %s refused: wrong token", client)
-            return html(pages.login(View(**{**view.__dict__, "error": "wrong token"})), 401)
+            return html(pages.login(replace(view, error="wrong token")), 401)
         session = guard.new_session()  # a fresh session, so one planted before is worthless
         log.info("dashboard login from %s", client)
         response = RedirectResponse("/", status_code=303)
