@@ -312,6 +312,7 @@ def test_a_job_page_deletes_and_shows_parents_and_children(
     assert app.get_job(child) is None
     missing = client.get(f"/jobs/{child}")
     assert missing.status_code == 404 and f"no job with id {child}" in missing.text
+    assert _h1(missing.text) == "Not found"
     assert client.post(f"/api/jobs/{child}/delete").json() == {
         "ok": False,
         "error": f"no job with id {child}",
@@ -394,7 +395,8 @@ def test_bad_page_parameters_say_what_is_wrong(app: App) -> None:
         answer = client.get(path, params=params)
         assert answer.status_code == 400, (path, params)
         assert says in answer.text and 'role="alert"' in answer.text, (path, params)
-        assert _h1(answer.text) == "Bad address" and f'<a href="{path}">back</a>' in answer.text
+        way_back = "/jobs" if path == "/jobs/confirm" else path
+        assert _h1(answer.text) == "Bad address" and f'<a href="{way_back}">back</a>' in answer.text
     api = client.get("/api/jobs", params={"until": "soon"})
     assert api.status_code == 400 and "until must be a time" in api.json()["error"]
     assert client.get("/jobs/abc").status_code == 400

@@ -237,7 +237,12 @@ def create_app(
         if request.method == "POST":
             return reply(request, actions.refused(400, str(exc)))
         if forms.wants_page(request):
-            page = pages.refusal(view_of(request), str(exc), request.url.path, "Bad address")
+            # back to the page without its parameters (a confirmation: to the jobs it asked about)
+            path = request.url.path
+            way_back = forms.local_path(
+                request.query_params.get("back"), "/jobs" if path == "/jobs/confirm" else path
+            )
+            page = pages.refusal(view_of(request), str(exc), way_back, "Bad address")
             return html(page, 400)
         return JSONResponse({"error": str(exc)}, status_code=400)
 
@@ -318,7 +323,7 @@ def create_app(
         page = pages.job(view_of(request), job_id)
         if page is None:
             reason = f"no job with id {job_id}: it never existed, or it was deleted or pruned"
-            return html(pages.refusal(view_of(request), reason, "/jobs"), 404)
+            return html(pages.refusal(view_of(request), reason, "/jobs", "Not found"), 404)
         return html(page)
 
     def queues_page(request: Request) -> Response:
