@@ -507,3 +507,15 @@ def test_bounded_searches_and_capped_counts_say_so(
         "cancelled": 10,
     }, "the action itself is not capped"
     assert all(_state(app, i) is JobState.CANCELLED for i in ids)
+
+
+def test_the_queues_page_shows_limits_where_they_exist(app: App) -> None:
+    app.limit_queue("mail", concurrency=2, rate="10/m")
+    app.task(name="send", queue="mail")(lambda: None)
+    app.task(name="report", queue="reports")(lambda: None)
+    app.enqueue("send")
+    html = _client(app).get("/queues").text
+    limits = html.split("<caption>Queue limits</caption>")[1].split("</table>")[0]
+    assert '<tr><td>mail</td><td class="n">2</td><td class="n">10/m</td></tr>' in limits
+    assert "reports" not in limits, "a queue without a limit has no row"
+    assert '<tr data-queue="reports">' in html and 'action="/api/queues/mail/pause"' in html

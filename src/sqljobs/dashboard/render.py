@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
-from markupsafe import Markup, escape
+from markupsafe import Markup
 
 from ..humanize import duration, iso_local, iso_utc, preview
 from ..stats import COUNT_CAP, count_text
@@ -77,5 +77,4 @@ def environment() -> Environment:
         short_json=short_json,
         arguments=arguments,
     )
-    env.globals["escape"] = escape
     return env
