@@ -27,6 +27,7 @@ from .idempotency import idempotent
 from .jobs import Job, JobState, Progress, QueueInfo
 from .retention import Retention
 from .retry import Retry
+from .rollup import MetricAmount, MinuteCounts
 from .schedules import Schedule, ScheduleState
 from .stats import Stats
 from .tasks import BoundTask, Signature, Task
@@ -51,6 +52,8 @@ __all__ = [
     "JobSignal",
     "JobState",
     "LeaseLost",
+    "MetricAmount",
+    "MinuteCounts",
     "PayloadError",
     "PayloadTooLarge",
     "Progress",

@@ -30,6 +30,7 @@ from .notifiers import LocalNotifier
 from .notifiers.base import JobEventCallback
 from .retention import Retention
 from .retry import Retry, seconds
+from .rollup import MetricAmount, MinuteCounts, check_window, minute_counts, minute_of
 from .schedules import (
     Schedule,
     ScheduleNotFound,
@@ -448,6 +449,22 @@ class App:
     def stats(self) -> Stats:
         """Counts by queue and state, and the age of the oldest due pending job."""
         return self.backend.stats()
+
+    def throughput(self, minutes: int = 60, queue: str | None = None) -> list[MinuteCounts]:
+        """Attempts that ended done, failed and cancelled in each of the last ``minutes``
+        minutes (the current one last), of one queue or all: one entry per minute, empty
+        minutes included, oldest first. Workers add their counts at each heartbeat, so the
+        newest minute may lag by one heartbeat (see :mod:`sqljobs.rollup`)."""
+        minutes = check_window(minutes)
+        if queue is not None:
+            check_queue_name(queue, "throughput(queue=...)")
+        first = minute_of(self.clock()) - 60 * (minutes - 1)
+        return minute_counts(self.backend.attempts_by_minute(first, queue), first, minutes)
+
+    def metric_totals(self) -> list[MetricAmount]:
+        """Every counted amount since the database began (by queue, task, outcome, series
+        and bucket): what the Prometheus counters and histograms show."""
+        return self.backend.metric_totals()
 
     def get_job(self, job_id: int) -> Job | None:
         return self.backend.get_job(job_id)

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from ..jobs import ClaimedJob, Due, EnqueueResult, ExpiredJob, HeldJob, Job, NewJob, Outcome
 from ..limits import QueueLimit
 from ..notifiers.base import Notifier
+from ..rollup import MetricAmount
 from ..schedules import Schedule, ScheduleState, Tick, TickResult
 from ..stats import Stats
 from ..tasks import TaskInfo
@@ -307,6 +308,22 @@ class Backend(Protocol):
 
     def prune_idempotency(self, before: float, limit: int = 1000) -> int:
         """Delete idempotency markers whose ``ttl`` ran out before ``before``."""
+
+    def add_metric_amounts(self, amounts: Sequence[MetricAmount]) -> None:
+        """Add a worker's tallies to the per-minute rollup and to the totals, in one
+        transaction (see :mod:`sqljobs.rollup`); concurrent adds to a row all count."""
+
+    def attempts_by_minute(
+        self, since: int, queue: str | None = None
+    ) -> list[tuple[int, str, float]]:
+        """``(minute, outcome, attempts)`` of the minutes from ``since`` (Unix seconds) on."""
+
+    def metric_totals(self) -> list[MetricAmount]:
+        """Every amount of the totals table (never pruned: Prometheus's counters)."""
+
+    def prune_metric_minutes(self, before: float, limit: int = 1000) -> int:
+        """Delete up to ``limit`` minutes of the rollup older than ``before``; return the
+        rows deleted."""
 
     def effect_begin(self, key: str, job_id: int | None, holder: str, hold: float) -> EffectRecord:
         """Record the intent of an external effect (committed) and hold it for ``hold``

@@ -45,6 +45,7 @@ _FILES = (
     "notify.sql",
     "limits.sql",
     "dependencies.sql",
+    "rollup.sql",
 )
 LIMITED_KEYS = 256
 """At most this many limit keys are locked and looked at per claim (starting where the

@@ -41,6 +41,7 @@ Q = load_statements(
     "session.sql",
     "limits.sql",
     "dependencies.sql",
+    "rollup.sql",
 )
 RATE_OPENED_LATELY = 0.05
 """A rate's window that opened this recently still counts as the next opening (as now):
