@@ -241,7 +241,8 @@ def test_the_grafana_dashboard_queries_only_metrics_a_scrape_has(url: str) -> No
     def t() -> None: ...
 
     meter = Meter()
-    meter.attempt("default", "t", "done", app.clock(), duration=0.1, wait=0.1)
+    for outcome in ("done", "retried", "lease_expired"):  # one of each the board charts
+        meter.attempt("default", "t", outcome, app.clock(), duration=0.1, wait=0.1)
     meter.schedule_lag("default", "t", app.clock(), 0.1)
     meter.flush(app.backend)
     t.enqueue()
