@@ -18,9 +18,9 @@ from ..rollup import AttemptOutcome
 from .events import EventKind
 from .execute import Running, failure
 from .lanes import Trip
-from .metering import attempt_outcome, sample, tally
+from .metering import attempt_outcome, tally
 from .report import failed_attempt, job_fields
-from .state import WorkerState
+from .state import Sample, WorkerState
 from .timers import Timers
 
 log = logging.getLogger("sqljobs.worker")
@@ -125,10 +125,16 @@ class Dispatching(WorkerState):
             self.inflight.pop(run.job.id, None)
             freed = True
             finished += 1
-            taken = sample(run)  # tallied once its outcome is written (see _account)
-            took = taken[1]
-            if took is not None:
+            job, begun = run.job, run.begun
+            if begun is not None:
+                took = time.monotonic() - begun
                 self.runtime = took if self.runtime is None else 0.8 * self.runtime + 0.2 * took
+                # tallied once its outcome is written (see _account); as metering.sample()
+                # says, inlined: this runs per job
+                due = job.run_at if job.run_at > job.created_at else job.created_at
+                taken: Sample = job, took, run.started_wall + (begun - run.started) - due
+            else:
+                taken = job, None, None
             if run.ctx.completed_in_transaction:
                 self.counters[JobState.DONE.value] += 1
                 tally(self._meter, taken, AttemptOutcome.DONE, self.app.clock())
@@ -198,10 +204,6 @@ class Dispatching(WorkerState):
         for outcome in batch:
             job = finishing.pop(outcome.job_id, None) if finishing else None
             taken = metered.pop(outcome.job_id, None)
-            if taken is not None and outcome.job_id in written:
-                counted = attempt_outcome(outcome)
-                if counted is not None:
-                    meter.attempt(taken[0].queue, taken[0].task, counted, wall, taken[1], taken[2])
             if outcome.job_id not in written:
                 self.counters["stale_results"] += 1
                 if job is not None:
@@ -214,6 +216,14 @@ class Dispatching(WorkerState):
                     outcome.state,
                 )
                 continue
+            if taken is not None:  # the attempt's end, for the metrics rollup
+                state = outcome.state
+                if state is JobState.DONE:
+                    counted: str = AttemptOutcome.DONE
+                else:
+                    counted = attempt_outcome(outcome) or ""
+                if counted:
+                    meter.attempt(taken[0].queue, taken[0].task, counted, wall, taken[1], taken[2])
             if outcome.state is JobState.DONE and job is None:
                 done += 1  # the common case: counted once for the batch
                 continue
