@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 import sqljobs
 from sqljobs.backends.base import WorkerInfo
 from sqljobs.dashboard.metrics import render
-from sqljobs.maintenance import Pruner, Scheduler
+from sqljobs.maintenance import Pruner, Reaper, Scheduler
 from sqljobs.rollup import BUCKET_BOUNDS, INF, MINUTES_KEPT, Meter, MetricAmount, Series
 
 from .conftest import ROOT, expire_lease, wait_until, worker_thread
@@ -91,12 +91,13 @@ def test_a_workers_attempts_reach_the_scrape_and_the_minute_they_ended_in(url: s
         job = app.get_job(job_id)
         return None if job is None else job.state
 
-    with worker_thread(app, concurrency=4):
+    with worker_thread(app, concurrency=4) as worker:
         assert began.wait(10)
         app.cancel(slow_id)
         wait_until(lambda: state(flaky_id) is sqljobs.JobState.DEAD, what="flaky dead")
         wait_until(lambda: state(ghost_id) is sqljobs.JobState.DONE, what="ghostly rerun")
         wait_until(lambda: app.stats().counts["default"].get("done", 0) == 3, what="ok x3")
+    assert not worker._metered, "every sample was tallied or dropped with its outcome"
     samples = scrape(app)
     attempts = {
         (dict(labels)["task"], dict(labels)["outcome"]): value
@@ -258,3 +259,26 @@ def test_the_grafana_dashboard_queries_only_metrics_a_scrape_has(url: str) -> No
     assert queried <= exposed, sorted(queried - exposed)
     assert board["title"] and board["uid"]
     assert all(panel.get("title") for panel in board["panels"])
+
+
+def test_the_rescuer_counts_a_dead_workers_attempt_as_crashed(url: str) -> None:
+    app = sqljobs.App(url)
+
+    @app.task
+    def t() -> None: ...
+
+    job_id = t.enqueue().id
+    (held,) = app.backend.claim_jobs("never-registered", None, 1)  # a worker with no heartbeat
+    expire_lease(app, held.id)
+    meter = Meter()
+    (rescued,) = Reaper(app.backend, meter=meter).run_once()
+    assert rescued.job_id == job_id
+    assert meter.flush(app.backend) > 0
+    samples = scrape(app)
+    labels = {"queue": "default", "task": "t"}
+    assert sample(samples, "sqljobs_attempts_total", **labels, outcome="crashed") == 1
+    assert sample(samples, "sqljobs_lease_expiries_total", **labels) == 0  # a crash is not one
+    assert (
+        sample(samples, "sqljobs_attempt_duration_seconds_count", **labels, outcome="crashed") == 1
+    )
+    assert sum(m.failed for m in app.throughput(minutes=2)) == 1
