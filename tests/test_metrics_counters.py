@@ -282,3 +282,34 @@ def test_the_rescuer_counts_a_dead_workers_attempt_as_crashed(url: str) -> None:
         sample(samples, "sqljobs_attempt_duration_seconds_count", **labels, outcome="crashed") == 1
     )
     assert sum(m.failed for m in app.throughput(minutes=2)) == 1
+
+
+class RefusingOnce:
+    """Stands in for a backend whose database refuses the first flush (then the test
+    passes the real one)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def add_metric_amounts(self, amounts: list[MetricAmount]) -> None:
+        self.calls += 1
+        raise sqljobs.BackendError("database is locked")
+
+
+def test_a_refused_flush_keeps_its_tallies_for_the_next(
+    url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = sqljobs.App(url)
+    meter = Meter()
+    meter.attempt("default", "t", "done", app.clock(), duration=0.2, wait=0.1)
+    refusing = RefusingOnce()
+    assert meter.flush(refusing) == 0  # type: ignore[arg-type]
+    assert refusing.calls == 1 and meter.pending
+    assert "kept for the next flush" in caplog.text
+    meter.attempt("default", "t", "done", app.clock(), duration=0.2)
+    assert meter.flush(app.backend) > 0 and not meter.pending
+    totals = {(a.series, a.le): a.amount for a in app.metric_totals()}
+    assert totals[("attempts", INF)] == 2
+    assert totals[("duration", 0.25)] == 2
+    assert totals[("duration_sum", INF)] == pytest.approx(0.4)
+    assert totals[("wait", 0.1)] == 1
