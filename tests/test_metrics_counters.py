@@ -313,3 +313,18 @@ def test_a_refused_flush_keeps_its_tallies_for_the_next(
     assert totals[("duration", 0.25)] == 2
     assert totals[("duration_sum", INF)] == pytest.approx(0.4)
     assert totals[("wait", 0.1)] == 1
+
+
+def test_a_worker_counts_the_lag_of_every_tick_it_fires(url: str) -> None:
+    app = sqljobs.App(url)
+
+    @app.periodic(every=0.2)
+    def tick() -> None: ...
+
+    with worker_thread(app):
+        wait_until(lambda: app.stats().counts.get("default", {}).get("done", 0) >= 2, 5)
+    fired = len(app.list_jobs(queue="default"))
+    samples = scrape(app)
+    labels = {"queue": "default", "task": "tick"}
+    assert sample(samples, "sqljobs_schedule_lag_seconds_count", **labels) == fired
+    assert sample(samples, "sqljobs_attempts_total", **labels, outcome="done") >= 2
