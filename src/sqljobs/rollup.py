@@ -200,7 +200,7 @@ class _Tally:
         self.wait = Histogram()
 
 
-Key = tuple[int, str, str, str]  # minute, queue, task, outcome
+Key = tuple[float, str, str, str]  # the minute's number (Unix seconds // 60), queue, task, outcome
 
 
 class Meter:
@@ -222,24 +222,32 @@ class Meter:
         wait: float | None = None,
     ) -> None:
         """An attempt ended at ``at`` (Unix seconds). ``duration``: how long its handler
-        ran; ``wait``: from its due time to its start (None: not known, not counted)."""
-        key = (int(at // 60) * 60, queue, task, outcome)
+        ran; ``wait``: from its due time to its start (None: not known, not counted).
+        Called per job on the worker's hot path, hence written out in full: a negative
+        value (clocks that disagree) counts as 0, in the first bucket."""
+        key = (at // 60, queue, task, outcome)  # the minute's number: its start at take()
         tally = self._tallies.get(key)
         if tally is None:
             tally = self._tallies[key] = _Tally()
         tally.attempts += 1
         if duration is not None:
-            tally.duration.add(max(0.0, duration))
+            histogram = tally.duration
+            histogram.counts[bisect_left(BUCKET_BOUNDS, duration)] += 1
+            if duration > 0:
+                histogram.total += duration
         if wait is not None:
-            tally.wait.add(max(0.0, wait))
+            histogram = tally.wait
+            histogram.counts[bisect_left(BUCKET_BOUNDS, wait)] += 1
+            if wait > 0:
+                histogram.total += wait
 
     def schedule_lag(self, queue: str, task: str, at: float, lag: float) -> None:
         """A schedule's tick, planned ``lag`` seconds before ``at``, enqueued its job."""
-        key = (int(at // 60) * 60, queue, task, "")
+        key = (at // 60, queue, task, "")
         lags = self._lags.get(key)
         if lags is None:
             lags = self._lags[key] = Histogram()
-        lags.add(max(0.0, lag))
+        lags.add(max(0.0, lag))  # (rare: once per tick)
 
     @property
     def pending(self) -> bool:
@@ -252,14 +260,15 @@ class Meter:
         tallies, self._tallies = self._tallies, {}
         lags, self._lags = self._lags, {}
         out, self._unsaved = self._unsaved, []
-        for key, tally in tallies.items():
-            minute, queue, task, outcome = key
+        for (number, queue, task, outcome), tally in tallies.items():
+            key = int(number) * 60, queue, task, outcome
             out.append(
-                MetricAmount(queue, task, outcome, Series.ATTEMPTS, INF, tally.attempts, minute)
+                MetricAmount(queue, task, outcome, Series.ATTEMPTS, INF, tally.attempts, key[0])
             )
             out += tally.duration.amounts(key, Series.DURATION, Series.DURATION_SUM)
             out += tally.wait.amounts(key, Series.WAIT, Series.WAIT_SUM)
-        for key, lag in lags.items():
+        for (number, queue, task, outcome), lag in lags.items():
+            key = int(number) * 60, queue, task, outcome
             out += lag.amounts(key, Series.SCHEDULE_LAG, Series.SCHEDULE_LAG_SUM)
         return merged(out)
 
