@@ -241,3 +241,34 @@ def test_the_children_index_exists(app: App) -> None:
         "SELECT indexname FROM pg_indexes WHERE indexname = 'sqljobs_jobs_dependent'",
     )
     assert rows
+
+
+def test_time_bounds_find_exactly_the_jobs_created_between_them(app: App) -> None:
+    @app.task
+    def tick(n: int) -> None: ...
+
+    ids = [tick.enqueue(n).id for n in range(30)]
+    base = 1_800_000_000.0  # each job created 10 s after the one before it
+    db_execute(
+        app,
+        "UPDATE sqljobs_jobs SET created_at = ? + 10 * id",
+        "UPDATE sqljobs_jobs SET created_at = to_timestamp(%s + 10 * id)",
+        (base,),
+    )
+    gone = ids[10:13]  # gaps in the ids: the search steps over them
+    assert app.cancel_jobs(JobFilter(ids=tuple(gone))) == 3
+    assert app.delete_jobs(JobFilter(ids=tuple(gone))) == 3
+
+    def created(first: int, last: int) -> set[int]:
+        return {i for i in ids if first <= i <= last and i not in gone}
+
+    since, until = base + 10 * ids[5] + 5, base + 10 * ids[20]  # between jobs; on one
+    window = JobFilter(since=since, until=until)
+    assert {j.id for j in app.find_jobs(window, limit=100).jobs} == created(ids[6], ids[19])
+    assert app.count_jobs(window).n == len(created(ids[6], ids[19]))
+    assert {j.id for j in app.find_jobs(JobFilter(since=base + 10 * ids[11])).jobs} == (
+        created(ids[13], ids[-1])  # a bound in a gap starts at the next job
+    )
+    assert app.find_jobs(JobFilter(since=base + 10**6)).jobs == []  # after every job
+    assert app.find_jobs(JobFilter(until=base)).jobs == []  # before every job
+    assert app.cancel_jobs(JobFilter(until=base + 10 * ids[3])) == 3  # jobs 1..3

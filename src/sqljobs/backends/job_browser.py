@@ -49,9 +49,37 @@ class JobBrowser(BackendCore):
         clause = " AND ".join([where, *(self.sql[f"where_{e}"] for e in extra)])
         return self.sql[name].replace("{where}", clause)
 
+    def _first_id_at(self, moment: float) -> int:
+        """The id of the first job created at or after ``moment`` (one past the newest if
+        none): a binary search over the primary key, about 20 lookups of one row."""
+        low, high = self._query("oldest_id").rows[0][0], self._newest_id() + 1
+        while low < high:
+            middle = (low + high) // 2
+            row = self._query("first_job_from", {"id": middle}).first("id", "created_at")
+            if row is None or row[1] >= moment:
+                high = middle  # nothing from middle up to that row's id is older
+            else:
+                low = int(row[0]) + 1
+        return int(low)
+
+    def _time_bounds(self, wanted: JobFilter, params: dict[str, Any]) -> list[str]:
+        """A creation time bound as a range of ids too, so that a scan by id stops where
+        the time does instead of reading every older job. Jobs are numbered as they are
+        created; on PostgreSQL a job's time is its transaction's start, so jobs enqueued
+        at the same instant by concurrent transactions may be numbered out of time order
+        by that transaction's length: those within it of a bound may fall outside."""
+        extra = []
+        if wanted.since is not None:
+            params["since_id"] = self._first_id_at(wanted.since)
+            extra.append("since_id")
+        if wanted.until is not None:
+            params["until_id"] = self._first_id_at(wanted.until)
+            extra.append("until_id")
+        return extra
+
     def find_jobs(self, wanted: JobFilter, before: int | None, limit: int) -> JobPage:
         where, params = self._where(wanted)
-        extra = []
+        extra = self._time_bounds(wanted, params)
         if before is not None:
             extra.append("before")
             params["before"] = before
@@ -77,7 +105,7 @@ class JobBrowser(BackendCore):
     def count_jobs(self, wanted: JobFilter, cap: int) -> JobCount:
         where, params = self._where(wanted)
         params["cap"] = cap + 1
-        extra = []
+        extra = self._time_bounds(wanted, params)
         floor = 1
         if wanted.ids is None and wanted.key is None:  # else an index finds the few
             scan = TEXT_SCAN if wanted.text is not None else COUNT_SCAN
@@ -97,7 +125,7 @@ class JobBrowser(BackendCore):
             return 0
         where, params = self._where(wanted)
         params.update(states=self._array(states), limit=BATCH)
-        sql = self._filtered_statement("match_ids", where)
+        sql = self._filtered_statement("match_ids", where, self._time_bounds(wanted, params))
         before = self._newest_id() + 1
         total = 0
         while True:

@@ -18,6 +18,19 @@ ORDER BY id DESC LIMIT %(limit)s
 -- name: newest_id
 SELECT coalesce(max(id), 0) AS id FROM {schema}.sqljobs_jobs
 
+-- name: first_job_from
+-- The first job at or after an id, with its creation time: a step of the search that turns
+-- a time into an id (jobs are numbered as they are created).
+SELECT id, extract(epoch FROM created_at)::float8 AS created_at FROM {schema}.sqljobs_jobs
+WHERE id >= %(id)s ORDER BY id LIMIT 1
+
+-- name: oldest_id
+SELECT coalesce(min(id), 0) AS id FROM {schema}.sqljobs_jobs
+
+-- name: where_since_id
+id >= %(since_id)s
+-- name: where_until_id
+id < %(until_id)s
 -- name: where_state
 state = %(state)s::text
 -- name: where_state_ended

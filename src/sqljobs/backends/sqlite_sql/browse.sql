@@ -23,6 +23,18 @@ ORDER BY id DESC LIMIT :limit
 -- name: newest_id
 SELECT coalesce(max(id), 0) AS id FROM sqljobs_jobs
 
+-- name: first_job_from
+-- The first job at or after an id, with its creation time: a step of the search that turns
+-- a time into an id (jobs are numbered as they are created).
+SELECT id, created_at FROM sqljobs_jobs WHERE id >= :id ORDER BY id LIMIT 1
+
+-- name: oldest_id
+SELECT coalesce(min(id), 0) AS id FROM sqljobs_jobs
+
+-- name: where_since_id
+id >= :since_id
+-- name: where_until_id
+id < :until_id
 -- name: where_state
 state = :state
 -- name: where_state_ended
