@@ -409,3 +409,11 @@ def test_workers_shows_each_live_worker_and_what_it_runs(app: App) -> None:
             assert data["id"] == worker.id and [j["id"] for j in data["running"]] == [handle.id]
         finally:
             release.set()
+
+
+def test_the_dashboards_alert_age_must_be_a_positive_number(app: App) -> None:
+    for bad in ("0", "-5", "soon"):
+        result = CliRunner().invoke(
+            cli, ["--url", app.url, "dashboard", "--alert-age", bad], obj=Ctx()
+        )
+        assert result.exit_code == 2 and "--alert-age" in result.output

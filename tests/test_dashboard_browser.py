@@ -76,7 +76,18 @@ def dashboard(url: str, tmp_path: Path, fixed: Path) -> Iterator[str]:
     log_path = tmp_path / "dashboard.log"
     with log_path.open("wb") as out:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "sqljobs", "--app", APP, "dashboard", "--port", str(port)],
+            [
+                sys.executable,
+                "-m",
+                "sqljobs",
+                "--app",
+                APP,
+                "dashboard",
+                "--port",
+                str(port),
+                "--alert-age",
+                "30",
+            ],
             env=env,
             cwd=ROOT,
             stdout=out,

@@ -873,8 +873,17 @@ cli.add_command(
     "login page); required to bind beyond loopback (or SQLJOBS_DASHBOARD_TOKEN).",
 )
 @click.option("--read-only", is_flag=True, help="Show no buttons and refuse every action (403).")
+@click.option(
+    "--alert-age",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="Seconds the oldest due job may wait before the overview shows it in red.",
+)
 @pass_ctx
-def dashboard(ctx: Ctx, host: str, port: int, token: str | None, read_only: bool) -> None:
+def dashboard(
+    ctx: Ctx, host: str, port: int, token: str | None, read_only: bool, alert_age: float
+) -> None:
     """Serve the dashboard, its JSON and /metrics for Prometheus."""
     try:
         from .dashboard import check_bind, serve
@@ -888,7 +897,7 @@ def dashboard(ctx: Ctx, host: str, port: int, token: str | None, read_only: bool
         raise click.UsageError(str(exc)) from exc
     mode = " read-only" if read_only else ""
     click.echo(f"sqljobs{mode} dashboard on http://{host}:{port}/ (metrics at /metrics)", err=True)
-    serve(ctx.app, host, port, token, read_only=read_only)
+    serve(ctx.app, host, port, token, read_only=read_only, alert_age=alert_age)
 
 
 @cli.command()
