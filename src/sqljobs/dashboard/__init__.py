@@ -89,8 +89,10 @@ from .security import (
     CSRF_HEADER,
     READ_ONLY,
     SESSION_COOKIE,
+    TOO_MANY_WRONG,
     Guard,
     Identity,
+    WrongTokenThrottle,
     check_bind,
 )
 
@@ -117,8 +119,10 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def _set_cookie(response: Response, name: str, value: str) -> None:
-    response.set_cookie(name, value, httponly=True, samesite="strict", path="/")
+def _set_cookie(response: Response, name: str, value: str, request: Request) -> None:
+    """HttpOnly and SameSite=Strict always; Secure when the request came over HTTPS."""
+    secure = request.url.scheme == "https"
+    response.set_cookie(name, value, httponly=True, samesite="strict", path="/", secure=secure)
 
 
 _COUNTED = ("retried", "cancelled", "deleted")
@@ -136,9 +140,12 @@ class _Gate(BaseHTTPMiddleware):
     """Before any route: the Host check, the session cookie, and (with a token) the
     authentication every request but the login page and the static files needs."""
 
-    def __init__(self, asgi: Callable[..., Awaitable[None]], guard: Guard) -> None:
+    def __init__(
+        self, asgi: Callable[..., Awaitable[None]], guard: Guard, throttle: WrongTokenThrottle
+    ) -> None:
         super().__init__(asgi)
         self.guard = guard
+        self.throttle = throttle
 
     async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
         host = request.headers.get("host", "")
@@ -148,10 +155,16 @@ class _Gate(BaseHTTPMiddleware):
         session = self.guard.session(request)
         new_session = session is None
         request.state.session = session or self.guard.new_session()
+        client = request.client.host if request.client else "?"
+        response: Response
+        if (wait := self.throttle.wait(client)) > 0:
+            return _too_many(wait)
         request.state.identity = identity = self.guard.identify(request)
+        if identity is None and "authorization" in request.headers:
+            self.throttle.failed(client)
+            log.warning("dashboard request from %s refused: wrong token", client)
         open_path = request.url.path == "/login" or request.url.path.startswith("/static/")
         if identity is None and not open_path:
-            response: Response
             if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
                 response = RedirectResponse("/login", status_code=303)
             else:
@@ -169,12 +182,19 @@ class _Gate(BaseHTTPMiddleware):
         if new_session and not any(
             c.startswith(f"{SESSION_COOKIE}=") for c in response.headers.getlist("set-cookie")
         ):
-            _set_cookie(response, SESSION_COOKIE, request.state.session)
+            _set_cookie(response, SESSION_COOKIE, request.state.session, request)
         # buttons inside another site's frame could be clicked for the user (clickjacking)
         response.headers["X-Frame-Options"] = "DENY"
         response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
         response.headers["X-Content-Type-Options"] = "nosniff"
         return response
+
+
+def _too_many(wait: float) -> Response:
+    why = TOO_MANY_WRONG.format(wait=max(wait, 1.0))
+    response = JSONResponse({"ok": False, "error": why}, status_code=429)
+    response.headers["Retry-After"] = str(max(int(wait + 0.999), 1))
+    return response
 
 
 def create_app(
@@ -185,6 +205,7 @@ def create_app(
     read_only: bool = False,
     port: int | None = None,
     alert_age: float = DEFAULT_ALERT_AGE,
+    throttle: WrongTokenThrottle | None = None,
 ) -> Starlette:
     """The dashboard as an ASGI application over ``app``'s database.
 
@@ -192,8 +213,9 @@ def create_app(
     ConfigurationError. Unexposed, only a Host of localhost, 127.0.0.1 or [::1] is served
     (with ``port``, when given). ``read_only`` refuses every action and shows no buttons.
     ``alert_age``: seconds the oldest due job may wait before the overview shows its age
-    as an alert."""
+    as an alert. ``throttle`` counts wrong tokens by client address (a default one)."""
     guard = Guard.create(token, exposed=exposed, port=port)
+    throttle = throttle or WrongTokenThrottle()
     number = isinstance(alert_age, int | float) and not isinstance(alert_age, bool)
     if not number or not math.isfinite(alert_age) or alert_age <= 0:
         raise ConfigurationError(f"alert_age must be seconds > 0, got {alert_age!r}")
@@ -349,13 +371,14 @@ def create_app(
         if not guard.csrf_ok(guard.session(request), str(form.get(CSRF_FIELD, ""))):
             return html(pages.login(replace(view, error=BAD_CSRF)), 403)
         if not guard.token_ok(str(form.get("token", ""))):
+            throttle.failed(client)
             log.warning("dashboard login from %s refused: wrong token", client)
             return html(pages.login(replace(view, error="wrong token")), 401)
         session = guard.new_session()  # a fresh session, so one planted before is worthless
         log.info("dashboard login from %s", client)
         response = RedirectResponse("/", status_code=303)
-        _set_cookie(response, SESSION_COOKIE, session)
-        _set_cookie(response, AUTH_COOKIE, guard.auth_cookie(session))
+        _set_cookie(response, SESSION_COOKIE, session, request)
+        _set_cookie(response, AUTH_COOKIE, guard.auth_cookie(session), request)
         return response
 
     async def logout(request: Request) -> Response:
@@ -548,7 +571,7 @@ def create_app(
                 methods=["POST"],
             ),
         ],
-        middleware=[Middleware(_Gate, guard=guard)],
+        middleware=[Middleware(_Gate, guard=guard, throttle=throttle)],
         exception_handlers={api.BadParameter: bad_parameter},
     )
 
