@@ -20,7 +20,7 @@ test: $(STAMP)
 
 # The inner loop: SQLite only, no test over ~3 s, no worker or CLI subprocesses.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not postgres and not slow and not processes"
+	$(BIN)/python -m pytest -q -m "not postgres and not slow and not processes and not browser"
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

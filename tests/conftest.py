@@ -144,6 +144,12 @@ class Runs:
         return [label for label, p, phase in self.lines() if p == pid and phase == "start"]
 
 
+def child_pythonpath() -> str:
+    """What a test's subprocess imports from: the tests' root (for ``tests.apps``), then
+    whatever this process was given (a worktree's ``src`` wins over the installed copy)."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+
+
 @pytest.fixture
 def runs(tmp_path: Path) -> Runs:
     return Runs(tmp_path / "runs.log")
@@ -165,9 +171,7 @@ def spawn(url: str, runs: Runs, tmp_path: Path) -> Iterator[Callable[..., subpro
             SQLJOBS_URL=url,
             SQLJOBS_TEST_RUNS=str(runs.path),
             SQLJOBS_TEST_LEASE=str(lease),
-            # this checkout's sources first: a worktree's workers run its own code, not
-            # the editable install's
-            PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+            PYTHONPATH=child_pythonpath(),
         )
         log_path = tmp_path / f"worker-{len(procs)}.log"
         logs.append(log_path)

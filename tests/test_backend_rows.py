@@ -26,7 +26,7 @@ def test_columns_in_any_order_fill_the_fields_they_are_named_for() -> None:
     names, rows = _rows(CLAIMED.format(id=9, token=4, priority=0, run_at=1.0))
     assert names[0] == "surplus", "columns the record does not need are passed over"
     assert claimed_jobs(names, rows) == [
-        ClaimedJob(9, "send", "{}", "default", 0, 1, 4, 30.0, 3, 5.0, 7.0, "k")
+        ClaimedJob(9, "send", "{}", "default", 0, 1, 4, 30.0, 3, 5.0, 7.0, "k", run_at=1.0)
     ]
 
 
@@ -53,7 +53,7 @@ def test_flags_that_sqlite_gives_as_integers_become_booleans() -> None:
         "SELECT 1 AS id, 2 AS token, 't' AS task, 1 AS attempt, 3 AS max_attempts, "
         "30.0 AS lease, NULL AS started_at, 0.0 AS lease_until, NULL AS deadline_at, "
         "'w' AS worker, 1 AS worker_alive, 0 AS errors, 0 AS lease_expiries, 0 AS crashes, "
-        "0 AS prefetched"
+        "0 AS prefetched, 'q' AS queue"
     )
     job = expired_job(names, rows[0])
     assert job.worker_alive is True and job.prefetched is False

@@ -314,6 +314,10 @@ def test_jobs_enqueued_after_others_show_what_they_wait_for(app: App) -> None:
     assert_fits(shown)
     assert f"waiting for 1 parent to end (jobs {parent.id})" in _line(shown, "state")
     assert _line(shown, "after").split() == ["after", str(parent.id), "(policy", "done)"]
+    assert _line(sqljobs(app.url, "jobs", "show", str(parent.id)).stdout, "then").split() == [
+        "then",
+        str(child),
+    ]
     listed = sqljobs(app.url, "jobs", "list", "--state", "waiting", "--json").stdout
     assert [j["id"] for j in json.loads(listed)] == [child]
     enqueue = ["--url", app.url, "enqueue", "step", "--remote", "--after"]
@@ -348,3 +352,68 @@ def test_jobs_show_and_list_hide_what_a_task_redacts(
     assert "4111" not in sqljobs(app.url, "jobs", "list", app=spec).stdout
     unknown = sqljobs(app.url, "jobs", "show", str(job.id)).stdout  # no app: not known
     assert "4111" in unknown
+
+
+def test_jobs_list_filters_and_pages_and_delete_takes_only_ended_jobs(app: App) -> None:
+    app.task(name="mail", queue="mail")(lambda to: to)
+    app.task(name="bill", queue="bill")(lambda who: who)
+    ids = [app.enqueue("mail", [f"user{i}@example.org"]).id for i in range(3)]
+    ids += [app.enqueue("bill", ["acme"]).id for _ in range(2)]
+
+    def listed(*args: str) -> list[int]:
+        out = sqljobs(app.url, "jobs", "list", *args, "--json").stdout
+        return [j["id"] for j in json.loads(out)]
+
+    assert listed("--task", "mail") == ids[2::-1]
+    assert listed("--text", "USER1") == [ids[1]]
+    assert listed("--queue", "bill", "--before", str(ids[4])) == [ids[3]]
+    first = sqljobs(app.url, "jobs", "list", "--limit", "2").stdout
+    assert f"more: sqljobs jobs list --before {ids[3]}" in first
+    bad = CliRunner().invoke(
+        cli, ["--url", app.url, "jobs", "list", "--text", "x" * 201], obj=Ctx()
+    )
+    assert bad.exit_code == 2 and "at most 200" in bad.output
+
+    refused = CliRunner().invoke(cli, ["--url", app.url, "jobs", "delete", str(ids[0])], obj=Ctx())
+    assert refused.exit_code == 1 and "is pending: only a done, dead or cancelled" in refused.output
+    assert sqljobs(app.url, "jobs", "cancel", "--queue", "mail", "--yes").exit_code == 0
+    nothing = sqljobs(app.url, "jobs", "delete", "--queue", "bill", "--yes").stdout
+    assert "nothing to delete" in nothing
+    asked = sqljobs(app.url, "jobs", "delete", "--state", "cancelled", answer="n\n")
+    assert "delete 3 ended jobs (state=cancelled)?" in asked.output and asked.exit_code == 1
+    assert app.count_jobs().n == 5
+    assert sqljobs(app.url, "jobs", "delete", str(ids[0])).stdout.strip() == (
+        f"job {ids[0]} deleted"
+    )
+    done = sqljobs(app.url, "jobs", "delete", "--state", "cancelled", "--yes").stdout
+    assert done.strip() == "2 job(s) deleted" and listed() == ids[:2:-1]
+
+
+def test_workers_shows_each_live_worker_and_what_it_runs(app: App) -> None:
+    release = threading.Event()
+
+    @app.task(queue="slow")
+    def hold() -> None:
+        release.wait(10)
+
+    handle = hold.enqueue()
+    assert sqljobs(app.url, "workers").stdout.strip() == "no live workers"
+    with worker_thread(app, concurrency=3, queues=["slow"]) as worker:
+        try:
+            wait_until(lambda: app.workers() and app.workers()[0].running, what="running")
+            shown = sqljobs(app.url, "workers").stdout
+            assert_fits(shown)
+            row = _line(shown, worker.id[:10])
+            assert "slow" in row and "1/3" in row and f"{handle.id} hold" in row
+            (data,) = json.loads(sqljobs(app.url, "workers", "--json").stdout)
+            assert data["id"] == worker.id and [j["id"] for j in data["running"]] == [handle.id]
+        finally:
+            release.set()
+
+
+def test_the_dashboards_alert_age_must_be_a_positive_number(app: App) -> None:
+    for bad in ("0", "-5", "soon"):
+        result = CliRunner().invoke(
+            cli, ["--url", app.url, "dashboard", "--alert-age", bad], obj=Ctx()
+        )
+        assert result.exit_code == 2 and "--alert-age" in result.output

@@ -14,12 +14,12 @@ import threading
 import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from html import escape
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import httpx2
 import pytest
+from markupsafe import escape
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
@@ -32,7 +32,7 @@ from .conftest import wait_until, worker_thread
 
 READ_ONLY = (
     "read-only: this dashboard was started with --read-only and takes no actions "
-    "(retry, cancel, pause, resume)"
+    "(retry, cancel, delete, pause, resume, run now)"
 )
 BAD_TOKEN = "a valid token is required"
 
@@ -68,8 +68,8 @@ def _state(app: App, job_id: int) -> JobState:
 
 
 def _rows(html: str, job_id: int) -> list[str]:
-    """The page's table rows for one job (it may be in the dead table and the latest)."""
-    return re.findall(rf"<tr><td class=n><a href='/api/jobs/{job_id}'>.*?</tr>", html, re.S)
+    """The page's table rows for one job (it may be in more than one table)."""
+    return re.findall(rf'<tr data-job="{job_id}">.*?</tr>', html, re.S)
 
 
 def _flash(location: str) -> dict[str, list[str]]:
@@ -151,10 +151,13 @@ def test_the_page_shows_times_in_a_zone_and_arguments_escaped(app: App) -> None:
     job = app.enqueue("report", ["<b>acme</b>"], {"day": "2026-12-01"}, delay=60)
     found = app.get_job(job.id)
     assert found is not None
-    html = _client(create_app(app)).get("/").text
+    client = _client(create_app(app))
+    html = client.get("/jobs").text
     for ts in (found.created_at, found.run_at):
         assert f'<time datetime="{iso_utc(ts)}">{escape(iso_local(ts))}</time>' in html
-    assert "timeZoneName" in html, "the browser rewrites times in the reader's own zone"
+    assert '<script src="/static/dashboard.js" defer></script>' in html
+    script = client.get("/static/dashboard.js").text
+    assert "timeZoneName" in script, "the browser rewrites times in the reader's own zone"
     args = preview(found.args, found.kwargs)
     assert args.startswith('"<b>acme</b>"') and escape(args) in html
     assert "<b>acme" not in html, "arguments are escaped"
@@ -213,11 +216,15 @@ def test_the_page_shows_its_flash_messages_escaped(app: App) -> None:
 
 def test_the_page_offers_only_the_actions_it_would_take(app: App) -> None:
     jobs = _jobs(app)
-    html = _client(create_app(app)).get("/").text
+    client = _client(create_app(app))
+    html = client.get("/jobs").text
     assert all("/retry" in row and "/cancel" not in row for row in _rows(html, jobs.dead))
     assert all("/cancel" in row and "/retry" not in row for row in _rows(html, jobs.pending))
     assert [row for row in _rows(html, jobs.done) if "<form" in row] == [], "done: nothing to do"
-    assert "retry every dead job" in html and 'name="token"' not in html, "no token asked for"
+    assert 'name="token"' not in html, "no token asked for"
+    overview = client.get("/").text
+    assert 'data-confirm="Retry every dead job (1)?"' in overview, "asks first, with the count"
+    assert ">Retry every dead job</button>" in overview
     assert READ_ONLY not in html
     assert all('<input type="hidden" name="csrf"' in row for row in _rows(html, jobs.dead))
 
@@ -228,7 +235,7 @@ def test_a_read_only_dashboard_shows_no_buttons_and_says_why(app: App) -> None:
     html = client.get("/").text
     assert "<form" not in html and "<button" not in html
     assert escape(READ_ONLY) in html
-    assert len(_rows(html, jobs.dead)) == 2, "the jobs are still listed"
+    assert len(_rows(html, jobs.dead)) == 1, "the jobs are still listed"
     refused = client.post(f"/api/jobs/{jobs.dead}/retry")
     assert refused.status_code == 403
     assert refused.json() == {"ok": False, "error": READ_ONLY}
@@ -258,7 +265,7 @@ def test_the_page_form_posts_with_its_csrf_token(app: App) -> None:
     csrf = re.search(r'name="csrf" value="([^"]+)"', login)
     assert csrf is not None
     client.post("/login", data={"csrf": csrf[1], "token": "s3cret"})
-    row = _rows(client.get("/").text, jobs.pending)[0]
+    row = _rows(client.get("/jobs").text, jobs.pending)[0]
     form = re.search(r'<form method="post" action="([^"]+)">.*?value="([^"]+)"', row)
     assert form is not None and form[1] == f"/api/jobs/{jobs.pending}/cancel"
 
@@ -344,7 +351,7 @@ def test_queues_are_paused_and_resumed_and_shown_so(app: App) -> None:
     assert again.json() == {"ok": True, "note": "already paused"}, "pausing is idempotent"
 
     html = client.get("/").text
-    mail = re.search(r"<tr><td>mail</td>.*?</tr>", html, re.S)
+    mail = re.search(r'<tr data-queue="mail">.*?</tr>', html, re.S)
     assert mail is not None and "paused</span> since <time datetime=" in mail[0]
     assert 'action="/api/queues/mail/resume"' in mail[0] and "/pause" not in mail[0]
     assert 'action="/api/queues/reports/pause"' in html
@@ -423,8 +430,8 @@ def test_progress_while_running_and_the_result_when_done(app: App) -> None:
     assert body["result"] == {"file": "<b>report</b>.pdf", "pages": "x" * 200}
     assert body["progress"]["done"] == 3, "the last report stays with the job"
     html = client.get("/").text
-    assert "<h2>Running jobs</h2><p>none</p>" in html
-    (row,) = _rows(html, handle.id)
+    assert '<h2>Running jobs</h2>\n<p class="empty">No running jobs.</p>' in html
+    (row,) = _rows(client.get("/jobs").text, handle.id)
     shown = json.dumps(body["result"])[:79] + "…"
     assert f"<code>{escape(shown)}</code>" in row, "a long result is cut; the JSON has it all"
     assert "<progress" not in row and "<b>report" not in row
@@ -443,7 +450,7 @@ def test_cancelling_a_running_job_says_its_outcome_is_discarded(app: App) -> Non
     client = _client(create_app(app))
     with worker_thread(app, on_event=(log := EventLog())):
         assert started.wait(10)
-        assert "<h2>Running jobs</h2><p>none</p>" not in client.get("/").text
+        assert _rows(client.get("/").text.split("<h2>Running jobs</h2>")[1], handle.id)
         form = _submit(client, f"/api/jobs/{handle.id}/cancel")
         said = _flash(form.headers["location"])["message"][0]
         assert said == (

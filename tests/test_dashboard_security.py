@@ -7,10 +7,10 @@ from __future__ import annotations
 import base64
 import logging
 import re
-from html import escape
 
 import pytest
 from click.testing import CliRunner
+from markupsafe import escape
 from starlette.testclient import TestClient
 
 from sqljobs import App, ConfigurationError, JobState
@@ -118,7 +118,7 @@ def test_the_login_page_sets_a_cookie_and_logout_clears_it(app: App) -> None:
     for cookie in right.headers.get_list("set-cookie"):
         assert "HttpOnly" in cookie and "SameSite=strict" in cookie, cookie
     page = client.get("/")
-    assert page.status_code == 200 and "log out" in page.text
+    assert page.status_code == 200 and ">Log out</button>" in page.text
     assert client.get("/api/stats").status_code == 200
     logout_csrf = re.search(
         r'action="/logout"><input type="hidden" name="csrf" value="([^"]+)"', page.text
@@ -150,7 +150,7 @@ def test_an_action_without_a_valid_csrf_token_is_refused(app: App) -> None:
         if form is None:
             assert refused.json()["ok"] is False and BAD_CSRF in refused.json()["error"], what
         else:
-            assert BAD_CSRF in refused.text and "<a href='/'>back</a>" in refused.text, what
+            assert BAD_CSRF in refused.text and '<a href="/">back</a>' in refused.text, what
     assert _state(app, job) is JobState.PENDING
     cookieless = TestClient(client.app, base_url=LOOPBACK)  # a cross-site post: no cookies
     assert (
@@ -288,7 +288,7 @@ def test_redacted_arguments_are_masked_in_the_page_and_the_json(app: App) -> Non
         .id
     )
     client = TestClient(create_app(app), base_url=LOOPBACK)
-    html = client.get("/").text
+    html = client.get("/jobs").text
     listed = client.get("/api/jobs").text
     for shown in (html, listed, client.get(f"/api/jobs/{positional}").text,
                   client.get(f"/api/jobs/{keyword}").text):  # fmt: skip
@@ -306,3 +306,36 @@ def test_redact_names_parameters_of_the_task(app: App) -> None:
         app.task(name="pay", redact=["card"])(lambda card_number: None)
     with pytest.raises(ConfigurationError, match="redact must be a list of parameter names"):
         app.task(name="pay2", redact="card_number")(lambda card_number: None)
+
+
+# -- guessing and transport ----------------------------------------------------------
+
+
+def test_an_address_that_keeps_guessing_the_token_is_turned_away_for_a_while(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    from sqljobs.dashboard.security import WrongTokenThrottle
+
+    now = [1000.0]
+    throttle = WrongTokenThrottle(allowed=3, window=60.0, clock=lambda: now[0])
+    client = TestClient(create_app(app, token="s3cret", throttle=throttle), base_url=LOOPBACK)
+    wrong = {"Authorization": "Bearer guess"}
+    assert client.get("/api/stats", headers=wrong).status_code == 401
+    assert client.get("/api/stats", headers=_basic("eve", "guess2")).status_code == 401
+    csrf = client.get("/login").text.split('name="csrf" value="')[1].split('"')[0]
+    assert client.post("/login", data={"csrf": csrf, "token": "guess3"}).status_code == 401
+    # three wrong tokens: the door is shut, even to the right one, and says for how long
+    shut = client.get("/api/stats", headers=BEARER)
+    assert shut.status_code == 429 and shut.headers["Retry-After"] == "60"
+    assert "too many wrong tokens from this address: wait 60 s" in shut.json()["error"]
+    now[0] += 60.0
+    assert client.get("/api/stats", headers=BEARER).status_code == 200
+    assert "wrong token" in caplog.text
+
+
+def test_cookies_are_secure_over_https_only(app: App) -> None:
+    for base, secure in (("https://127.0.0.1", True), (LOOPBACK, False)):
+        answer = TestClient(create_app(app), base_url=base).get("/api/csrf")
+        cookie = answer.headers["set-cookie"]
+        assert ("; secure" in cookie.lower()) is secure, cookie
+        assert "httponly" in cookie.lower() and "samesite=strict" in cookie.lower()

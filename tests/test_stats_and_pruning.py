@@ -265,7 +265,7 @@ def _stats_work(app: App) -> int:
 def test_capped_counts_read_as_lower_bounds_wherever_they_are_shown() -> None:
     """The CLI's stats and queues tables and the dashboard say "10000+", not 10000."""
     from sqljobs.cli_format import queues_columns, stats_columns
-    from sqljobs.dashboard.page import _count
+    from sqljobs.dashboard.render import count
     from sqljobs.jobs import QueueInfo
     from sqljobs.stats import COUNT_CAP, Stats
 
@@ -276,4 +276,4 @@ def test_capped_counts_read_as_lower_bounds_wherever_they_are_shown() -> None:
     queue = QueueInfo("big", False, counts["big"], None)
     by_name = {c.header: c.cells for c in queues_columns([queue], {}, 0.0)}
     assert by_name["done"] == [f"{COUNT_CAP}+"] and by_name["pending"] == ["3"]
-    assert _count("done", COUNT_CAP).endswith("+</span>") and _count("dead", 5) == "5"
+    assert count(COUNT_CAP, "done").endswith("+</span>") and count(5, "dead") == "5"

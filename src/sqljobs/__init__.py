@@ -1,6 +1,7 @@
 """sqljobs: durable background jobs and periodic schedules in your SQL database."""
 
 from .app import App
+from .browse import JobCount, JobFilter, JobPage, WorkerStatus
 from .context import JobContext
 from .dependencies import Group
 from .effects import perform_once
@@ -28,6 +29,7 @@ from .idempotency import idempotent
 from .jobs import Job, JobState, Progress, QueueInfo
 from .retention import Retention
 from .retry import Retry
+from .rollup import MetricAmount, MinuteCounts
 from .schedules import Schedule, ScheduleState
 from .stats import Stats
 from .tasks import BoundTask, Signature, Task
@@ -48,13 +50,18 @@ __all__ = [
     "Job",
     "JobCancelled",
     "JobContext",
+    "JobCount",
     "JobEvent",
     "JobFailed",
+    "JobFilter",
     "JobHandle",
     "JobNotFound",
+    "JobPage",
     "JobSignal",
     "JobState",
     "LeaseLost",
+    "MetricAmount",
+    "MinuteCounts",
     "PayloadError",
     "PayloadTooLarge",
     "Progress",
@@ -74,6 +81,7 @@ __all__ = [
     "Worker",
     "WorkerConfig",
     "WorkerLifecycle",
+    "WorkerStatus",
     "idempotent",
     "perform_once",
 ]

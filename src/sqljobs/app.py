@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import threading
@@ -11,8 +12,9 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any, TypeVar, overload
 
-from . import payload
+from . import app_async, payload
 from .backends import Backend, open_backend
+from .browse import ENDED, RETRYABLE, UNENDED, JobCount, JobFilter, JobPage, WorkerStatus
 from .dependencies import AfterPolicy, Group, check_policy, parent_ids
 from .errors import ConfigurationError, JobNotFound, PayloadError, SqljobsError
 from .handles import JobHandle
@@ -32,6 +34,7 @@ from .notifiers import LocalNotifier
 from .notifiers.base import JobEventCallback
 from .retention import Retention
 from .retry import Retry, seconds
+from .rollup import MetricAmount, MinuteCounts, check_window, minute_counts, minute_of
 from .schedules import (
     Schedule,
     ScheduleNotFound,
@@ -280,6 +283,44 @@ class App:
         no worker's record of it, the app's defaults apply. ``after`` and
         ``after_policy`` are as for ``Task.with_options``.
         """
+        job = self.build_named_job(
+            task,
+            args,
+            kwargs,
+            key=key,
+            delay=delay,
+            run_at=run_at,
+            priority=priority,
+            queue=queue,
+            connection=connection,
+            key_scope=key_scope,
+            known=known,
+            concurrency_key=concurrency_key,
+            after=after,
+            after_policy=after_policy,
+        )
+        return self.insert([job], connection)[0]
+
+    def build_named_job(
+        self,
+        task: str,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        key: str | None = None,
+        delay: float | timedelta | None = None,
+        run_at: float | datetime | None = None,
+        priority: int | None = None,
+        queue: str | None = None,
+        connection: Any = None,
+        key_scope: KeyScope = "retained",
+        known: bool = True,
+        concurrency_key: str | None = None,
+        after: Iterable[JobHandle | int] | None = None,
+        after_policy: AfterPolicy = "done",
+    ) -> NewJob:
+        """The row :meth:`enqueue` inserts, checked and encoded but not inserted (what
+        :meth:`enqueue_async` sends on an async connection). Arguments as for enqueue."""
         if not isinstance(task, str) or not task:
             raise ConfigurationError(f"task name must be a non-empty string, got {task!r}")
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
@@ -307,7 +348,7 @@ class App:
         else:
             info = self._task_info(task, known)
             job = self.build_job(task, args, kwargs or {}, opts, now, task=info)
-        return self.insert([job], connection)[0]
+        return job
 
     def _task_info(self, name: str, known: bool) -> TaskInfo | None:
         """The defaults of a task this App does not register, as a worker recorded them;
@@ -447,6 +488,55 @@ class App:
             self.wake_local_workers()
         return [JobHandle(r.id, r.created, self) for r in results]
 
+    # -- for asyncio callers (sqljobs.app_async: nothing here blocks the event loop) ----
+
+    async def enqueue_async(self, task: str, *args: Any, **kwargs: Any) -> JobHandle:
+        """:meth:`enqueue`, awaitable; ``connection=`` may be a psycopg AsyncConnection,
+        whose transaction the job joins."""
+        return await app_async.enqueue_named(self, task, *args, **kwargs)
+
+    async def insert_async(self, jobs: Sequence[NewJob], connection: Any) -> list[JobHandle]:
+        """Insert built jobs in the caller's AsyncConnection transaction."""
+        return await app_async.insert_on(self, jobs, connection)
+
+    async def stats_async(self) -> Stats:
+        return await asyncio.to_thread(self.stats)
+
+    async def queues_async(self) -> list[QueueInfo]:
+        return await asyncio.to_thread(self.queues)
+
+    async def get_job_async(self, job_id: int) -> Job | None:
+        return await asyncio.to_thread(self.get_job, job_id)
+
+    async def cancel_async(self, job_id: int) -> bool:
+        return await asyncio.to_thread(self.cancel, job_id)
+
+    async def find_jobs_async(
+        self, filter: JobFilter | None = None, *, before: int | None = None, limit: int = 50
+    ) -> JobPage:
+        return await asyncio.to_thread(self.find_jobs, filter, before=before, limit=limit)
+
+    async def count_jobs_async(
+        self, filter: JobFilter | None = None, *, cap: int = 10_000
+    ) -> JobCount:
+        return await asyncio.to_thread(self.count_jobs, filter, cap=cap)
+
+    async def run_worker_async(
+        self, concurrency: int = 8, queues: str | Sequence[str] | None = None, **options: Any
+    ) -> None:
+        """Run a worker inside a running event loop until the awaiting task is cancelled,
+        then drain it as SIGTERM would and re-raise. It installs no signal handlers (they
+        are the application's): for a service that serves and works in one process."""
+        from .worker import WorkerConfig
+
+        config = WorkerConfig(
+            concurrency=concurrency,
+            queues=check_queues(queues, "run_worker_async(queues=...)"),
+            install_signal_handlers=False,
+            **options,
+        )
+        await app_async.run_worker(self, config)
+
     # -- hooks, middleware and tracing -------------------------------------------------
 
     @overload
@@ -525,6 +615,22 @@ class App:
     def stats(self) -> Stats:
         """Counts by queue and state, and the age of the oldest due pending job."""
         return self.backend.stats()
+
+    def throughput(self, minutes: int = 60, queue: str | None = None) -> list[MinuteCounts]:
+        """Attempts that ended done, failed and cancelled in each of the last ``minutes``
+        minutes (the current one last), of one queue or all: one entry per minute, empty
+        minutes included, oldest first. Workers add their counts at each heartbeat, so the
+        newest minute may lag by one heartbeat (see :mod:`sqljobs.rollup`)."""
+        minutes = check_window(minutes)
+        if queue is not None:
+            check_queue_name(queue, "throughput(queue=...)")
+        first = minute_of(self.clock()) - 60 * (minutes - 1)
+        return minute_counts(self.backend.attempts_by_minute(first, queue), first, minutes)
+
+    def metric_totals(self) -> list[MetricAmount]:
+        """Every counted amount since the database began (by queue, task, outcome, series
+        and bucket): what the Prometheus counters and histograms show."""
+        return self.backend.metric_totals()
 
     def get_job(self, job_id: int) -> Job | None:
         return self.backend.get_job(job_id)
@@ -651,6 +757,95 @@ class App:
             log.info("cancelled %d jobs (queue=%s, task=%s, state=%s)", total, queue, task, state)
             self._wakeups.emit("cancel", None)
         return total
+
+    # -- browsing and bulk actions (sqljobs.browse) -------------------------------------
+
+    def find_jobs(
+        self, filter: JobFilter | None = None, *, before: int | None = None, limit: int = 50
+    ) -> JobPage:
+        """A page of the jobs matching ``filter``, newest first: pass the page's
+        ``next_before`` as ``before`` for the next one (keyset paging, as cheap on page
+        500 as on page 1). ``limit`` is 1 to 1000."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise ConfigurationError(f"find_jobs(limit={limit!r}): give 1 to 1000 jobs a page")
+        if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
+            raise ConfigurationError(f"find_jobs(before={before!r}): give a job id")
+        return self.backend.find_jobs(filter or JobFilter(), before, limit)
+
+    def count_jobs(self, filter: JobFilter | None = None, *, cap: int = 10_000) -> JobCount:
+        """How many jobs match ``filter``, counted up to ``cap``; ``capped`` says the true
+        number may be larger. By state and queue alone it is the stats' count; with other
+        fields, the newest :data:`~sqljobs.browse.COUNT_SCAN` jobs are counted (a count
+        over every job of a large table would read them all), and a count that did not
+        reach the oldest job is capped too."""
+        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
+            raise ConfigurationError(f"count_jobs(cap={cap!r}): give a positive whole number")
+        wanted = filter or JobFilter()
+        if wanted.by_state_and_queue_only():
+            return self._count_from_stats(wanted, cap)
+        return self.backend.count_jobs(wanted, cap)
+
+    def _count_from_stats(self, wanted: JobFilter, cap: int) -> JobCount:
+        """A count by state and queue alone, from the per-queue counts ``stats()`` reads
+        through indexes (exact but for done and cancelled jobs past its own cap)."""
+        stats = self.backend.stats()
+        queues = [wanted.queue] if wanted.queue is not None else list(stats.counts)
+        states = [wanted.state] if wanted.state is not None else [s.value for s in JobState]
+        n = sum(stats.counts.get(q, {}).get(s, 0) for q in queues for s in states)
+        lower_bound = any(s in stats.capped.get(q, ()) for q in queues for s in states)
+        return JobCount(min(n, cap), n > cap or lower_bound)
+
+    def retry_jobs(self, filter: JobFilter) -> int:
+        """Send every dead or cancelled job matching ``filter`` back to pending with fresh
+        attempts, in batches; return how many. A cancelled job that runs after others is
+        left alone while one of them is not done (:meth:`retry_job` says why)."""
+        n = self.backend.retry_jobs(filter, filter.only(RETRYABLE))
+        log.info("retried %d jobs (%s)", n, filter.describe())
+        if n:
+            self.backend.notifier.announce()
+            self.wake_local_workers()
+        return n
+
+    def cancel_jobs(self, filter: JobFilter) -> int:
+        """Cancel every pending, waiting or running job matching ``filter``, in batches,
+        as :meth:`cancel` does one; return how many."""
+        n = self.backend.cancel_jobs_matching(filter, filter.only(UNENDED))
+        log.info("cancelled %d jobs (%s)", n, filter.describe())
+        if n:
+            self._wakeups.emit("cancel", None)
+        return n
+
+    def delete_jobs(self, filter: JobFilter) -> int:
+        """Delete every ended (done, dead or cancelled) job matching ``filter``, in
+        batches; return how many. Jobs that have not ended are left alone: cancel them
+        first."""
+        n = self.backend.delete_jobs(filter, filter.only(ENDED))
+        log.info("deleted %d jobs (%s)", n, filter.describe())
+        return n
+
+    def delete_job(self, job_id: int) -> bool:
+        """Delete one ended job; False if there is no such job. A job that has not ended
+        is refused with ConfigurationError (cancel it first)."""
+        job_id = self.job(job_id).id
+        found = self.backend.get_job(job_id)
+        if found is None:
+            return False
+        if found.state.value not in ENDED:
+            raise ConfigurationError(
+                f"job {job_id} is {found.state.value}: only a done, dead or cancelled job "
+                "can be deleted (cancel it first)"
+            )
+        deleted = self.backend.delete_jobs(JobFilter(ids=(job_id,)), ENDED) == 1
+        log.info("job %s %s", job_id, "deleted" if deleted else "was not deleted: it changed")
+        return deleted
+
+    def workers(self) -> list[WorkerStatus]:
+        """Every live worker (seen within its heartbeat) and the jobs it is running."""
+        return self.backend.worker_statuses()
+
+    def job_children(self, job_id: int, limit: int = 100) -> list[int]:
+        """The ids of the jobs enqueued ``after`` this one (up to ``limit``), oldest first."""
+        return self.backend.job_children(self.job(job_id).id, limit)
 
     def limit_queue(
         self, name: str, *, concurrency: int | None = None, rate: str | None = None

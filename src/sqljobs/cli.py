@@ -25,6 +25,7 @@ import click
 from rich.text import Text
 
 from .app import App
+from .browse import JobFilter, WorkerStatus
 from .cli_format import (
     RUNNING_CANCELLED,
     job_parts,
@@ -37,12 +38,13 @@ from .cli_format import (
     stats_columns,
     table_parts,
     width,
+    workers_columns,
 )
 from .errors import ConfigurationError, JobNotFound, ScheduleNotFound, SqljobsError
 from .humanize import duration, iso_local, redact_url
 from .jobs import Job, JobState, QueueInfo
 from .logs import LogFormat, configure_logging
-from .redaction import redact_arguments
+from .redaction import redact_job
 from .tasks import check_queue_name
 from .url import DEFAULT_URL
 
@@ -424,18 +426,99 @@ def jobs() -> None:
     help="Only jobs in this state.",
 )
 @click.option("--queue", default=None, show_default="all", help="Only jobs of this queue.")
+@click.option("--task", default=None, show_default="all", help="Only jobs of this task.")
+@click.option("--key", default=None, help="Only the job with this key.")
 @click.option(
-    "--limit", type=click.IntRange(min=1), default=50, help="At most this many, newest first."
+    "--text", default=None, help="Only jobs whose arguments contain this (case-insensitive)."
+)
+@click.option(
+    "--before", type=click.IntRange(min=1), default=None, help="Only jobs older than this id."
+)
+@click.option(
+    "--limit", type=click.IntRange(1, 1000), default=50, help="At most this many, newest first."
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @pass_ctx
-def jobs_list(ctx: Ctx, state: str | None, queue: str | None, limit: int, as_json: bool) -> None:
-    """The newest jobs, optionally of one state or queue."""
-    rows = [_redacted(ctx, j) for j in ctx.app.list_jobs(state, queue, limit)]
+def jobs_list(
+    ctx: Ctx,
+    state: str | None,
+    queue: str | None,
+    task: str | None,
+    key: str | None,
+    text: str | None,
+    before: int | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """The newest jobs matching every filter given; the next page is --before the id the
+    last line names."""
+    wanted = _filter(state=state, queue=queue, task=task, key=key, text=text)
+    page = ctx.app.find_jobs(wanted, before=before, limit=limit)
+    rows = [_redacted(ctx, j) for j in page.jobs]
     if as_json:
         click.echo(json.dumps([j.to_dict() for j in rows], indent=2))
         return
-    show(*table_parts(jobs_columns(rows), width(), f"no {state} jobs" if state else "no jobs"))
+    empty = f"no {state} jobs" if state else "no jobs"
+    show(*table_parts(jobs_columns(rows), width(), empty))
+    if page.next_before is not None:
+        click.echo(f"more: sqljobs jobs list --before {page.next_before} (with the same filters)")
+
+
+def _filter(**fields: Any) -> JobFilter:
+    """The options as a JobFilter; a bad one is a usage error that names it."""
+    try:
+        return JobFilter(**fields)
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+@jobs.command("delete")
+@click.argument("job_id", type=int, required=False)
+@click.option(
+    "--state",
+    type=click.Choice(["done", "dead", "cancelled"]),
+    default=None,
+    show_default="all three",
+    help="Delete only ended jobs in this state.",
+)
+@click.option("--queue", default=None, help="Delete the ended jobs of this queue.")
+@click.option("--task", default=None, help="Delete the ended jobs of this task.")
+@click.option("--yes", is_flag=True, help="Do not ask before deleting many jobs.")
+@pass_ctx
+def jobs_delete(
+    ctx: Ctx,
+    job_id: int | None,
+    state: str | None,
+    queue: str | None,
+    task: str | None,
+    yes: bool,
+) -> None:
+    """Delete one ended job by id, or every done, dead or cancelled job matching --state,
+    --queue and --task (asks first, with the count, unless --yes). Jobs that have not
+    ended are never deleted: cancel them first."""
+    filters = state is not None or queue is not None or task is not None
+    if (job_id is not None) == filters:
+        raise click.UsageError("give a job id, or --state, --queue or --task for many: one")
+    if job_id is not None:
+        try:
+            deleted = ctx.app.delete_job(job_id)
+        except ConfigurationError as exc:
+            raise click.ClickException(str(exc)) from None
+        if not deleted:
+            raise click.ClickException(f"no job with id {job_id}")
+        click.echo(f"job {job_id} deleted")
+        return
+    wanted = _filter(state=state, queue=queue, task=task)
+    ended = [s for s in ("done", "dead", "cancelled") if state in (None, s)]
+    counts = [ctx.app.count_jobs(replace(wanted, state=s)) for s in ended]
+    count = sum(c.n for c in counts)
+    if count == 0:
+        click.echo(f"no ended jobs match ({wanted.describe()}): nothing to delete")
+        return
+    if not yes:
+        amount = f"{count:,}" + ("+" if any(c.capped for c in counts) else "")
+        click.confirm(f"delete {amount} ended jobs ({wanted.describe()})?", abort=True, err=True)
+    click.echo(f"{ctx.app.delete_jobs(wanted)} job(s) deleted")
 
 
 def _get(ctx: Ctx, job_id: int) -> Job:
@@ -446,11 +529,8 @@ def _get(ctx: Ctx, job_id: int) -> Job:
 
 
 def _redacted(ctx: Ctx, job: Job) -> Job:
-    """The job with the arguments its task redacts shown as ``***``."""
-    args, kwargs = redact_arguments(ctx.app.tasks.get(job.task), job.args, job.kwargs)
-    return (
-        job if (args, kwargs) == (job.args, job.kwargs) else replace(job, args=args, kwargs=kwargs)
-    )
+    """The job with the arguments its task redacts shown as ``***``, in its texts too."""
+    return redact_job(ctx.app.tasks.get(job.task), job)
 
 
 @jobs.command("show")
@@ -465,7 +545,8 @@ def jobs_show(ctx: Ctx, job_id: int, as_json: bool) -> None:
         return
     task = ctx.app.tasks.get(job.task)  # only a task registered here is known not to store
     stores = task is None or task.store_result
-    show(*job_parts(job, width(), ctx.app.waiting_reason(job), stores))
+    children = ctx.app.job_children(job.id)
+    show(*job_parts(job, width(), ctx.app.waiting_reason(job), stores, children))
 
 
 @jobs.command("retry")
@@ -682,6 +763,35 @@ def queues_resume(ctx: Ctx, name: str) -> None:
         click.echo(f"queue {name} was not paused")
 
 
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@pass_ctx
+def workers(ctx: Ctx, as_json: bool) -> None:
+    """The live workers (seen within their heartbeat) and the jobs each is running."""
+    statuses = ctx.app.workers()
+    if as_json:
+        click.echo(json.dumps([_worker_json(w) for w in statuses], indent=2))
+        return
+    show(*table_parts(workers_columns(statuses, time.time()), width(), "no live workers"))
+
+
+def _worker_json(status: WorkerStatus) -> dict[str, Any]:
+    return {
+        "id": status.id,
+        "host": status.host,
+        "pid": status.pid,
+        "queues": status.queues,
+        "concurrency": status.concurrency,
+        "started_at": status.started_at,
+        "last_seen": status.last_seen,
+        "tasks": status.tasks,
+        "running": [
+            {"id": j.id, "task": j.task, "queue": j.queue, "started_at": j.started_at}
+            for j in status.running
+        ],
+    }
+
+
 @cli.group(invoke_without_command=True)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
@@ -763,8 +873,17 @@ cli.add_command(
     "login page); required to bind beyond loopback (or SQLJOBS_DASHBOARD_TOKEN).",
 )
 @click.option("--read-only", is_flag=True, help="Show no buttons and refuse every action (403).")
+@click.option(
+    "--alert-age",
+    type=click.FloatRange(min=0, min_open=True),
+    default=60.0,
+    show_default=True,
+    help="Seconds the oldest due job may wait before the overview shows it in red.",
+)
 @pass_ctx
-def dashboard(ctx: Ctx, host: str, port: int, token: str | None, read_only: bool) -> None:
+def dashboard(
+    ctx: Ctx, host: str, port: int, token: str | None, read_only: bool, alert_age: float
+) -> None:
     """Serve the dashboard, its JSON and /metrics for Prometheus."""
     try:
         from .dashboard import check_bind, serve
@@ -778,7 +897,7 @@ def dashboard(ctx: Ctx, host: str, port: int, token: str | None, read_only: bool
         raise click.UsageError(str(exc)) from exc
     mode = " read-only" if read_only else ""
     click.echo(f"sqljobs{mode} dashboard on http://{host}:{port}/ (metrics at /metrics)", err=True)
-    serve(ctx.app, host, port, token, read_only=read_only)
+    serve(ctx.app, host, port, token, read_only=read_only, alert_age=alert_age)
 
 
 @cli.command()

@@ -21,6 +21,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from .browse import WorkerStatus
 from .humanize import ago, duration, iso_local, preview
 from .jobs import Job, JobState, QueueInfo
 from .schedules import ScheduleState
@@ -144,16 +145,24 @@ def _running_progress(job: Job) -> bool:
 
 
 def job_parts(
-    job: Job, width: int, note: str | None = None, stores_result: bool = True
+    job: Job,
+    width: int,
+    note: str | None = None,
+    stores_result: bool = True,
+    children: Sequence[int] = (),
 ) -> list[RenderableType]:
     """``jobs show``: the job's fields, its attempt history, and its last traceback.
     ``note`` says why a pending job is not running yet, when the app knows;
-    ``stores_result`` is False when the task is known not to store its return value."""
+    ``stores_result`` is False when the task is known not to store its return value;
+    ``children`` are the jobs enqueued after it."""
     now = time.time()
     fields = Table.grid(padding=(0, 2))
     fields.add_column(style="bold", no_wrap=True)
     fields.add_column(overflow="fold")
-    for label, value in _fields(job, now, note, stores_result):
+    rows = _fields(job, now, note, stores_result)
+    if children:
+        rows.append(("then", ", ".join(map(str, children))))
+    for label, value in rows:
         fields.add_row(label, Text(value))
     parts: list[RenderableType] = [fields]
     if job.history:
@@ -373,3 +382,22 @@ def paused_lines(queues: Sequence[QueueInfo], paused_at: Mapping[str, float | No
     if lines:
         lines.append("workers take no new jobs from a paused queue: sqljobs queues resume NAME")
     return lines
+
+
+def workers_columns(statuses: Sequence[WorkerStatus], now: float) -> list[Column]:
+    """``sqljobs workers``: each live worker, how busy it is, and the jobs it runs."""
+    return [
+        Column("worker", [w.id for w in statuses], 0),
+        Column("host", [w.host for w in statuses], 2),
+        Column("pid", [str(w.pid) for w in statuses], 3, justify="right"),
+        Column("queues", [", ".join(w.queues) if w.queues else "all" for w in statuses], 1),
+        Column("running", [f"{len(w.running)}/{w.concurrency}" for w in statuses], 0),
+        Column("up", [duration(now - w.started_at) for w in statuses], 4),
+        Column("seen", [f"{duration(now - w.last_seen)} ago" for w in statuses], 5),
+        Column(
+            "jobs",
+            [", ".join(f"{j.id} {j.task}" for j in w.running) or "-" for w in statuses],
+            1,
+            flex=True,
+        ),
+    ]

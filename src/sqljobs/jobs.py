@@ -82,6 +82,8 @@ class ClaimedJob:
     created_at: float
     deadline_at: float | None
     key: str | None
+    run_at: float = 0.0
+    """When it fell due (Unix seconds): with ``created_at``, where its wait began."""
 
 
 @dataclass(frozen=True)
@@ -148,6 +150,7 @@ class ExpiredJob:
     crashes: int
     prefetched: bool = False
     """Claimed into the worker's buffer and not known to have started there."""
+    queue: str = ""
 
 
 @dataclass(frozen=True)

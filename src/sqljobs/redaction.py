@@ -3,6 +3,11 @@ page and its JSON) and ``sqljobs jobs list|show`` show ``***`` for those values.
 arguments are matched to their parameters by position; naming a ``*args`` or ``**kwargs``
 parameter hides every value it would collect.
 
+A hidden value can leak through text the job produced: an error that quotes it, a
+traceback line, a progress note, a limit key made from it. :func:`redact_job` masks the
+arguments and replaces every hidden value of :data:`MIN_SCRUBBED` characters or more in
+those texts too (a shorter one would mask common words and numbers).
+
 Only tasks the App registers are known: start the dashboard or the CLI with ``--app``
 (not a bare ``--url``) for their redactions to apply.
 """
@@ -10,12 +15,16 @@ Only tasks the App registers are known: start the dashboard or the CLI with ``--
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
+from .jobs import Job
 from .tasks import Task
 
 MASK = "***"
+MIN_SCRUBBED = 4
+"""The shortest hidden value also replaced in a job's texts (errors, traceback, notes)."""
 
 
 def redact_arguments(
@@ -46,3 +55,64 @@ def redact_arguments(
         [MASK if hide_arg(i) else value for i, value in enumerate(args)],
         {name: MASK if hide_kwarg(name) else value for name, value in kwargs.items()},
     )
+
+
+def redact_job(task: Task | None, job: Job) -> Job:
+    """``job`` as an operator may see it: the redacted arguments masked, and their values
+    replaced in its error, traceback, attempt history, progress note and limit key."""
+    args, kwargs = redact_arguments(task, job.args, job.kwargs)
+    if args is job.args and kwargs is job.kwargs:
+        return job
+    secrets = sorted(
+        {
+            text
+            for old, new in (*zip(job.args, args, strict=True), *_pairs(job.kwargs, kwargs))
+            if new == MASK and old != MASK
+            for text in _texts(old)
+            if len(text) >= MIN_SCRUBBED
+        },
+        key=len,
+        reverse=True,  # a longer secret first, so a shorter one inside it leaves no tail
+    )
+
+    def scrub(text: str | None) -> str | None:
+        if text is None:
+            return None
+        for secret in secrets:
+            text = text.replace(secret, MASK)
+        return text
+
+    history = [
+        {k: scrub(v) if isinstance(v, str) else v for k, v in entry.items()}
+        for entry in job.history
+    ]
+    progress = job.progress
+    if progress is not None and progress.note is not None:
+        progress = replace(progress, note=scrub(progress.note))
+    return replace(
+        job,
+        args=args,
+        kwargs=kwargs,
+        last_error=scrub(job.last_error),
+        last_traceback=scrub(job.last_traceback),
+        history=history,
+        progress=progress,
+        limit_key=scrub(job.limit_key),
+        result=scrub(job.result) if isinstance(job.result, str) else job.result,
+    )
+
+
+def _pairs(old: dict[str, Any], new: dict[str, Any]) -> Iterator[tuple[Any, Any]]:
+    return ((value, new[name]) for name, value in old.items())
+
+
+def _texts(value: Any) -> Iterator[str]:
+    """Every scalar inside ``value`` as the text a message would quote it as."""
+    if isinstance(value, dict):
+        for inner in value.values():
+            yield from _texts(inner)
+    elif isinstance(value, list | tuple):
+        for inner in value:
+            yield from _texts(inner)
+    elif value is not None and not isinstance(value, bool):
+        yield str(value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import difflib
 import functools
 import inspect
@@ -279,6 +280,16 @@ class Task:
         arguments or a dict of keyword arguments."""
         return BoundTask(self, EnqueueOptions()).enqueue_many(calls)
 
+    async def enqueue_async(self, *args: Any, **kwargs: Any) -> JobHandle:
+        """:meth:`enqueue` for asyncio callers (see :mod:`sqljobs.app_async`)."""
+        return await BoundTask(self, EnqueueOptions()).enqueue_async(*args, **kwargs)
+
+    async def enqueue_many_async(
+        self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]
+    ) -> list[JobHandle]:
+        """:meth:`enqueue_many` for asyncio callers."""
+        return await BoundTask(self, EnqueueOptions()).enqueue_many_async(calls)
+
     def new_job(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], opts: EnqueueOptions, now: float
     ) -> NewJob:
@@ -324,6 +335,30 @@ class BoundTask:
                 "one by one or give each its own key"
             )
         return self.task.app.insert(self._new_jobs(calls), self.options.connection)
+
+    async def enqueue_async(self, *args: Any, **kwargs: Any) -> JobHandle:
+        """:meth:`enqueue` without blocking the event loop: in a thread, or, with a psycopg
+        AsyncConnection as ``connection``, awaited in the caller's transaction."""
+        from .app_async import is_async_connection  # app_async imports this module
+
+        connection = self.options.connection
+        if connection is not None and is_async_connection(connection):
+            job = self.task.new_job(args, kwargs, self.options, self.task.app.clock())
+            return (await self.task.app.insert_async([job], connection))[0]
+        return await asyncio.to_thread(self.enqueue, *args, **kwargs)
+
+    async def enqueue_many_async(
+        self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]
+    ) -> list[JobHandle]:
+        """:meth:`enqueue_many` without blocking the event loop (as :meth:`enqueue_async`)."""
+        from .app_async import is_async_connection
+
+        connection = self.options.connection
+        if connection is not None and is_async_connection(connection):
+            if self.options.key is not None:
+                self.enqueue_many([])  # the same refusal as enqueue_many's
+            return await self.task.app.insert_async(list(self._new_jobs(calls)), connection)
+        return await asyncio.to_thread(self.enqueue_many, calls)
 
     def _new_jobs(self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]) -> Iterator[NewJob]:
         """The rows, checked and encoded as the backend reads them (PostgreSQL sends one

@@ -13,9 +13,11 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..browse import JobCount, JobFilter, JobPage, WorkerStatus
 from ..jobs import ClaimedJob, Due, EnqueueResult, ExpiredJob, HeldJob, Job, NewJob, Outcome
 from ..limits import QueueLimit
 from ..notifiers.base import Notifier
+from ..rollup import MetricAmount
 from ..schedules import Schedule, ScheduleState, Tick, TickResult
 from ..stats import Stats
 from ..tasks import TaskInfo
@@ -243,6 +245,29 @@ class Backend(Protocol):
 
     def retry_dead(self, queue: str | None = None) -> int: ...
 
+    # -- browsing and bulk actions (sqljobs.browse) -------------------------------------
+
+    def find_jobs(self, wanted: JobFilter, before: int | None, limit: int) -> JobPage:
+        """A page of matching jobs, newest first, below ``before`` (an id)."""
+
+    def count_jobs(self, wanted: JobFilter, cap: int) -> JobCount:
+        """How many jobs match, counted up to ``cap``."""
+
+    def retry_jobs(self, wanted: JobFilter, states: Sequence[str]) -> int:
+        """Send the matches in ``states`` (dead, cancelled) back to pending."""
+
+    def cancel_jobs_matching(self, wanted: JobFilter, states: Sequence[str]) -> int:
+        """Cancel the matches in ``states`` (pending, waiting, running)."""
+
+    def delete_jobs(self, wanted: JobFilter, states: Sequence[str]) -> int:
+        """Delete the matches in ``states`` (done, dead, cancelled)."""
+
+    def worker_statuses(self) -> list[WorkerStatus]:
+        """The live workers and what each is running."""
+
+    def job_children(self, job_id: int, limit: int) -> list[int]:
+        """The ids of up to ``limit`` jobs enqueued after ``job_id``, oldest first."""
+
     # -- control over work in flight -------------------------------------------------------
 
     # -- dependencies (sqljobs.dependencies) ----------------------------------------------
@@ -307,6 +332,22 @@ class Backend(Protocol):
 
     def prune_idempotency(self, before: float, limit: int = 1000) -> int:
         """Delete idempotency markers whose ``ttl`` ran out before ``before``."""
+
+    def add_metric_amounts(self, amounts: Sequence[MetricAmount]) -> None:
+        """Add a worker's tallies to the per-minute rollup and to the totals, in one
+        transaction (see :mod:`sqljobs.rollup`); concurrent adds to a row all count."""
+
+    def attempts_by_minute(
+        self, since: int, queue: str | None = None
+    ) -> list[tuple[int, str, float]]:
+        """``(minute, outcome, attempts)`` of the minutes from ``since`` (Unix seconds) on."""
+
+    def metric_totals(self) -> list[MetricAmount]:
+        """Every amount of the totals table (never pruned: Prometheus's counters)."""
+
+    def prune_metric_minutes(self, before: float, limit: int = 1000) -> int:
+        """Delete up to ``limit`` minutes of the rollup older than ``before``; return the
+        rows deleted."""
 
     def effect_begin(self, key: str, job_id: int | None, holder: str, hold: float) -> EffectRecord:
         """Record the intent of an external effect (committed) and hold it for ``hold``

@@ -19,6 +19,7 @@ from typing import Any
 from .. import dependencies
 from ..jobs import ClaimedJob, Due, EnqueueResult, HeldJob, Job, NewJob, Outcome
 from ..limits import QueueLimit
+from ..rollup import MetricAmount
 from ..stats import (
     COUNT_CAP,
     LIMITS_SHOWN,
@@ -477,6 +478,39 @@ class BackendCore(Dialect):
     def prune_idempotency(self, before: float, limit: int = 1000) -> int:
         return self._change("prune_idempotency", {"before": before, "limit": limit}).rowcount
 
+    # -- the metrics rollup (sqljobs.rollup) ---------------------------------------------
+
+    def add_metric_amounts(self, amounts: Sequence[MetricAmount]) -> None:
+        minutes = [
+            {**_amount_params(a), "minute": a.minute} for a in amounts if a.minute is not None
+        ]
+        totals = [_amount_params(a) for a in amounts]
+        add_minute, add_total = self.sql["add_metric_minute"], self.sql["add_metric_total"]
+
+        def work(conn: Any) -> None:
+            cursor = conn.cursor()
+            if minutes:
+                cursor.executemany(add_minute, minutes)
+            cursor.executemany(add_total, totals)
+
+        if amounts:
+            self._transaction(work)
+
+    def attempts_by_minute(
+        self, since: int, queue: str | None = None
+    ) -> list[tuple[int, str, float]]:
+        found = self._query("attempts_by_minute", {"since": since, "queue": queue})
+        return [(int(m), o, float(n)) for m, o, n in found.pick("minute", "outcome", "attempts")]
+
+    def metric_totals(self) -> list[MetricAmount]:
+        columns = ("queue", "task", "outcome", "series", "le", "amount")
+        found = self._query("metric_totals").pick(*columns)
+        return [MetricAmount(q, t, o, s, float(le), float(n)) for q, t, o, s, le, n in found]
+
+    def prune_metric_minutes(self, before: float, limit: int = 1000) -> int:
+        params = {"before": before, "limit": limit}
+        return self._change("prune_metric_minutes", params).rowcount
+
     # -- idempotency markers and external effects -----------------------------------------
 
     def mark_idempotent(self, connection: Any, key: str, ttl: float | None = None) -> bool:
@@ -514,3 +548,14 @@ class BackendCore(Dialect):
 
     def change_marker(self) -> int | None:
         return self.notifier.change_marker()
+
+
+def _amount_params(amount: MetricAmount) -> dict[str, Any]:
+    return {
+        "queue": amount.queue,
+        "task": amount.task,
+        "outcome": amount.outcome,
+        "series": amount.series,
+        "le": amount.le,
+        "amount": amount.amount,
+    }

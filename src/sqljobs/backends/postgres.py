@@ -29,8 +29,9 @@ from ..humanize import redact_url
 from ..jobs import FINISHED_STATES, ClaimedJob, HeldJob, JobState, Outcome
 from ..notifiers.postgres import PostgresNotifier, channel_for
 from .base import MISSING_SCHEMA
-from .core import BackendCore, lending
+from .core import lending
 from .dialect import Claim
+from .job_browser import JobBrowser
 from .postgres_enqueue import PostgresEnqueue
 from .rows import claimed_jobs, result
 from .schedule_store import ScheduleStore
@@ -45,6 +46,8 @@ _FILES = (
     "notify.sql",
     "limits.sql",
     "dependencies.sql",
+    "browse.sql",
+    "rollup.sql",
 )
 LIMITED_KEYS = 256
 """At most this many limit keys are locked and looked at per claim (starting where the
@@ -72,7 +75,7 @@ def statements(schema: str) -> dict[str, str]:
     return out
 
 
-class PostgresBackend(PostgresEnqueue, BackendCore, ScheduleStore):
+class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
     """Jobs in PostgreSQL tables (``sqljobs_*``) in ``schema``."""
 
     claim_lanes = 2  # a second claim in flight keeps the server's other backend busy

@@ -14,6 +14,7 @@ transaction); which queues it names, and the trailing NOTIFY after a burst, are 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -24,7 +25,7 @@ import psycopg
 from ..errors import BackendError, ConfigurationError
 from ..jobs import EnqueueResult, NewJob
 from .postgres_parts import PostgresPart
-from .rows import Result, result
+from .rows import Result, columns, result
 
 T = TypeVar("T")
 
@@ -155,6 +156,16 @@ class PostgresEnqueue(PostgresPart):
         self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob], notify: list[str]
     ) -> psycopg.Cursor[Any]:
         """Send the insert of jobs that wait for nothing (one statement)."""
+        keys, sql, params = self._plain_statement(jobs, notify)
+        if keys:
+            conn.execute(self.sql["release_keys"], {"keys": keys})
+        return conn.cursor().execute(sql, params)
+
+    def _plain_statement(
+        self, jobs: Sequence[NewJob], notify: list[str]
+    ) -> tuple[list[str], str, dict[str, Any]]:
+        """The keys whose finished jobs' scope lets go of them first, and the insert of
+        jobs that wait for nothing, with its parameters."""
         server_clock = self.server_clock
         rows_json = json.dumps(
             [
@@ -180,10 +191,50 @@ class PostgresEnqueue(PostgresPart):
         )
         params = {"jobs": rows_json, "channel": self.notifier.channel, "notify": notify}
         keys = [j.key for j in jobs if j.key is not None]
-        if keys:
-            conn.execute(self.sql["release_keys"], {"keys": keys})
-        sql = self.sql["insert_jobs" if keys else "insert_unkeyed_jobs"]
-        return conn.cursor().execute(sql, params)
+        return keys, self.sql["insert_jobs" if keys else "insert_unkeyed_jobs"], params
+
+    async def enqueue_jobs_async(
+        self, jobs: Sequence[NewJob], connection: Any
+    ) -> list[EnqueueResult]:
+        """Insert ``jobs`` on the caller's ``psycopg.AsyncConnection``, in its transaction
+        and never committing it (``App.enqueue_async`` with ``connection=``): the same
+        statements as a sync enqueue, awaited."""
+        if not isinstance(connection, psycopg.AsyncConnection):
+            raise ConfigurationError(
+                "an async enqueue on PostgreSQL needs a psycopg AsyncConnection, got "
+                f"{type(connection).__name__}"
+            )
+        jobs = list(jobs)
+        if any(_waits(j) for j in jobs):
+            raise ConfigurationError(
+                "jobs that run after others (after=, groups) cannot be enqueued on an "
+                "AsyncConnection yet: enqueue them on a sync connection, in a thread"
+            )
+        notify = self.notifier.in_callers_transaction({j.queue for j in jobs})
+        out: list[EnqueueResult] = []
+        try:
+            for start in range(0, len(jobs), ENQUEUE_CHUNK):
+                chunk = jobs[start : start + ENQUEUE_CHUNK]
+                keys, sql, params = self._plain_statement(chunk, [] if start else notify)
+                if keys:
+                    await connection.execute(self.sql["release_keys"], {"keys": keys})
+                cursor = await connection.execute(sql, params)
+                rows = Result(columns(cursor) or (), await cursor.fetchall(), cursor.rowcount)
+                missing = [k for o, i, _ in rows.pick("ord", "id", "created")
+                           if i is None and (k := chunk[o - 1].key)]  # fmt: skip
+                found: dict[str, int] = {}
+                if missing:
+                    looked = await connection.execute(self.sql["job_ids_by_key"], {"keys": missing})
+                    found = {k: i for k, i in await looked.fetchall()}
+                out += _results(chunk, rows, functools.partial(_known, found))
+        except psycopg.Error as exc:
+            raise BackendError(f"PostgreSQL enqueue failed: {str(exc).strip()}") from exc
+        return out
+
+
+def _known(found: dict[str, int], keys: list[str]) -> dict[str, int]:
+    """A lookup of keys already looked up (the async path reads them before)."""
+    return found
 
 
 def _waits(job: NewJob) -> bool:

@@ -26,8 +26,9 @@ from ..errors import BackendError, ConfigurationError
 from ..jobs import FINISHED_STATES, ClaimedJob, EnqueueResult, HeldJob, JobState, NewJob, Outcome
 from ..notifiers.sqlite import SqliteNotifier
 from .base import MISSING_SCHEMA
-from .core import BackendCore, lending
+from .core import lending
 from .dialect import Claim
+from .job_browser import JobBrowser
 from .rows import claimed_jobs, columns, result
 from .schedule_store import ScheduleStore
 from .sqlfile import load_migrations, load_statements
@@ -41,6 +42,8 @@ Q = load_statements(
     "session.sql",
     "limits.sql",
     "dependencies.sql",
+    "browse.sql",
+    "rollup.sql",
 )
 RATE_OPENED_LATELY = 0.05
 """A rate's window that opened this recently still counts as the next opening (as now):
@@ -52,7 +55,7 @@ MIGRATIONS = load_migrations(_PACKAGE + ".migrations")
 T = TypeVar("T")
 
 
-class SqliteBackend(BackendCore, ScheduleStore):
+class SqliteBackend(JobBrowser, ScheduleStore):
     """Jobs in one SQLite file, shared by the processes of one host."""
 
     claim_lanes = 1  # one writer at a time: a second claim in flight would only wait

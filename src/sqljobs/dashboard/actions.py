@@ -1,7 +1,8 @@
-"""Retry, cancel, pause and resume as the dashboard offers them. Every answer says what
-happened or why not, once for a script (a status and a JSON body) and once for a person (a
-sentence the page shows): a bare "no" leaves an operator guessing whether the job is gone,
-finished, or the token was wrong."""
+"""Retry, cancel, delete, pause, resume and run now, as the dashboard offers them, on one
+job, on many (a selection or every match of a filter), on a queue or on a schedule. Every
+answer says what happened or why not, once for a script (a status and a JSON body) and
+once for a person (a sentence the page shows): a bare "no" leaves an operator guessing
+whether the job is gone, finished, or the token was wrong."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..app import App
+from ..browse import JobFilter
 from ..cli_format import RUNNING_CANCELLED
-from ..errors import JobNotFound
+from ..errors import ConfigurationError, JobNotFound, ScheduleNotFound
 from ..jobs import Job, JobState
 
 _RETRIABLE = (JobState.DEAD, JobState.CANCELLED)
@@ -105,3 +107,80 @@ def resume_queue(app: App, name: str) -> Outcome:
     if app.resume_queue(name):
         return done(f"queue {name} resumed: workers take its jobs again")
     return done(f"queue {name} was not paused", note="not paused")
+
+
+def delete(app: App, job_id: int) -> Outcome:
+    """Delete one ended job (done, dead or cancelled); one that has not ended is refused
+    (cancel it first), and so is one that is gone already."""
+    try:
+        deleted = app.delete_job(job_id)
+    except ConfigurationError as exc:
+        return refused(409, str(exc))
+    if deleted:
+        return done(f"job {job_id} deleted", deleted=1)
+    if app.get_job(job_id) is None:
+        return refused(404, f"no job with id {job_id}")
+    return refused(409, f"job {job_id} was not deleted: it changed state meanwhile (look again)")
+
+
+BULK = {
+    "retry": (App.retry_jobs, "retried", "{n} job(s) pending again ({what})"),
+    "cancel": (App.cancel_jobs, "cancelled", "{n} job(s) cancelled ({what})"),
+    "delete": (App.delete_jobs, "deleted", "{n} job(s) deleted ({what})"),
+}
+"""Each bulk verb: the App method, the JSON body's count field, the sentence."""
+
+
+def bulk(app: App, verb: str, filter: JobFilter) -> Outcome:
+    """Retry, cancel or delete every job ``filter`` matches (a selection, or every match)
+    in the states the verb acts on; the others are left alone, and the sentence says
+    which filter was applied."""
+    change, counted, sentence = BULK[verb]
+    try:
+        n = change(app, filter)
+    except ConfigurationError as exc:
+        return refused(409, str(exc))
+    return done(sentence.format(n=n, what=filter.describe()), **{counted: n})
+
+
+def pause_schedule(app: App, name: str) -> Outcome:
+    """Stop a schedule firing until resumed; pausing a paused one succeeds with a note."""
+    found = app.get_schedule(name)
+    if found is None:
+        return refused(404, f"no schedule named {name!r}")
+    if found.paused:
+        return done(f"schedule {name} was already paused", note="already paused")
+    app.pause_schedule(name)
+    return done(f"schedule {name} paused: it enqueues no run until resumed")
+
+
+def resume_schedule(app: App, name: str) -> Outcome:
+    """Let a schedule fire again from its next tick; resuming one that is not paused
+    succeeds with a note."""
+    found = app.get_schedule(name)
+    if found is None:
+        return refused(404, f"no schedule named {name!r}")
+    if not found.paused:
+        return done(f"schedule {name} was not paused", note="not paused")
+    app.resume_schedule(name)
+    return done(f"schedule {name} resumed: it fires from its next tick (missed ticks are not run)")
+
+
+def run_schedule_now(app: App, name: str) -> Outcome:
+    """Enqueue one run of a schedule now. Under ``overlap="skip"`` with a run pending or
+    running, that run is named instead (``created`` false)."""
+    try:
+        handle = app.run_schedule_now(name)
+    except ScheduleNotFound:
+        return refused(404, f"no schedule named {name!r}")
+    except ConfigurationError as exc:
+        return refused(409, str(exc))
+    if handle.created:
+        return done(f"schedule {name}: job {handle.id} enqueued to run now",
+                    job_id=handle.id, created=True)  # fmt: skip
+    return done(
+        f"schedule {name}: job {handle.id} is still pending or running and the schedule "
+        "skips overlapping runs, so no new one was enqueued",
+        job_id=handle.id,
+        created=False,
+    )

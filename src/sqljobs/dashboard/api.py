@@ -8,19 +8,31 @@ by PostgreSQL) is a :class:`BadParameter` here, answered as a 400 that says what
 
 from __future__ import annotations
 
+import re
 import unicodedata
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
+from starlette.datastructures import ImmutableMultiDict
+
+from ..browse import JobFilter, WorkerStatus
 from ..errors import ConfigurationError
 from ..humanize import iso_utc
 from ..jobs import Job, JobState, QueueInfo
+from ..schedules import ScheduleState
 from ..tasks import check_queue_name
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
 """The most jobs one ``/api/jobs`` call lists: enough to page through by ``state`` and
 ``queue``, small enough that one request cannot pull the whole table."""
+
+FILTER_PARAMS = ("state", "queue", "task", "key", "text", "since", "until")
+"""The query parameters that narrow jobs (``/jobs``, ``/api/jobs``, the bulk actions);
+the bulk actions take ``ids`` too, a selection."""
+MAX_NAME = 1000
+"""The longest task name or key a filter takes (longer ones match nothing anyway)."""
 
 _MAX_ID = 2**63 - 1  # a job id is a signed 64-bit integer in both backends
 _STATES = ", ".join(s.value for s in JobState)
@@ -129,4 +141,143 @@ def _history_entry_json(entry: dict[str, Any]) -> dict[str, Any]:
     for name in _HISTORY_TIME_FIELDS:
         if isinstance(out.get(name), int | float):
             out[name] = iso_utc(out[name])
+    return out
+
+
+# -- filters -------------------------------------------------------------------------
+
+_UNITS = {"s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
+_AGO = re.compile(r"(\d{1,9}(?:\.\d{1,6})?)\s*(s|m|min|h|d)")
+_UNIX = re.compile(r"\d{1,11}(?:\.\d{1,17})?")
+_TIME_FORMS = (
+    "a time: '1h' or '15m' or '2d' (that long ago), an ISO 8601 time such as "
+    "'2026-12-03T08:00:00+01:00' (UTC when it gives no zone), or Unix seconds"
+)
+
+
+def moment(name: str, text: str, now: float) -> float:
+    """``since`` or ``until`` as Unix seconds: a span ago (``1h``), an ISO 8601 time (UTC
+    unless it names a zone: the server cannot know the reader's), or Unix seconds."""
+    text = text.strip()
+    if match := _AGO.fullmatch(text):
+        return now - float(match[1]) * _UNITS[match[2]]
+    if _UNIX.fullmatch(text):
+        return float(text)
+    try:
+        when = datetime.fromisoformat(text) if text.isascii() and len(text) <= 40 else None
+    except ValueError:
+        when = None
+    if when is None:
+        raise BadParameter(f"{name} must be {_TIME_FORMS}; not {text!r}")
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when.timestamp()
+
+
+def _text(params: ImmutableMultiDict[str, Any], name: str) -> str | None:
+    values = [str(v) for v in params.getlist(name)]
+    if len(values) > 1:
+        raise BadParameter(f"{name} is given {len(values)} times: give it once")
+    return values[0] if values else None
+
+
+def _name(params: ImmutableMultiDict[str, Any], name: str, what: str) -> str | None:
+    """``task`` or ``key``: matched exactly, so any text but control characters."""
+    text = _text(params, name)
+    if text is None:
+        return None
+    if not text or len(text) > MAX_NAME or any(unicodedata.category(c) == "Cc" for c in text):
+        raise BadParameter(
+            f"{name} must be {what}: 1 to {MAX_NAME} characters, no control characters "
+            f"(leave it out for any), not {text[:80]!r}"
+        )
+    return text
+
+
+def ids(params: ImmutableMultiDict[str, Any]) -> tuple[int, ...] | None:
+    """``ids``: a selection of job ids, repeated (``ids=1&ids=2``) or comma-separated."""
+    values = params.getlist("ids")
+    if not values:
+        return None
+    found: list[int] = []
+    for value in values:
+        for part in str(value).split(","):
+            if part.strip():
+                found.append(job_id(part.strip()))
+    if not found:
+        raise BadParameter("ids must name at least one job id (leave it out for no selection)")
+    return tuple(dict.fromkeys(found))
+
+
+def job_filter(
+    params: ImmutableMultiDict[str, Any], now: float, *, selection: bool = False
+) -> JobFilter:
+    """The jobs a request names: every filter parameter given, and with ``selection``
+    the ``ids`` too. Each bad value is a BadParameter that names it."""
+    since, until = _text(params, "since"), _text(params, "until")
+    text = _text(params, "text")
+    if text is not None and (not text or "\x00" in text):
+        raise BadParameter(
+            f"text must be some text to find in the arguments (no NUL), not {text!r}"
+        )
+    try:
+        return JobFilter(
+            state=state(params),
+            queue=queue(params),
+            task=_name(params, "task", "a task name"),
+            key=_name(params, "key", "a job key"),
+            text=text,
+            since=None if since is None else moment("since", since, now),
+            until=None if until is None else moment("until", until, now),
+            ids=ids(params) if selection else None,
+        )
+    except ConfigurationError as exc:
+        raise BadParameter(str(exc)) from exc
+
+
+def before(params: Mapping[str, str]) -> int | None:
+    """``before``: the page's cursor, a job id (the previous page's ``next_before``)."""
+    text = params.get("before")
+    return None if text is None else job_id(text)
+
+
+def filter_fields(filter: JobFilter) -> list[tuple[str, str]]:
+    """``filter`` as query or form fields, which :func:`job_filter` reads back exactly
+    (times as Unix seconds, so a relative ``1h`` is fixed at the moment it was read)."""
+    fields: list[tuple[str, str]] = []
+    for name in FILTER_PARAMS:
+        value = getattr(filter, name)
+        if value is not None:
+            fields.append((name, repr(float(value)) if name in ("since", "until") else value))
+    fields += [("ids", str(i)) for i in filter.ids or ()]
+    return fields
+
+
+# -- workers and schedules -------------------------------------------------------------
+
+
+def worker_json(worker: WorkerStatus, running: list[dict[str, Any]]) -> dict[str, Any]:
+    """One live worker for ``/api/workers``: its times as ISO 8601 UTC strings, the
+    jobs it runs (``running``, already redacted and converted) in full."""
+    return {
+        "id": worker.id,
+        "host": worker.host,
+        "pid": worker.pid,
+        "queues": worker.queues,
+        "concurrency": worker.concurrency,
+        "started_at": iso_utc(worker.started_at),
+        "last_seen": iso_utc(worker.last_seen),
+        "tasks": list(worker.tasks),
+        "running": running,
+    }
+
+
+def schedule_json(state: ScheduleState, kwargs: dict[str, Any], words: str) -> dict[str, Any]:
+    """One schedule for ``/api/schedules``: as ``sqljobs schedules --json`` has it, its
+    ``kwargs`` redacted, its times as ISO 8601 UTC strings, and its timing ``in_words``."""
+    out = state.to_dict()
+    out["kwargs"] = kwargs
+    out["in_words"] = words
+    for name in ("next_run_at", "last_run_at", "updated_at"):
+        out[name] = iso_utc(out[name])
     return out

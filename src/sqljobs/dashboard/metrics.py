@@ -1,5 +1,9 @@
 """Prometheus metrics, read from the database at scrape time (nothing is kept in between,
-so any number of dashboards or scrapers agree with ``sqljobs stats``)."""
+so any number of dashboards or scrapers agree with ``sqljobs stats`` and one another).
+
+Gauges come from ``app.stats()``; counters and histograms from the rollup's totals,
+which workers add to at each heartbeat (see :mod:`sqljobs.rollup` and docs/metrics.md).
+"""
 
 from __future__ import annotations
 
@@ -9,11 +13,17 @@ import threading
 from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 from prometheus_client.registry import Collector
 
 from ..app import App
 from ..jobs import JobState
+from ..rollup import BUCKET_BOUNDS, INF, AttemptOutcome, MetricAmount, Series
 
 
 class StatsCollector(Collector):
@@ -78,12 +88,114 @@ class StatsCollector(Collector):
         yield running
 
 
+class RollupCollector(Collector):
+    """One read of the rollup's totals per scrape, as counters and histograms. The totals
+    are never pruned, so the counters only grow (a worker's flush adds to them)."""
+
+    def __init__(self, app: App) -> None:
+        self.app = app
+
+    def collect(self) -> Iterator[Metric]:
+        totals = self.app.metric_totals()
+        attempts = CounterMetricFamily(
+            "sqljobs_attempts",
+            "Attempts that ended, by outcome: done, retried (raised, runs again), dead (will "
+            "not run again), cancelled (while held), lease_expired, crashed (its worker died).",
+            labels=["queue", "task", "outcome"],
+        )
+        expiries = CounterMetricFamily(
+            "sqljobs_lease_expiries",
+            "Attempts whose lease ran out while their worker lived (the rescuer ended them).",
+            labels=["queue", "task"],
+        )
+        retries = CounterMetricFamily(
+            "sqljobs_retries",
+            "Attempts that raised or timed out and were scheduled to run again.",
+            labels=["queue", "task"],
+        )
+        for (queue, task, outcome), count in sorted(_counts(totals).items()):
+            attempts.add_metric([queue, task, outcome], count)
+            if outcome == AttemptOutcome.LEASE_EXPIRED:
+                expiries.add_metric([queue, task], count)
+            elif outcome == AttemptOutcome.RETRIED:
+                retries.add_metric([queue, task], count)
+        yield attempts
+        yield expiries
+        yield retries
+        yield _histogram(
+            "sqljobs_attempt_duration_seconds",
+            "How long attempts ran, by outcome (for lease_expired and crashed: how long the "
+            "attempt held its job until the rescuer ended it).",
+            ["queue", "task", "outcome"],
+            _by_labels(totals, Series.DURATION, Series.DURATION_SUM, with_outcome=True),
+        )
+        yield _histogram(
+            "sqljobs_enqueue_to_start_seconds",
+            "From a job's due time (its run_at, or its enqueue if later) to its handler's "
+            "start, per attempt.",
+            ["queue", "task"],
+            _by_labels(totals, Series.WAIT, Series.WAIT_SUM, with_outcome=False),
+        )
+        yield _histogram(
+            "sqljobs_schedule_lag_seconds",
+            "How late a schedule's tick enqueued its job, against the tick's planned time, "
+            "by the task and queue it enqueued.",
+            ["queue", "task"],
+            _by_labels(totals, Series.SCHEDULE_LAG, Series.SCHEDULE_LAG_SUM, with_outcome=False),
+        )
+
+
+Labels = tuple[str, ...]
+
+
+def _counts(totals: list[MetricAmount]) -> dict[tuple[str, str, str], float]:
+    return {(a.queue, a.task, a.outcome): a.amount for a in totals if a.series == Series.ATTEMPTS}
+
+
+def _by_labels(
+    totals: list[MetricAmount], buckets: Series, sums: Series, *, with_outcome: bool
+) -> dict[Labels, tuple[dict[float, float], float]]:
+    """Stored (non-cumulative) bucket counts by bound, and the sum, per label set."""
+    out: dict[Labels, tuple[dict[float, float], float]] = {}
+    for a in totals:
+        if a.series != buckets and a.series != sums:
+            continue
+        labels = (a.queue, a.task, a.outcome) if with_outcome else (a.queue, a.task)
+        counts, total = out.get(labels, ({}, 0.0))
+        if a.series == sums:
+            total += a.amount
+        else:
+            counts[a.le] = counts.get(a.le, 0.0) + a.amount
+        out[labels] = counts, total
+    return out
+
+
+def _histogram(
+    name: str,
+    documentation: str,
+    labels: list[str],
+    series: dict[Labels, tuple[dict[float, float], float]],
+) -> HistogramMetricFamily:
+    """Every bucket of :data:`~sqljobs.rollup.BUCKET_BOUNDS` for every label set, counted
+    up to each bound as Prometheus wants (stored counts are per bucket)."""
+    family = HistogramMetricFamily(name, documentation, labels=labels)
+    for values, (counts, total) in sorted(series.items()):
+        running = 0.0
+        buckets = []
+        for le in (*BUCKET_BOUNDS, INF):
+            running += counts.get(le, 0.0)
+            buckets.append(("+Inf" if le == INF else str(le), running))
+        family.add_metric(list(values), buckets, sum_value=total)
+    return family
+
+
 log = logging.getLogger("sqljobs.metrics")
 
 
 def _registry(app: App) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StatsCollector(app))
+    registry.register(RollupCollector(app))
     return registry
 
 

@@ -11,6 +11,12 @@
   it, because a browser never attaches one to a cross-site request; basic auth and the
   login cookie do not, because a browser does attach those. Cookies are HttpOnly and
   SameSite=Strict, so a cross-site request carries no session at all.
+- **Guessing.** A client address that gives a wrong token :data:`WRONG_TOKENS_ALLOWED`
+  times within :data:`WRONG_TOKEN_WINDOW` seconds (bearer, basic auth or the login form)
+  is refused with 429 until the window has passed (:class:`WrongTokenThrottle`).
+- **Transport.** Cookies are marked ``Secure`` when the request came over HTTPS (behind a
+  TLS proxy, uvicorn reads ``X-Forwarded-Proto`` from proxies it trusts), so a browser
+  never sends them over plain HTTP.
 - **DNS rebinding.** Bound to loopback, only ``localhost``, ``127.0.0.1`` and ``[::1]``
   (with the port) are accepted in the ``Host`` header: a page on ``evil.example`` whose
   name was rebound to 127.0.0.1 reaches the port with its own name as the Host.
@@ -23,9 +29,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import collections
 import hashlib
 import hmac
 import secrets
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from starlette.requests import Request
@@ -54,9 +64,13 @@ BAD_CSRF = (
     f"token of GET /api/csrf as the {CSRF_HEADER} header with that response's session "
     "cookie, or authenticate with 'Authorization: Bearer <token>'"
 )
+WRONG_TOKENS_ALLOWED = 10
+WRONG_TOKEN_WINDOW = 60.0
+"""A client address may give a wrong token this many times in this many seconds."""
+TOO_MANY_WRONG = "too many wrong tokens from this address: wait {wait:.0f} s before trying again"
 READ_ONLY = (
     "read-only: this dashboard was started with --read-only and takes no actions "
-    "(retry, cancel, pause, resume)"
+    "(retry, cancel, delete, pause, resume, run now)"
 )
 
 
@@ -187,3 +201,57 @@ class Guard:
         if self.token is None:
             return False
         return hmac.compare_digest(given.encode(), self.token.encode())
+
+
+class WrongTokenThrottle:
+    """Wrong tokens by client address: the :data:`WRONG_TOKENS_ALLOWED`-th within
+    :data:`WRONG_TOKEN_WINDOW` seconds closes the door to that address until the window
+    has passed, so a token cannot be guessed at the speed of the network. Kept in this
+    process's memory (a restart forgets it), for at most ``max_clients`` addresses."""
+
+    def __init__(
+        self,
+        allowed: int = WRONG_TOKENS_ALLOWED,
+        window: float = WRONG_TOKEN_WINDOW,
+        clock: Callable[[], float] = time.monotonic,
+        max_clients: int = 10_000,
+    ) -> None:
+        self.allowed, self.window, self.clock, self.max_clients = (
+            allowed,
+            window,
+            clock,
+            max_clients,
+        )
+        self._failures: dict[str, collections.deque[float]] = {}
+        self._lock = threading.Lock()  # sync routes run on a thread pool
+
+    def wait(self, client: str) -> float:
+        """Seconds until ``client`` may try again (0: now)."""
+        with self._lock:
+            recent = self._recent(client)
+            if len(recent) < self.allowed:
+                return 0.0
+            return max(recent[0] + self.window - self.clock(), 0.0)
+
+    def failed(self, client: str) -> None:
+        """Note a wrong token from ``client``."""
+        with self._lock:
+            if client not in self._failures and len(self._failures) >= self.max_clients:
+                self._forget_quiet()
+            self._recent(client).append(self.clock())
+
+    def _recent(self, client: str) -> collections.deque[float]:
+        failures = self._failures.setdefault(client, collections.deque(maxlen=self.allowed))
+        while failures and failures[0] <= self.clock() - self.window:
+            failures.popleft()
+        return failures
+
+    def _forget_quiet(self) -> None:
+        """Make room: drop the addresses with no failure inside the window (and, if all
+        have one, the one whose last failure is oldest)."""
+        cutoff = self.clock() - self.window
+        for client in [c for c, f in self._failures.items() if not f or f[-1] <= cutoff]:
+            del self._failures[client]
+        if len(self._failures) >= self.max_clients:
+            oldest = min(self._failures, key=lambda c: self._failures[c][-1])
+            del self._failures[oldest]

@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from ..backends.base import Backend
 from ..jobs import ExpiredJob, JobState, Outcome
+from ..rollup import AttemptOutcome, Meter
 
 log = logging.getLogger("sqljobs.reaper")
 
@@ -101,22 +102,42 @@ def rescue_decision(
 
 
 class Reaper:
-    """Finds expired leases and applies :func:`rescue_decision` to them."""
+    """Finds expired leases and applies :func:`rescue_decision` to them. Given a
+    ``meter``, it counts each attempt it ends there (``lease_expired`` or ``crashed``,
+    with how long the attempt had held the job), for the owner to flush."""
 
-    def __init__(self, backend: Backend, max_crashes: int = DEFAULT_MAX_CRASHES) -> None:
+    def __init__(
+        self,
+        backend: Backend,
+        max_crashes: int = DEFAULT_MAX_CRASHES,
+        meter: Meter | None = None,
+    ) -> None:
         self.backend = backend
         self.decide = rescue_decision(max_crashes)
+        self.meter = meter
 
     def run_once(self) -> list[Outcome]:
         """Rescue every expired job now; return what was written."""
-        written = self.backend.rescue_jobs(self.decide)
-        for o in written:
-            log.warning("job %s: %s -> %s", o.job_id, o.error, o.state)
-        return written
+        return self._rescue(None)
 
     def rescue_worker(self, worker: str) -> list[Outcome]:
         """A supervisor saw ``worker`` die: hand back every job it held, as crashed."""
-        written = self.backend.rescue_jobs(self.decide, worker=worker)
+        return self._rescue(worker)
+
+    def _rescue(self, worker: str | None) -> list[Outcome]:
+        seen: dict[int, tuple[ExpiredJob, float]] = {}
+
+        def decide(job: ExpiredJob, now: float) -> Outcome:
+            seen[job.id] = job, now
+            return self.decide(job, now)
+
+        written = self.backend.rescue_jobs(decide, worker=worker)
+        at = self.backend.now()  # the minute counted in, by the clock every tally reads
         for o in written:
             log.warning("job %s: %s -> %s", o.job_id, o.error, o.state)
+            if self.meter is not None and not o.uncharge:  # (a handed-back buffered job
+                job, now = seen[o.job_id]  # never ran: no attempt ended)
+                outcome = AttemptOutcome.CRASHED if o.crashes else AttemptOutcome.LEASE_EXPIRED
+                held = None if job.started_at is None else now - job.started_at
+                self.meter.attempt(job.queue, job.task, outcome, at, duration=held)
         return written

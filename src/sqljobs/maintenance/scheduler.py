@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from ..backends.base import Backend
 from ..errors import SqljobsError
 from ..humanize import iso_local
+from ..rollup import Meter
 from ..schedules import ScheduleState, Tick, TickOutcome, TickResult, schedule_job, tick_key
 
 if TYPE_CHECKING:
@@ -73,8 +74,10 @@ class Scheduler:
         grace: float = MISFIRE_GRACE,
         batch: int = 100,
         clock: Callable[[], float] | None = None,
+        meter: Meter | None = None,
     ) -> None:
         self.app = app
+        self.meter = meter  # given: how late each tick enqueued its job is counted there
         self.backend = backend
         self.grace = grace
         self.batch = batch
@@ -121,6 +124,9 @@ class Scheduler:
                 return results, tick.next_run_at  # the winner moved it about there
             results.append(result)
             _log(result, tick)
+            if self.meter is not None and tick.job is not None and result.created:
+                at = self.clock()
+                self.meter.schedule_lag(tick.job.queue, tick.job.task, at, at - tick.tick_at)
             if result.next_run_at > now:
                 break
             state = replace(state, next_run_at=result.next_run_at)

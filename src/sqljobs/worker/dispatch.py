@@ -14,11 +14,13 @@ from ..context import JobContext
 from ..errors import PayloadError
 from ..jobs import ClaimedJob, JobState, Outcome
 from ..payload import decode
+from ..rollup import AttemptOutcome
 from .events import EventKind
 from .execute import Running, failure
 from .lanes import Trip
+from .metering import attempt_outcome, tally
 from .report import failed_attempt, job_fields
-from .state import WorkerState
+from .state import Sample, WorkerState
 from .timers import Timers
 
 log = logging.getLogger("sqljobs.worker")
@@ -49,6 +51,7 @@ class Dispatching(WorkerState):
                 Outcome(job.id, job.token, JobState.DEAD, error=str(exc), history=entry)
             )
             self._finishing[job.id] = job
+            self._metered[job.id] = job, None, None
             log.error("job %s: %s", job.id, exc)
             return
         if task is None:
@@ -68,6 +71,7 @@ class Dispatching(WorkerState):
             error = LookupError(f"task {job.task!r} is not registered here (worker {self.id})")
             self._to_write.append(failure(run, error, wall))
             self._finishing[job.id] = job
+            self._metered[job.id] = job, None, None
             log.error("job %s: %s", job.id, error)
             return
         run = Running(job, task, ctx, args, kwargs, wall, prefetched=prefetched)
@@ -121,13 +125,22 @@ class Dispatching(WorkerState):
             self.inflight.pop(run.job.id, None)
             freed = True
             finished += 1
-            if run.begun is not None:
-                took = time.monotonic() - run.begun
+            job, begun = run.job, run.begun
+            if begun is not None:
+                took = time.monotonic() - begun
                 self.runtime = took if self.runtime is None else 0.8 * self.runtime + 0.2 * took
+                # tallied once its outcome is written (see _account); as metering.sample()
+                # says, inlined: this runs per job
+                due = job.run_at if job.run_at > job.created_at else job.created_at
+                taken: Sample = job, took, run.started_wall + (begun - run.started) - due
+            else:
+                taken = job, None, None
             if run.ctx.completed_in_transaction:
                 self.counters[JobState.DONE.value] += 1
+                tally(self._meter, taken, AttemptOutcome.DONE, self.app.clock())
                 self._event("finished", run.job, JobState.DONE.value)
                 continue
+            self._metered[outcome.job_id] = taken
             if self._on_event is not None:  # "finished" once it is written
                 self._finishing[outcome.job_id] = run.job
             if outcome.state is not JobState.DONE:
@@ -186,9 +199,11 @@ class Dispatching(WorkerState):
         wall = self.app.clock()
         written = set(written)  # a backend may answer with a list: one lookup per outcome
         finishing = self._finishing  # filled only for events and unusual ends
+        metered, meter = self._metered, self._meter
         done = 0
         for outcome in batch:
             job = finishing.pop(outcome.job_id, None) if finishing else None
+            taken = metered.pop(outcome.job_id, None)
             if outcome.job_id not in written:
                 self.counters["stale_results"] += 1
                 if job is not None:
@@ -201,6 +216,14 @@ class Dispatching(WorkerState):
                     outcome.state,
                 )
                 continue
+            if taken is not None:  # the attempt's end, for the metrics rollup
+                state = outcome.state
+                if state is JobState.DONE:
+                    counted: str = AttemptOutcome.DONE
+                else:
+                    counted = attempt_outcome(outcome) or ""
+                if counted:
+                    meter.attempt(taken[0].queue, taken[0].task, counted, wall, taken[1], taken[2])
             if outcome.state is JobState.DONE and job is None:
                 done += 1  # the common case: counted once for the batch
                 continue

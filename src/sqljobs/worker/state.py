@@ -18,11 +18,17 @@ if TYPE_CHECKING:
     from ..context import JobContext
     from ..jobs import ClaimedJob, HeldJob, Outcome
     from ..maintenance import Pruner, Reaper, Scheduler
+    from ..rollup import Meter
     from .config import WorkerConfig
     from .events import EventKind, OnEvent
     from .execute import AsyncRunner, Running, ThreadPool
     from .lanes import Lanes
     from .timers import Timers
+
+
+Sample = tuple["ClaimedJob", float | None, float | None]
+"""A finished attempt to tally once its outcome is written: the job, how long its handler
+ran and how long it waited from its due time to its start (None: it never started)."""
 
 
 class WorkerState:
@@ -44,6 +50,8 @@ class WorkerState:
     _results: collections.deque[tuple[Running, Outcome]]  # appended by executor threads
     _to_write: list[Outcome]
     _finishing: dict[int, ClaimedJob]  # jobs whose outcome awaits writing, for the event
+    _meter: Meter  # attempts, durations and waits tallied until the next heartbeat's flush
+    _metered: dict[int, Sample]  # finished attempts whose outcome awaits writing, to tally
     _wake: threading.Event  # set by any thread that has news for the coordinator
     _stopping: bool
     _immediate: bool

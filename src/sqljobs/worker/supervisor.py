@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import BackendError
 from ..maintenance import Reaper
+from ..rollup import Meter
 from .config import WorkerConfig
 
 if TYPE_CHECKING:
@@ -136,7 +137,9 @@ class Supervisor:
         log.error("worker process %s died (%s); handing its jobs back", worker_id, how)
         try:
             backend = self.app.backend
-            Reaper(backend, self.config.max_crashes).rescue_worker(worker_id)
+            meter = Meter()  # the crashed attempts, counted at once: no heartbeat here
+            Reaper(backend, self.config.max_crashes, meter).rescue_worker(worker_id)
+            meter.flush(backend)
             backend.unregister_worker(worker_id)
         except BackendError as exc:
             log.error("could not hand back the jobs of %s (%s); their leases will", worker_id, exc)

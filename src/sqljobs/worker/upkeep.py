@@ -10,7 +10,9 @@ import time
 
 from ..backends.base import Backend
 from ..jobs import HeldJob
+from ..rollup import AttemptOutcome
 from .execute import Running, failure
+from .metering import sample, tally
 from .report import failed_attempt, job_fields
 from .state import WorkerState
 from .timers import Timers
@@ -63,6 +65,8 @@ class Upkeep(WorkerState):
             held = []
         renewed = backend.renew_leases(self.id, held)
         self.counters["heartbeats"] += 1
+        if self._meter.pending:  # what was tallied since the last heartbeat, one transaction
+            self._meter.flush(backend)
         if self._limited:  # a limited job in our buffer would hold a slot a peer could use
             self._alone = backend.live_workers() <= 1
         lost = [h.id for h in held if h.id not in renewed]
@@ -94,6 +98,9 @@ class Upkeep(WorkerState):
         run.ctx.cancelled = True
         run.cancelled_at = time.monotonic()
         started = run.begun is not None
+        tally(
+            self._meter, sample(run, run.cancelled_at), AttemptOutcome.CANCELLED, self.app.clock()
+        )
         self._close(run, abandon=True)
         self.counters["cancelled_running"] += 1
         self._event("cancelled", run.job)
@@ -157,6 +164,7 @@ class Upkeep(WorkerState):
             outcome = failure(run, error, self.app.clock(), outcome="timed_out")
             self._to_write.append(outcome)
             self._finishing[outcome.job_id] = run.job
+            self._metered[outcome.job_id] = sample(run, now)
             self.counters["timed_out"] += 1
             self._event("timed_out", run.job, outcome.state.value)
             failed_attempt(run, outcome)

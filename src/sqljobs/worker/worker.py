@@ -28,6 +28,7 @@ from ..backends.base import Backend, WorkerInfo
 from ..errors import BackendError, ConfigurationError
 from ..jobs import ClaimedJob, Outcome
 from ..maintenance import Pruner, Reaper, Scheduler
+from ..rollup import Meter
 from .claiming import Claiming
 from .config import WorkerConfig
 from .dispatch import Dispatching
@@ -38,6 +39,7 @@ from .hooks import WorkerHooks
 from .lanes import Lanes
 from .report import banner, summary, unreachable
 from .signals import Signals
+from .state import Sample
 from .timers import Timers
 from .upkeep import Upkeep
 
@@ -89,6 +91,8 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         self._results: collections.deque[tuple[Running, Outcome]] = collections.deque()
         self._to_write: list[Outcome] = []
         self._finishing: dict[int, ClaimedJob] = {}
+        self._meter = Meter()
+        self._metered: dict[int, Sample] = {}
         self._wake = threading.Event()
         self._stopping = False
         self._immediate = False
@@ -193,10 +197,10 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
             self.config.claim_lanes or backend.claim_lanes,
             lambda trip: self._round_trip(backend, trip), self._wake.set, f"sqljobs-{self.id}",
         )  # fmt: skip
-        self._reaper = Reaper(backend, self.config.max_crashes)
+        self._reaper = Reaper(backend, self.config.max_crashes, self._meter)
         self._pruner = Pruner(backend, self.app.retention)
         self._scheduler = (
-            Scheduler(self.app, backend, grace=self.config.misfire_grace)
+            Scheduler(self.app, backend, grace=self.config.misfire_grace, meter=self._meter)
             if self.config.scheduler
             else None
         )
@@ -280,6 +284,7 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
             self._threads.stop()
         if self._async is not None:
             self._async.stop()
+        self._meter.flush(backend)  # what was tallied since the last heartbeat
         try:
             backend.unregister_worker(self.id)
         except BackendError as exc:

@@ -334,7 +334,7 @@ SELECT j.id, j.token, j.task, j.attempts AS attempt, j.max_attempts, j.lease,
        (w.id IS NOT NULL
         AND w.last_seen >= now() - make_interval(secs => 2.5 * w.heartbeat_interval))
            AS worker_alive,
-       j.errors, j.lease_expiries, j.crashes, j.prefetched,
+       j.errors, j.lease_expiries, j.crashes, j.prefetched, j.queue,
        extract(epoch FROM now())::float8 AS now
 FROM {schema}.sqljobs_jobs AS j LEFT JOIN {schema}.sqljobs_workers AS w ON w.id = j.worker
 WHERE j.state = 'running' AND j.lease_until < now()
@@ -347,7 +347,7 @@ SELECT j.id, j.token, j.task, j.attempts AS attempt, j.max_attempts, j.lease,
        extract(epoch FROM j.started_at)::float8 AS started_at,
        extract(epoch FROM j.lease_until)::float8 AS lease_until,
        extract(epoch FROM j.deadline_at)::float8 AS deadline_at, j.worker,
-       false AS worker_alive, j.errors, j.lease_expiries, j.crashes, j.prefetched,
+       false AS worker_alive, j.errors, j.lease_expiries, j.crashes, j.prefetched, j.queue,
        extract(epoch FROM now())::float8 AS now
 FROM {schema}.sqljobs_jobs AS j
 WHERE j.state = 'running' AND j.worker = %(worker)s

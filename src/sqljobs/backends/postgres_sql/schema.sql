@@ -81,6 +81,8 @@ CREATE INDEX sqljobs_jobs_limited_running ON {schema}.sqljobs_jobs (limit_key)
 -- Ended jobs by state, queue and age: the pruner's and the stats' one index (0006).
 CREATE INDEX sqljobs_jobs_ended ON {schema}.sqljobs_jobs (state, queue, finished_at)
     WHERE state <> 'pending' AND state <> 'running';
+-- A job's children, found among the jobs that have parents (0011 in SQLite, 0013 in PostgreSQL).
+CREATE INDEX sqljobs_jobs_dependent ON {schema}.sqljobs_jobs (id) WHERE parents IS NOT NULL;
 
 CREATE TABLE {schema}.sqljobs_workers (
     id                 text             PRIMARY KEY,
@@ -189,4 +191,26 @@ CREATE TABLE {schema}.sqljobs_deps (
     parent_id bigint NOT NULL,
     child_id  bigint NOT NULL,
     PRIMARY KEY (parent_id, child_id)
+);
+
+-- 0011: the metrics rollup (sqljobs.rollup): attempts by outcome, duration and
+-- enqueue-to-start histograms, schedule lag, by minute (pruned after a day) and in total.
+CREATE TABLE {schema}.sqljobs_metric_minutes (
+    minute  bigint           NOT NULL, -- Unix seconds at the start of the minute
+    queue   text             NOT NULL,
+    task    text             NOT NULL,
+    outcome text             NOT NULL, -- done, retried, dead, cancelled, lease_expired, ...
+    series  text             NOT NULL, -- attempts, duration, duration_sum, wait, wait_sum, ...
+    le      double precision NOT NULL, -- a bucket's upper bound, seconds (Infinity: the last)
+    amount  double precision NOT NULL,
+    PRIMARY KEY (minute, queue, task, outcome, series, le)
+);
+CREATE TABLE {schema}.sqljobs_metric_totals (
+    queue   text             NOT NULL,
+    task    text             NOT NULL,
+    outcome text             NOT NULL,
+    series  text             NOT NULL,
+    le      double precision NOT NULL,
+    amount  double precision NOT NULL,
+    PRIMARY KEY (queue, task, outcome, series, le)
 );

@@ -184,7 +184,7 @@ DELETE FROM sqljobs_workers WHERE id = :worker
 SELECT j.id, j.token, j.task, j.attempts AS attempt, j.max_attempts, j.lease, j.started_at,
        j.lease_until, j.deadline_at, j.worker,
        (w.id IS NOT NULL AND w.last_seen >= :now - 2.5 * w.heartbeat_interval) AS worker_alive,
-       j.errors, j.lease_expiries, j.crashes, j.prefetched
+       j.errors, j.lease_expiries, j.crashes, j.prefetched, j.queue
 FROM sqljobs_jobs AS j LEFT JOIN sqljobs_workers AS w ON w.id = j.worker
 WHERE j.state = 'running' AND j.lease_until < :now
 ORDER BY j.lease_until
@@ -193,7 +193,7 @@ LIMIT :limit
 -- name: jobs_of_worker
 SELECT j.id, j.token, j.task, j.attempts AS attempt, j.max_attempts, j.lease, j.started_at,
        j.lease_until, j.deadline_at, j.worker, 0 AS worker_alive,
-       j.errors, j.lease_expiries, j.crashes, j.prefetched
+       j.errors, j.lease_expiries, j.crashes, j.prefetched, j.queue
 FROM sqljobs_jobs AS j
 WHERE j.state = 'running' AND j.worker = :worker
 LIMIT :limit

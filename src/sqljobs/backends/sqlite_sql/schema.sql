@@ -71,6 +71,8 @@ CREATE INDEX sqljobs_jobs_lease ON sqljobs_jobs (lease_until) WHERE state = 'run
 -- Ended jobs by state, queue and age: the pruner's and the stats' one index (0005).
 CREATE INDEX sqljobs_jobs_ended ON sqljobs_jobs (state, queue, finished_at)
     WHERE state <> 'pending' AND state <> 'running';
+-- A job's children, found among the jobs that have parents (0011 in SQLite, 0013 in PostgreSQL).
+CREATE INDEX sqljobs_jobs_dependent ON sqljobs_jobs (id) WHERE parents IS NOT NULL;
 
 -- Live worker processes. last_seen tells a crashed worker from a slow job.
 CREATE TABLE sqljobs_workers (
@@ -180,4 +182,26 @@ CREATE TABLE sqljobs_deps (
     parent_id INTEGER NOT NULL,
     child_id  INTEGER NOT NULL,
     PRIMARY KEY (parent_id, child_id)
+) WITHOUT ROWID;
+
+-- 0009: the metrics rollup (sqljobs.rollup): attempts by outcome, duration and
+-- enqueue-to-start histograms, schedule lag, by minute (pruned after a day) and in total.
+CREATE TABLE sqljobs_metric_minutes (
+    minute  INTEGER NOT NULL, -- Unix seconds at the start of the minute
+    queue   TEXT    NOT NULL,
+    task    TEXT    NOT NULL,
+    outcome TEXT    NOT NULL, -- done, retried, dead, cancelled, lease_expired, crashed; '' for lag
+    series  TEXT    NOT NULL, -- attempts, duration, duration_sum, wait, wait_sum, schedule_lag...
+    le      REAL    NOT NULL, -- a bucket's upper bound, seconds (inf: the last, or not a bucket)
+    amount  REAL    NOT NULL,
+    PRIMARY KEY (minute, queue, task, outcome, series, le)
+) WITHOUT ROWID;
+CREATE TABLE sqljobs_metric_totals (
+    queue   TEXT NOT NULL,
+    task    TEXT NOT NULL,
+    outcome TEXT NOT NULL,
+    series  TEXT NOT NULL,
+    le      REAL NOT NULL,
+    amount  REAL NOT NULL,
+    PRIMARY KEY (queue, task, outcome, series, le)
 ) WITHOUT ROWID;
