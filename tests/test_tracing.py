@@ -150,3 +150,44 @@ def test_tracing_without_opentelemetry_says_what_to_install(
     with pytest.raises(sqljobs.ConfigurationError, match=r"pip install 'sqljobs\[otel\]'"):
         app.enable_tracing()
     assert not app.hooks.around_enqueue and not app.hooks.for_workers
+
+
+@pytest.mark.parametrize("url", ["postgres"], indirect=True)
+def test_async_enqueues_are_traced_in_the_callers_trace_and_transaction(
+    app: App, exporter: InMemorySpanExporter
+) -> None:
+    import asyncio
+
+    import psycopg
+
+    provider = traced(app, exporter)
+    enqueued: list[int] = []
+    app.on("job_enqueued", lambda event: enqueued.append(event.job_id))
+
+    @app.task
+    def note(text: str) -> str:
+        return text
+
+    async def request() -> list[sqljobs.JobHandle]:
+        with provider.get_tracer("tests").start_as_current_span("request"):
+            async with (
+                await psycopg.AsyncConnection.connect(app.url) as conn,
+                conn.transaction(),
+            ):
+                on_conn = await note.with_options(connection=conn).enqueue_async("a")
+            in_thread = await note.enqueue_async("b")  # the span goes along to the thread
+        return [on_conn, in_thread]
+
+    handles = asyncio.run(request())
+    assert enqueued == [h.id for h in handles]
+    with worker_thread(app):
+        assert [h.result(timeout=10) for h in handles] == ["a", "b"]
+    (request_span,) = named(exporter, "request")
+    enqueues = named(exporter, "sqljobs enqueue note")
+    assert len(enqueues) == 2 and request_span.context is not None
+    for span in enqueues:
+        assert span.parent is not None and span.parent.span_id == request_span.context.span_id
+    made_by = {(s.attributes or {})["messaging.message.id"]: s for s in enqueues}
+    for run in named(exporter, "sqljobs run note"):
+        creation = made_by[(run.attributes or {})["messaging.message.id"]].context
+        assert creation is not None and run.links[0].context.span_id == creation.span_id

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigurationError
 from .handles import JobHandle
+from .hooks import around_enqueue_async
 from .jobs import NewJob
 
 if TYPE_CHECKING:
@@ -65,8 +66,14 @@ async def insert_on(app: App, jobs: Sequence[NewJob], connection: Any) -> list[J
             "SQLite, run the enqueue with its sqlite3 connection in a thread "
             "(await asyncio.to_thread(task.with_options(connection=conn).enqueue, ...))"
         )
-    results = await enqueue(jobs, connection)
-    return [JobHandle(r.id, r.created, app) for r in results]
+
+    async def store(rows: Sequence[NewJob]) -> list[JobHandle]:
+        results = await enqueue(rows, connection)
+        return [JobHandle(r.id, r.created, app) for r in results]
+
+    if app.hooks.around_enqueue:  # enqueue middleware (tracing) and job_enqueued hooks
+        return await around_enqueue_async(app.hooks, jobs, store)
+    return await store(jobs)
 
 
 async def run_worker(app: App, config: WorkerConfig) -> None:

@@ -224,21 +224,50 @@ def around_enqueue(
     count = len(jobs) if isinstance(jobs, Sized) else None
     info = EnqueueInfo(first.task, first.queue, count, in_transaction)
     stored: list[NewJob] = []
+    rows = _carrying(itertools.chain([first], stream), info, stored, hooks)
+    handles = through(hooks.enqueue_middleware, info, lambda: store(rows))
+    _tell_enqueued(hooks, stored, handles)
+    return handles
+
+
+async def around_enqueue_async(
+    hooks: Hooks,
+    jobs: Sequence[NewJob],
+    store: Callable[[Sequence[NewJob]], Awaitable[list[JobHandle]]],
+) -> list[JobHandle]:
+    """:func:`around_enqueue` for an insert awaited on the caller's async connection (in
+    its transaction): the middleware runs on the caller's event loop."""
+    if not jobs:
+        return await store(jobs)
+    info = EnqueueInfo(jobs[0].task, jobs[0].queue, len(jobs), True)
+    stored: list[NewJob] = []
+    handles = await through_async(
+        hooks.enqueue_middleware,
+        info,
+        lambda: store(list(_carrying(iter(jobs), info, stored, hooks))),
+    )
+    _tell_enqueued(hooks, stored, handles)
+    return handles
+
+
+def _carrying(
+    jobs: Iterator[NewJob], info: EnqueueInfo, stored: list[NewJob], hooks: Hooks
+) -> Iterator[NewJob]:
+    """The jobs with the headers in ``info`` (read once the middleware has set them),
+    kept in ``stored`` when ``job_enqueued`` is listened for."""
     listening = hooks.listens("job_enqueued")
+    for job in jobs:
+        if info.headers:
+            job = replace(job, payload=with_headers(job.payload, info.headers))
+        if listening:
+            stored.append(job)
+        yield job
 
-    def rows() -> Iterator[NewJob]:
-        for job in itertools.chain([first], stream):
-            if info.headers:
-                job = replace(job, payload=with_headers(job.payload, info.headers))
-            if listening:
-                stored.append(job)
-            yield job
 
-    handles = through(hooks.enqueue_middleware, info, lambda: store(rows()))
+def _tell_enqueued(hooks: Hooks, stored: list[NewJob], handles: Sequence[JobHandle]) -> None:
     for job, handle in zip(stored, handles, strict=False):
         if handle.created:
             hooks.emit("job_enqueued", JobEvent("job_enqueued", handle.id, job.task, job.queue, 0))
-    return handles
 
 
 # -- running a call through middleware --------------------------------------------------
