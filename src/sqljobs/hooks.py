@@ -128,7 +128,7 @@ class Hooks:
     start: a worker takes the ones registered when it is created."""
 
     def __init__(self) -> None:
-        self.hooks: dict[str, list[Hook]] = {name: [] for name in EVENTS}
+        self.by_event: dict[str, list[Hook]] = {name: [] for name in EVENTS}
         self.middleware: list[Middleware] = []
         self.enqueue_middleware: list[Middleware] = []
         self.around_enqueue = False
@@ -137,7 +137,7 @@ class Hooks:
         """sqljobs.tracing's middleware is registered."""
 
     def check_event(self, event: object) -> None:
-        if event not in self.hooks:
+        if event not in self.by_event:
             raise ConfigurationError(
                 f"unknown hook event {event!r}: the events are {', '.join(EVENTS)}"
             )
@@ -146,7 +146,7 @@ class Hooks:
         self.check_event(event)
         if not callable(fn):
             raise ConfigurationError(f"a hook for {event!r} must be callable, got {fn!r}")
-        self.hooks[event].append(fn)
+        self.by_event[event].append(fn)
         self._changed()
         log.debug("hook %s registered for %s", name_of(fn), event)
 
@@ -166,22 +166,25 @@ class Hooks:
                 f"{type(fn).__name__}"
             )
         chain = self.enqueue_middleware if enqueue else self.middleware
-        chain.insert(0, fn) if outermost else chain.append(fn)
+        if outermost:
+            chain.insert(0, fn)
+        else:
+            chain.append(fn)
         self._changed()
         log.debug("%s %s registered", where, name_of(fn))
 
     def listens(self, event: str) -> bool:
-        return bool(self.hooks[event])
+        return bool(self.by_event[event])
 
     @property
     def for_workers(self) -> bool:
         """Anything a worker must run: middleware, or a hook of a worker event."""
-        return bool(self.middleware) or any(self.hooks[e] for e in WORKER_EVENTS)
+        return bool(self.middleware) or any(self.by_event[e] for e in WORKER_EVENTS)
 
     def emit(self, event: str, data: object) -> None:
         """Call every hook of ``event`` with ``data``, here and now, in order; a hook that
         raises is logged and the next one still runs."""
-        for fn in self.hooks[event]:
+        for fn in self.by_event[event]:
             call_hook(fn, event, data)
 
     def _changed(self) -> None:
