@@ -316,3 +316,30 @@ def test_middleware_that_misbehaves_fails_the_call_with_its_name() -> None:
 
     with pytest.raises(asyncio.CancelledError):  # a cancellation is never swallowed
         asyncio.run(through_async([swallows_all], None, cancelled))
+
+
+def test_a_worker_forgets_an_attempt_once_it_has_nothing_to_tell_of_it(tmp_path: Path) -> None:
+    """What the hooks remember of a begun attempt goes with its last event, also for an
+    async attempt that lost its lease (cancelled: no result will ever come back)."""
+    from sqljobs.context import JobContext
+    from sqljobs.jobs import ClaimedJob
+    from sqljobs.worker.events import job_event
+    from sqljobs.worker.execute import Running
+    from sqljobs.worker.hooks import WorkerHooks
+
+    app = App(f"sqlite:///{tmp_path / 'jobs.db'}")
+
+    @app.task
+    def noop() -> None: ...
+
+    app.on("job_done", print)
+    hooks = WorkerHooks(app.hooks, "w", app.clock)
+    assert hooks.observes
+    for kind in ("lease_lost", "released", "discarded", "cancelled", "finished"):
+        job = ClaimedJob(1, "noop", '{"args":[],"kwargs":{}}', "default", 0, 1, 1, 30.0, 5,
+                         0.0, None, None)  # fmt: skip
+        run = Running(job, noop, JobContext(job, None), [], {}, 0.0)  # type: ignore[arg-type]
+        hooks.call(run)
+        assert len(hooks._runs) == 1
+        hooks.observe(job_event(kind, job, "w", "done"))
+        assert hooks._runs == {}, kind
