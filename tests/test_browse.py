@@ -5,6 +5,7 @@ dashboard is built on, on both backends."""
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -272,3 +273,82 @@ def test_time_bounds_find_exactly_the_jobs_created_between_them(app: App) -> Non
     assert app.find_jobs(JobFilter(since=base + 10**6)).jobs == []  # after every job
     assert app.find_jobs(JobFilter(until=base)).jobs == []  # before every job
     assert app.cancel_jobs(JobFilter(until=base + 10 * ids[3])) == 3  # jobs 1..3
+
+
+def test_bounded_scans_start_where_the_time_bounds_do(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    @app.task
+    def work(item: str) -> None: ...
+
+    @app.task
+    def old(item: str) -> None: ...
+
+    olds = [old.enqueue(f"item {i}").id for i in range(5)]
+    for i in range(40):
+        work.enqueue(f"item {i}")
+    base = 1_800_000_000.0
+    db_execute(
+        app,
+        "UPDATE sqljobs_jobs SET created_at = ? + id",
+        "UPDATE sqljobs_jobs SET created_at = to_timestamp(%s + id)",
+        (base,),
+    )
+    monkeypatch.setattr(job_browser, "COUNT_SCAN", 10)
+    monkeypatch.setattr(job_browser, "TEXT_SCAN", 10)
+    # the old jobs lie beyond the newest 10: a count says "at least", never "none"
+    assert app.count_jobs(JobFilter(task="old")) == JobCount(0, True)
+    # within time bounds the share is read from the bound down, and is exact when whole
+    early = JobFilter(until=base + olds[-1] + 1)
+    assert app.count_jobs(replace(early, task="old")) == JobCount(5, False)
+    page = app.find_jobs(replace(early, text="item"))
+    assert [j.id for j in page.jobs] == olds[::-1] and page.next_before is None
+    late = JobFilter(since=base + 40, text="item")  # ids 40..45: one share, exact
+    assert app.count_jobs(late) == JobCount(6, False)
+    # a bulk action reaches every match, however far down
+    assert app.cancel_jobs(JobFilter(task="old")) == 5
+
+
+def test_a_filter_up_to_an_id_leaves_newer_jobs_alone(app: App) -> None:
+    @app.task
+    def work(n: int) -> None: ...
+
+    first = [work.enqueue(n).id for n in range(3)]
+    later = work.enqueue(99).id  # enqueued after a confirmation counted three
+    assert app.count_jobs(JobFilter(task="work", up_to=first[-1])) == JobCount(3, False)
+    assert app.cancel_jobs(JobFilter(task="work", up_to=first[-1])) == 3
+    assert app.get_job(later).state is JobState.PENDING  # type: ignore[union-attr]
+
+
+def test_text_search_folds_case_and_leaves_out_what_tasks_redact(app: App) -> None:
+    @app.task
+    def greet(name: str) -> None: ...
+
+    @app.task(redact=["card"])
+    def charge(customer: str, card: str) -> None: ...
+
+    emile = greet.enqueue("Émile Zola").id
+    charge.enqueue("Émile Zola", "4111-1111")
+    assert [j.id for j in app.find_jobs(JobFilter(text="Émile")).jobs] == [emile]
+    assert [j.id for j in app.find_jobs(JobFilter(text="ZOLA")).jobs] == [emile]
+    # the charge matches neither its customer nor its hidden card: a search that found it
+    # by "4111" would tell what its page hides
+    assert app.find_jobs(JobFilter(text="4111")).jobs == []
+    assert app.count_jobs(JobFilter(text="4111")).n == 0
+    assert app.cancel_jobs(JobFilter(text="Zola")) == 1  # the greeting only
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda app: JobFilter(since=float("nan")),
+        lambda app: JobFilter(until=float("inf")),
+        lambda app: JobFilter(ids=5),  # type: ignore[arg-type]
+        lambda app: JobFilter(up_to=0),
+        lambda app: app.find_jobs(before=2**70),
+        lambda app: app.job_children(1, limit=-1),
+    ],
+)
+def test_more_bad_input_is_refused_by_name(app: App, call: Any) -> None:
+    with pytest.raises(ConfigurationError):
+        call(app)

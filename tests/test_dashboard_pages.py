@@ -519,3 +519,28 @@ def test_the_queues_page_shows_limits_where_they_exist(app: App) -> None:
     assert '<tr><td>mail</td><td class="n">2</td><td class="n">10/m</td></tr>' in limits
     assert "reports" not in limits, "a queue without a limit has no row"
     assert '<tr data-queue="reports">' in html and 'action="/api/queues/mail/pause"' in html
+
+
+def test_a_confirmation_acts_on_what_it_counted_and_never_on_none_when_unsure(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from sqljobs.backends import job_browser
+
+    app.task(name="old")(lambda n: n)
+    app.task(name="new")(lambda n: n)
+    olds = [app.enqueue("old", [n]).id for n in range(3)]
+    for n in range(6):
+        app.enqueue("new", [n])
+    client = _client(app)
+    monkeypatch.setattr(job_browser, "COUNT_SCAN", 4)  # the old jobs lie beyond the count
+    unsure = client.get("/jobs/confirm", params={"action": "cancel", "task": "old"}).text
+    assert _h1(unsure) == "Cancel all the matching jobs?" and "Nothing to" not in unsure
+    # the form carries the newest id it counted: a job enqueued since is left alone
+    up_to = re.search(r'name="up_to" value="(\d+)"', unsure)
+    assert up_to is not None and int(up_to.group(1)) == olds[-1] + 6
+    newer = app.enqueue("old", [99]).id
+    fields: dict[str, Any] = {"task": "old", "up_to": up_to.group(1), "back": "/jobs"}
+    path, flash = _flash(_post_form(client, "/api/jobs/cancel", **fields))
+    assert path == "/jobs" and "3 job(s) cancelled" in flash["message"][0]
+    assert [_state(app, i) for i in olds] == [JobState.CANCELLED] * 3
+    assert _state(app, newer) is JobState.PENDING

@@ -339,3 +339,18 @@ def test_cookies_are_secure_over_https_only(app: App) -> None:
         cookie = answer.headers["set-cookie"]
         assert ("; secure" in cookie.lower()) is secure, cookie
         assert "httponly" in cookie.lower() and "samesite=strict" in cookie.lower()
+
+
+def test_the_throttle_remembers_only_addresses_that_failed_and_at_most_so_many() -> None:
+    from sqljobs.dashboard.security import WrongTokenThrottle
+
+    now = [0.0]
+    throttle = WrongTokenThrottle(allowed=2, window=60.0, clock=lambda: now[0], max_clients=3)
+    for n in range(1000):
+        assert throttle.wait(f"10.0.0.{n}") == 0.0  # looking adds nobody
+    for n in range(10):
+        throttle.failed(f"10.0.1.{n}")
+        now[0] += 1.0
+    assert len(throttle._failures) <= 3
+    throttle.failed("10.0.1.9")
+    assert throttle.wait("10.0.1.9") > 0 and throttle.wait("10.0.1.0") == 0.0

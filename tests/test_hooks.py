@@ -343,3 +343,20 @@ def test_a_worker_forgets_an_attempt_once_it_has_nothing_to_tell_of_it(tmp_path:
         assert len(hooks._runs) == 1
         hooks.observe(job_event(kind, job, "w", "done"))
         assert hooks._runs == {}, kind
+
+
+def test_an_enqueue_that_failed_fails_even_when_a_middleware_swallows_it(app: App) -> None:
+    @app.task
+    def note(text: str) -> None: ...
+
+    @app.enqueue_middleware
+    def swallow(info: object) -> Generator[None, Any, None]:
+        with contextlib.suppress(Exception):
+            yield
+
+    with pytest.raises(sqljobs.ConfigurationError, match="swallowed the enqueue's error") as raised:
+        # the store refuses a connection of the wrong kind: nothing is stored
+        note.with_options(connection=object()).enqueue("lost")
+    assert isinstance(raised.value.__cause__, Exception)
+    assert app.count_jobs().n == 0
+    assert note.enqueue("fine").created  # and an enqueue that works goes through it

@@ -14,7 +14,16 @@ from typing import Any, TypeVar, overload
 
 from . import app_async, payload
 from .backends import Backend, open_backend
-from .browse import ENDED, RETRYABLE, UNENDED, JobCount, JobFilter, JobPage, WorkerStatus
+from .browse import (
+    ENDED,
+    RETRYABLE,
+    UNENDED,
+    JobCount,
+    JobFilter,
+    JobPage,
+    WorkerStatus,
+    is_job_id,
+)
 from .dependencies import AfterPolicy, Group, check_policy, parent_ids
 from .errors import ConfigurationError, JobNotFound, PayloadError, SqljobsError
 from .handles import JobHandle
@@ -768,9 +777,18 @@ class App:
         500 as on page 1). ``limit`` is 1 to 1000."""
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
             raise ConfigurationError(f"find_jobs(limit={limit!r}): give 1 to 1000 jobs a page")
-        if before is not None and (isinstance(before, bool) or not isinstance(before, int)):
+        if before is not None and not is_job_id(before):
             raise ConfigurationError(f"find_jobs(before={before!r}): give a job id")
-        return self.backend.find_jobs(filter or JobFilter(), before, limit)
+        return self.backend.find_jobs(self._searchable(filter), before, limit)
+
+    def _searchable(self, filter: JobFilter | None) -> JobFilter:
+        """``filter``, leaving out of a text search the jobs of tasks that redact
+        arguments: whether such a job matched would tell what its page hides."""
+        wanted = filter or JobFilter()
+        hiding = sorted(name for name, task in self.tasks.items() if task.redact)
+        if wanted.text is None or not hiding:
+            return wanted
+        return replace(wanted, skip_tasks=tuple(sorted({*hiding, *(wanted.skip_tasks or ())})))
 
     def count_jobs(self, filter: JobFilter | None = None, *, cap: int = 10_000) -> JobCount:
         """How many jobs match ``filter``, counted up to ``cap``; ``capped`` says the true
@@ -780,7 +798,7 @@ class App:
         reach the oldest job is capped too."""
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
             raise ConfigurationError(f"count_jobs(cap={cap!r}): give a positive whole number")
-        wanted = filter or JobFilter()
+        wanted = self._searchable(filter)
         if wanted.by_state_and_queue_only():
             return self._count_from_stats(wanted, cap)
         return self.backend.count_jobs(wanted, cap)
@@ -799,7 +817,7 @@ class App:
         """Send every dead or cancelled job matching ``filter`` back to pending with fresh
         attempts, in batches; return how many. A cancelled job that runs after others is
         left alone while one of them is not done (:meth:`retry_job` says why)."""
-        n = self.backend.retry_jobs(filter, filter.only(RETRYABLE))
+        n = self.backend.retry_jobs(self._searchable(filter), filter.only(RETRYABLE))
         log.info("retried %d jobs (%s)", n, filter.describe())
         if n:
             self.backend.notifier.announce()
@@ -809,7 +827,7 @@ class App:
     def cancel_jobs(self, filter: JobFilter) -> int:
         """Cancel every pending, waiting or running job matching ``filter``, in batches,
         as :meth:`cancel` does one; return how many."""
-        n = self.backend.cancel_jobs_matching(filter, filter.only(UNENDED))
+        n = self.backend.cancel_jobs_matching(self._searchable(filter), filter.only(UNENDED))
         log.info("cancelled %d jobs (%s)", n, filter.describe())
         if n:
             self._wakeups.emit("cancel", None)
@@ -819,7 +837,7 @@ class App:
         """Delete every ended (done, dead or cancelled) job matching ``filter``, in
         batches; return how many. Jobs that have not ended are left alone: cancel them
         first."""
-        n = self.backend.delete_jobs(filter, filter.only(ENDED))
+        n = self.backend.delete_jobs(self._searchable(filter), filter.only(ENDED))
         log.info("deleted %d jobs (%s)", n, filter.describe())
         return n
 
@@ -844,7 +862,10 @@ class App:
         return self.backend.worker_statuses()
 
     def job_children(self, job_id: int, limit: int = 100) -> list[int]:
-        """The ids of the jobs enqueued ``after`` this one (up to ``limit``), oldest first."""
+        """The ids of the jobs enqueued ``after`` this one (up to ``limit``, 1 to 1000),
+        oldest first."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise ConfigurationError(f"job_children(limit={limit!r}): give 1 to 1000")
         return self.backend.job_children(self.job(job_id).id, limit)
 
     def limit_queue(

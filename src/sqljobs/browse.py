@@ -14,7 +14,8 @@ fast over a million jobs:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
 
 from .errors import ConfigurationError
@@ -30,9 +31,15 @@ MAX_TEXT = 200
 """The longest argument text searched for."""
 MAX_IDS = 10_000
 """The most ids one selection names."""
+MAX_ID = 2**63 - 1
+"""A job id is a signed 64-bit integer in both backends."""
 ENDED = (JobState.DONE.value, JobState.DEAD.value, JobState.CANCELLED.value)
 UNENDED = (JobState.PENDING.value, JobState.WAITING.value, JobState.RUNNING.value)
 RETRYABLE = (JobState.DEAD.value, JobState.CANCELLED.value)
+
+
+def is_job_id(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_ID
 
 
 @dataclass(frozen=True)
@@ -40,9 +47,12 @@ class JobFilter:
     """Which jobs: every field given must match (an empty filter matches every job).
 
     ``key`` matches exactly; ``text`` is a substring of the arguments as stored (JSON),
-    compared case-insensitively (ASCII letters); ``since`` and ``until`` bound the
-    creation time in Unix seconds (``since`` included, ``until`` not); ``ids`` is a
-    selection."""
+    compared case-insensitively (ASCII letters on SQLite, all letters on PostgreSQL);
+    ``since`` and ``until`` bound the creation time in Unix seconds (``since`` included,
+    ``until`` not); ``ids`` is a selection; ``up_to`` leaves out jobs newer than that id
+    (what a confirmation counted: jobs enqueued since are not acted on); ``skip_tasks``
+    leaves out those tasks' jobs (the App puts the tasks that redact arguments here for a
+    text search, so a search cannot tell what they hide)."""
 
     state: str | None = None
     queue: str | None = None
@@ -52,6 +62,8 @@ class JobFilter:
     since: float | None = None
     until: float | None = None
     ids: tuple[int, ...] | None = None
+    up_to: int | None = None
+    skip_tasks: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.state is not None and self.state not in {s.value for s in JobState}:
@@ -72,22 +84,28 @@ class JobFilter:
         for name in ("since", "until"):
             value = getattr(self, name)
             number = isinstance(value, int | float) and not isinstance(value, bool)
-            if value is not None and not number:
+            if value is not None and not (number and math.isfinite(value)):
                 raise ConfigurationError(f"JobFilter({name}={value!r}): give Unix seconds")
+        if self.up_to is not None and not is_job_id(self.up_to):
+            raise ConfigurationError(f"JobFilter(up_to={self.up_to!r}): give a job id")
         if self.since is not None and self.until is not None and self.since >= self.until:
             raise ConfigurationError(
                 f"JobFilter(since={self.since}, until={self.until}): since must come before until"
             )
         if self.ids is not None:
+            if isinstance(self.ids, str | bytes) or not isinstance(self.ids, Iterable):
+                raise ConfigurationError(f"JobFilter(ids={self.ids!r}): give a list of job ids")
+            object.__setattr__(self, "ids", tuple(self.ids))
             if len(self.ids) > MAX_IDS:
                 raise ConfigurationError(
                     f"JobFilter(ids=...) names {len(self.ids)} jobs: select at most {MAX_IDS}, "
                     "or filter by state, queue or task instead"
                 )
-            bad = [i for i in self.ids if isinstance(i, bool) or not isinstance(i, int) or i < 1]
+            bad = [i for i in self.ids if not is_job_id(i)]
             if bad:
                 raise ConfigurationError(f"JobFilter(ids=...): {bad[0]!r} is not a job id")
-            object.__setattr__(self, "ids", tuple(self.ids))
+        if self.skip_tasks is not None:
+            object.__setattr__(self, "skip_tasks", tuple(self.skip_tasks))
 
     def describe(self) -> str:
         """The filter in words, for log lines: ``state=dead, queue=mail``."""
@@ -98,6 +116,8 @@ class JobFilter:
                 continue
             if name == "ids":
                 value = f"{len(value)} selected"
+            elif name == "skip_tasks":
+                continue
             words.append(f"{name}={value}")
         return ", ".join(words) or "every job"
 

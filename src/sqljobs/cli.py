@@ -509,15 +509,20 @@ def jobs_delete(
         click.echo(f"job {job_id} deleted")
         return
     wanted = _filter(state=state, queue=queue, task=task)
+    newest = ctx.app.find_jobs(limit=1).jobs
     ended = [s for s in ("done", "dead", "cancelled") if state in (None, s)]
     counts = [ctx.app.count_jobs(replace(wanted, state=s)) for s in ended]
-    count = sum(c.n for c in counts)
-    if count == 0:
+    count, capped = sum(c.n for c in counts), any(c.capped for c in counts)
+    if count == 0 and not capped:
         click.echo(f"no ended jobs match ({wanted.describe()}): nothing to delete")
         return
     if not yes:
-        amount = f"{count:,}" + ("+" if any(c.capped for c in counts) else "")
+        amount = (
+            (f"at least {count:,}" if count else "all the matching") if capped else f"{count:,}"
+        )
         click.confirm(f"delete {amount} ended jobs ({wanted.describe()})?", abort=True, err=True)
+    if newest:  # what was counted: a job enqueued since is not deleted
+        wanted = replace(wanted, up_to=newest[0].id)
     click.echo(f"{ctx.app.delete_jobs(wanted)} job(s) deleted")
 
 

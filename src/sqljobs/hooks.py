@@ -228,9 +228,9 @@ def around_enqueue(
     info = EnqueueInfo(first.task, first.queue, count, in_transaction)
     stored: list[NewJob] = []
     rows = _carrying(itertools.chain([first], stream), info, stored, hooks)
-    handles = through(hooks.enqueue_middleware, info, lambda: store(rows))
-    _tell_enqueued(hooks, stored, handles)
-    return handles
+    failure: list[BaseException] = []
+    handles = through(hooks.enqueue_middleware, info, lambda: _noting(failure, store, rows))
+    return _enqueued(hooks, stored, handles, failure)
 
 
 async def around_enqueue_async(
@@ -244,11 +244,47 @@ async def around_enqueue_async(
         return await store(jobs)
     info = EnqueueInfo(jobs[0].task, jobs[0].queue, len(jobs), True)
     stored: list[NewJob] = []
-    handles = await through_async(
-        hooks.enqueue_middleware,
-        info,
-        lambda: store(list(_carrying(iter(jobs), info, stored, hooks))),
-    )
+    failure: list[BaseException] = []
+
+    async def call() -> list[JobHandle]:
+        try:
+            return await store(list(_carrying(iter(jobs), info, stored, hooks)))
+        except BaseException as exc:
+            failure.append(exc)
+            raise
+
+    handles = await through_async(hooks.enqueue_middleware, info, call)
+    return _enqueued(hooks, stored, handles, failure)
+
+
+def _noting(
+    failure: list[BaseException],
+    store: Callable[[Iterable[NewJob]], list[JobHandle]],
+    rows: Iterable[NewJob],
+) -> list[JobHandle]:
+    """``store(rows)``, keeping what it raised: a middleware must not swallow it."""
+    try:
+        return store(rows)
+    except BaseException as exc:
+        failure.append(exc)
+        raise
+
+
+def _enqueued(
+    hooks: Hooks,
+    stored: list[NewJob],
+    handles: list[JobHandle] | None,
+    failure: list[BaseException],
+) -> list[JobHandle]:
+    """The handles of an enqueue that went through, its hooks told; an enqueue that
+    failed fails, even when an enqueue middleware swallowed the error (there is no job to
+    hand back: only an attempt can be made to succeed by swallowing)."""
+    if failure and handles is None:
+        raise ConfigurationError(
+            "an enqueue middleware swallowed the enqueue's error, but an enqueue that "
+            f"failed cannot succeed: let it propagate ({failure[0]!r})"
+        ) from failure[0]
+    assert handles is not None
     _tell_enqueued(hooks, stored, handles)
     return handles
 

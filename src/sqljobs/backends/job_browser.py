@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..browse import COUNT_SCAN, ENDED, TEXT_SCAN, JobCount, JobFilter, JobPage, WorkerStatus
@@ -20,15 +21,30 @@ from .rows import job, result
 
 BATCH = 500
 """Jobs one transaction of a bulk action changes."""
-_FIELDS = ("state", "queue", "task", "key", "text", "since", "until", "ids")
+_FIELDS = ("state", "queue", "task", "key", "text", "since", "until", "ids", "skip_tasks")
+
+
+@dataclass(frozen=True)
+class _Range:
+    """The ids a query may read, ``low <= id < high``: jobs are numbered as they are
+    created, so time bounds, a page's cursor and a confirmed count's newest id are all
+    ranges of ids, and a scan by id stops where they do."""
+
+    low: int
+    high: int
+
+    def share(self, scan: int) -> _Range:
+        """The newest ``scan`` ids of the range: what a bounded scan reads."""
+        return _Range(max(self.high - scan, self.low), self.high)
 
 
 class JobBrowser(BackendCore):
     """The browsing and bulk-action methods of the Backend protocol."""
 
     def _where(self, wanted: JobFilter) -> tuple[str, dict[str, Any]]:
-        """The filter as a WHERE clause of the dialect's fragments, and its parameters."""
-        parts: list[str] = []
+        """The filter as a WHERE clause of the dialect's fragments (and the range of ids,
+        given as ``low`` and ``high``), and its parameters."""
+        parts: list[str] = [self.sql["where_range"]]
         params: dict[str, Any] = {}
         for name in _FIELDS:
             value = getattr(wanted, name)
@@ -38,65 +54,63 @@ class JobBrowser(BackendCore):
             if name == "state" and value in ENDED:
                 fragment = "where_state_ended"  # the index on ended jobs serves it
             parts.append(self.sql[fragment])
-            if name == "text":
-                value = value.lower()
-            elif name == "ids":
+            if name in ("ids", "skip_tasks"):
                 value = self._array(value)
             params[name] = value
-        return " AND ".join(parts) or "1 = 1", params
+        return " AND ".join(parts), params
 
-    def _filtered_statement(self, name: str, where: str, extra: Sequence[str] = ()) -> str:
-        clause = " AND ".join([where, *(self.sql[f"where_{e}"] for e in extra)])
-        return self.sql[name].replace("{where}", clause)
+    def _statement(self, name: str, where: str) -> str:
+        return self.sql[name].replace("{where}", where)
 
-    def _first_id_at(self, moment: float) -> int:
-        """The id of the first job created at or after ``moment`` (one past the newest if
-        none): a binary search over the primary key, about 20 lookups of one row."""
-        low, high = self._query("oldest_id").rows[0][0], self._newest_id() + 1
+    def _range(self, wanted: JobFilter, before: int | None = None) -> _Range:
+        """The ids ``wanted`` (below ``before``) can match, read on one connection: the
+        newest id, and each time bound found by a binary search over the primary key
+        (about 20 one-row lookups)."""
+
+        def work(conn: Any) -> _Range:
+            newest = int(_result(conn, self.sql["newest_id"], {}).rows[0][0])
+            low, high = 1, newest + 1
+            if wanted.since is not None or wanted.until is not None:
+                oldest = int(_result(conn, self.sql["oldest_id"], {}).rows[0][0])
+                if wanted.since is not None:
+                    low = self._first_id_at(conn, wanted.since, oldest, high)
+                if wanted.until is not None:
+                    high = self._first_id_at(conn, wanted.until, oldest, high)
+            if before is not None:
+                high = min(high, before)
+            if wanted.up_to is not None:
+                high = min(high, wanted.up_to + 1)
+            return _Range(low, max(high, low))
+
+        return self._read(work)
+
+    def _first_id_at(self, conn: Any, moment: float, low: int, high: int) -> int:
+        """The id of the first job created at or after ``moment`` (``high`` if none).
+        On PostgreSQL a job's time is its transaction's start: a job enqueued inside a
+        long transaction of the caller's may be numbered after jobs created later, and
+        fall outside a bound it is within by less than that transaction's length."""
+        sql = self.sql["first_job_from"]
         while low < high:
             middle = (low + high) // 2
-            row = self._query("first_job_from", {"id": middle}).first("id", "created_at")
+            row = _result(conn, sql, {"id": middle}).first("id", "created_at")
             if row is None or row[1] >= moment:
                 high = middle  # nothing from middle up to that row's id is older
             else:
                 low = int(row[0]) + 1
-        return int(low)
-
-    def _time_bounds(self, wanted: JobFilter, params: dict[str, Any]) -> list[str]:
-        """A creation time bound as a range of ids too, so that a scan by id stops where
-        the time does instead of reading every older job. Jobs are numbered as they are
-        created; on PostgreSQL a job's time is its transaction's start, so jobs enqueued
-        at the same instant by concurrent transactions may be numbered out of time order
-        by that transaction's length: those within it of a bound may fall outside."""
-        extra = []
-        if wanted.since is not None:
-            params["since_id"] = self._first_id_at(wanted.since)
-            extra.append("since_id")
-        if wanted.until is not None:
-            params["until_id"] = self._first_id_at(wanted.until)
-            extra.append("until_id")
-        return extra
+        return low
 
     def find_jobs(self, wanted: JobFilter, before: int | None, limit: int) -> JobPage:
         where, params = self._where(wanted)
-        extra = self._time_bounds(wanted, params)
-        if before is not None:
-            extra.append("before")
-            params["before"] = before
-        floor = None
-        if wanted.text is not None and wanted.ids is None:
-            top = before if before is not None else self._newest_id() + 1
-            floor = max(top - TEXT_SCAN, 1)
-            extra.append("floor")
-            params["floor"] = floor
-        params["limit"] = limit
-        sql = self._filtered_statement("find_jobs", where, extra)
+        whole = self._range(wanted, before)
+        read = whole.share(TEXT_SCAN) if wanted.text is not None and wanted.ids is None else whole
+        params.update(low=read.low, high=read.high, limit=limit)
+        sql = self._statement("find_jobs", where)
         found = self._read(lambda conn: _result(conn, sql, params))
         jobs = [job(found.names, row) for row in found.rows]
         if len(jobs) == limit:
             return JobPage(jobs, jobs[-1].id)
-        if floor is not None and floor > 1:
-            return JobPage(jobs, floor)  # read its share: the next page searches on below
+        if read.low > whole.low:
+            return JobPage(jobs, read.low)  # read its share: the next page searches on below
         return JobPage(jobs, None)
 
     def _newest_id(self) -> int:
@@ -104,17 +118,14 @@ class JobBrowser(BackendCore):
 
     def count_jobs(self, wanted: JobFilter, cap: int) -> JobCount:
         where, params = self._where(wanted)
-        params["cap"] = cap + 1
-        extra = self._time_bounds(wanted, params)
-        floor = 1
+        whole = self._range(wanted)
+        read = whole
         if wanted.ids is None and wanted.key is None:  # else an index finds the few
-            scan = TEXT_SCAN if wanted.text is not None else COUNT_SCAN
-            floor = max(self._newest_id() + 1 - scan, 1)
-            extra.append("floor")
-            params["floor"] = floor
-        sql = self._filtered_statement("count_jobs", where, extra)
+            read = whole.share(TEXT_SCAN if wanted.text is not None else COUNT_SCAN)
+        params.update(low=read.low, high=read.high, cap=cap + 1)
+        sql = self._statement("count_jobs", where)
         n = int(self._read(lambda conn: _result(conn, sql, params)).rows[0][0])
-        return JobCount(min(n, cap), n > cap or floor > 1)
+        return JobCount(min(n, cap), n > cap or read.low > whole.low)
 
     def _each_batch(
         self, wanted: JobFilter, states: Sequence[str], change: Callable[[Any, list[int]], int]
@@ -124,9 +135,10 @@ class JobBrowser(BackendCore):
         if not states:
             return 0
         where, params = self._where(wanted)
-        params.update(states=self._array(states), limit=BATCH)
-        sql = self._filtered_statement("match_ids", where, self._time_bounds(wanted, params))
-        before = self._newest_id() + 1
+        whole = self._range(wanted)
+        params.update(states=self._array(states), limit=BATCH, low=whole.low, high=whole.high)
+        sql = self._statement("match_ids", where)
+        before = whole.high
         total = 0
         while True:
             params["before"] = before

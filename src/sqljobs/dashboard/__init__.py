@@ -471,9 +471,9 @@ def create_app(
             where = f"/api/jobs/{verb}"
 
             def run() -> actions.Outcome:
-                api.only(params, (*api.FILTER_PARAMS, "ids"), where)
+                api.only(params, (*api.FILTER_PARAMS, "ids", "up_to"), where)
                 found = api.job_filter(params, time.time(), selection=True)
-                if found == JobFilter():
+                if replace(found, up_to=None) == JobFilter():
                     raise api.BadParameter(
                         f"{where} needs ids (a selection) or a filter ("
                         f"{', '.join(api.FILTER_PARAMS)}): acting on every job at once is "

@@ -230,9 +230,17 @@ def job_filter(
             since=None if since is None else moment("since", since, now),
             until=None if until is None else moment("until", until, now),
             ids=ids(params) if selection else None,
+            up_to=_up_to(params) if selection else None,
         )
     except ConfigurationError as exc:
         raise BadParameter(str(exc)) from exc
+
+
+def _up_to(params: Mapping[str, str]) -> int | None:
+    """``up_to``: the newest job id when a confirmation counted the jobs, so the action
+    leaves out jobs enqueued since (they were not in the count the person confirmed)."""
+    text = params.get("up_to")
+    return None if text is None else job_id(text)
 
 
 def before(params: Mapping[str, str]) -> int | None:
@@ -250,6 +258,8 @@ def filter_fields(filter: JobFilter) -> list[tuple[str, str]]:
         if value is not None:
             fields.append((name, repr(float(value)) if name in ("since", "until") else value))
     fields += [("ids", str(i)) for i in filter.ids or ()]
+    if filter.up_to is not None:
+        fields.append(("up_to", str(filter.up_to)))
     return fields
 
 

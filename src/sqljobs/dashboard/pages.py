@@ -184,9 +184,15 @@ class Pages:
         """The question a bulk action asks first, "Cancel 100 jobs?": how many jobs it
         would change, and the button that does it (or why there is nothing to do)."""
         label, states = BULK_VERBS[verb]
-        count = self.affected(verb, filter)
+        newest = self.app.find_jobs(limit=1).jobs
+        count = self.affected(verb, filter)  # as of now: no job is newer than ``newest``
+        if newest and filter.ids is None:  # what is confirmed is what was counted
+            filter = replace(filter, up_to=newest[0].id)
         jobs = "job" if count.n == 1 and not count.capped else "jobs"
-        amount = f"at least {count.n:,}" if count.capped else f"{count.n:,}"
+        if count.capped:  # stopped early: at least so many, maybe many more
+            amount = f"at least {count.n:,}" if count.n else "all the matching"
+        else:
+            amount = f"{count.n:,}"
         return self.render(
             "confirm.html",
             view,
@@ -205,7 +211,7 @@ class Pages:
     def affected(self, verb: str, filter: JobFilter) -> JobCount:
         """How many jobs ``verb`` would change: the matches in the states it acts on."""
         _, states = BULK_VERBS[verb]
-        if _by_state_and_queue(filter):
+        if filter.by_state_and_queue_only():
             # one stats read answers every state at once (count_jobs would read it per state)
             stats = self.app.stats()
             queues = [filter.queue] if filter.queue is not None else list(stats.counts)
@@ -303,13 +309,6 @@ class Pages:
             reason=reason,
             way_back=back,
         )
-
-
-def _by_state_and_queue(filter: JobFilter) -> bool:
-    """Whether ``filter`` names jobs by state and queue only: what stats count."""
-    return all(
-        getattr(filter, name) is None for name in ("task", "key", "text", "since", "until", "ids")
-    )
 
 
 def _attempt(entry: Any) -> dict[str, Any]:

@@ -207,7 +207,11 @@ class WrongTokenThrottle:
     """Wrong tokens by client address: the :data:`WRONG_TOKENS_ALLOWED`-th within
     :data:`WRONG_TOKEN_WINDOW` seconds closes the door to that address until the window
     has passed, so a token cannot be guessed at the speed of the network. Kept in this
-    process's memory (a restart forgets it), for at most ``max_clients`` addresses."""
+    process's memory (a restart forgets it), for at most ``max_clients`` addresses.
+
+    The door closes to the right token too (else a guess that got through would show
+    itself by its answer): people behind one NAT or proxy address share it, so someone
+    there who guesses can keep the others out for a minute at a time."""
 
     def __init__(
         self,
@@ -228,6 +232,8 @@ class WrongTokenThrottle:
     def wait(self, client: str) -> float:
         """Seconds until ``client`` may try again (0: now)."""
         with self._lock:
+            if client not in self._failures:  # looking adds nobody: only failures count
+                return 0.0
             recent = self._recent(client)
             if len(recent) < self.allowed:
                 return 0.0

@@ -27,10 +27,6 @@ WHERE id >= %(id)s ORDER BY id LIMIT 1
 -- name: oldest_id
 SELECT coalesce(min(id), 0) AS id FROM {schema}.sqljobs_jobs
 
--- name: where_since_id
-id >= %(since_id)s
--- name: where_until_id
-id < %(until_id)s
 -- name: where_state
 state = %(state)s::text
 -- name: where_state_ended
@@ -44,17 +40,19 @@ task = %(task)s::text
 -- name: where_key
 key = %(key)s::text
 -- name: where_text
-strpos(lower(payload), %(text)s::text) > 0
+strpos(lower(payload), lower(%(text)s::text)) > 0
 -- name: where_since
 created_at >= to_timestamp(%(since)s)
 -- name: where_until
 created_at < to_timestamp(%(until)s)
+-- name: where_skip_tasks
+task <> ALL(%(skip_tasks)s::text[])
+-- name: where_range
+-- The ids a query may read: from the time bounds, a page's cursor, a confirmed count's
+-- newest id and a bounded scan's share.
+id >= %(low)s AND id < %(high)s
 -- name: where_ids
 id = ANY(%(ids)s::bigint[])
--- name: where_before
-id < %(before)s
--- name: where_floor
-id >= %(floor)s
 
 -- name: retry_ids
 -- By hand, as retry_job, for a batch; a cancelled job that runs after others is left alone

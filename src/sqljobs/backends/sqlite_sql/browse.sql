@@ -31,10 +31,6 @@ SELECT id, created_at FROM sqljobs_jobs WHERE id >= :id ORDER BY id LIMIT 1
 -- name: oldest_id
 SELECT coalesce(min(id), 0) AS id FROM sqljobs_jobs
 
--- name: where_since_id
-id >= :since_id
--- name: where_until_id
-id < :until_id
 -- name: where_state
 state = :state
 -- name: where_state_ended
@@ -48,17 +44,19 @@ task = :task
 -- name: where_key
 key = :key
 -- name: where_text
-instr(lower(payload), :text) > 0
+instr(lower(payload), lower(:text)) > 0
 -- name: where_since
 created_at >= :since
 -- name: where_until
 created_at < :until
+-- name: where_skip_tasks
+task NOT IN (SELECT value FROM json_each(:skip_tasks))
+-- name: where_range
+-- The ids a query may read: from the time bounds, a page's cursor, a confirmed count's
+-- newest id and a bounded scan's share.
+id >= :low AND id < :high
 -- name: where_ids
 id IN (SELECT value FROM json_each(:ids))
--- name: where_before
-id < :before
--- name: where_floor
-id >= :floor
 
 -- name: retry_ids
 -- By hand, as retry_job, for a batch; a cancelled job that runs after others is left alone
