@@ -348,8 +348,12 @@ def test_a_paused_queue_is_not_claimed_from_and_resumes(app: App) -> None:
     @app.task(queue="other")
     def other(n: int) -> None: ...
 
+    before = time.time()
     assert app.pause_queue("mail") is True
     assert app.pause_queue("mail") is False, "pausing twice is harmless"
+    (paused_at,) = app.paused_queues().values()  # when: the first pause's time, kept
+    assert list(app.paused_queues()) == ["mail"] and paused_at is not None
+    assert before - 5 <= paused_at <= time.time() + 5  # the server's clock on PostgreSQL
     held = send.enqueue(1)  # enqueues still succeed
     with worker_thread(app, on_event=(log := EventLog())) as worker:
         elsewhere = other.enqueue(2)  # the worker works: the other queue drains

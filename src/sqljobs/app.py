@@ -907,6 +907,10 @@ class App:
             self.wake_local_workers()
         return resumed
 
+    def paused_queues(self) -> dict[str, float | None]:
+        """Each paused queue and when it was paused (Unix seconds; None if not known)."""
+        return {name: at for name, (paused, at) in self.backend.queue_states().items() if paused}
+
     def queues(self) -> list[QueueInfo]:
         """Every queue that has jobs, tasks of this app, or a pause: (name, paused, counts by state,
         age of the oldest due pending job in seconds or None), by name."""

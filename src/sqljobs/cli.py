@@ -715,7 +715,7 @@ def queues_list(ctx: Ctx, as_json: bool) -> None:
 def _list_queues(app: App, as_json: bool) -> None:
     rows = app.queues()
     # the moment of a pause is a setting the backend keeps beside the flag
-    paused_at = {name: at for name, (paused, at) in app.backend.queue_states().items() if paused}
+    paused_at = app.paused_queues()
     if as_json:
         click.echo(json.dumps([_queue_json(q, paused_at) for q in rows], indent=2))
         return

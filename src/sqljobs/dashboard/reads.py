@@ -46,6 +46,5 @@ def queue_infos(app: App, stats: Stats) -> list[QueueInfo]:
 
 
 def paused_at(app: App) -> Mapping[str, float | None]:
-    """When each paused queue was paused: a setting the backend keeps beside the flag."""
-    # TODO(facade): no App method gives this; it reads the backend as the page always has.
-    return {name: at for name, (paused, at) in app.backend.queue_states().items() if paused}
+    """When each paused queue was paused."""
+    return app.paused_queues()
