@@ -544,3 +544,30 @@ def test_a_confirmation_acts_on_what_it_counted_and_never_on_none_when_unsure(
     assert path == "/jobs" and "3 job(s) cancelled" in flash["message"][0]
     assert [_state(app, i) for i in olds] == [JobState.CANCELLED] * 3
     assert _state(app, newer) is JobState.PENDING
+
+
+def test_a_jobs_page_lists_every_attempt_with_its_worker_and_traceback(app: App) -> None:
+    tries: list[int] = []
+
+    @app.task(retry=Retry(max_attempts=3, base=0.01))
+    def flaky() -> str:
+        tries.append(1)
+        if len(tries) == 1:
+            raise ValueError("first try fails")
+        return "ok"
+
+    handle = flaky.enqueue()
+    with worker_thread(app) as worker:
+        assert handle.result(timeout=10) == "ok"
+    job = app.get_job(handle.id)
+    assert job is not None and job.history[0]["worker"] == worker.id
+    assert "ValueError: first try fails" in job.history[0]["traceback"]
+    page = _client(app).get(f"/jobs/{handle.id}").text
+    table = page[
+        page.index("<caption>Attempts</caption>") : page.index(
+            "</table>", page.index("<caption>Attempts")
+        )
+    ]
+    rows = re.findall(r"<tr><td class=\"n\">(\d+)</td><td>(\w+)</td><td>([^<]*)</td>", table)
+    assert rows == [("1", "failed", worker.id), ("2", "done", worker.id)]
+    assert '<pre class="attempt-traceback">' in table and "first try fails" in table

@@ -21,7 +21,7 @@ from ..browse import JobCount, JobFilter, JobPage, WorkerStatus
 from ..cron import zone
 from ..errors import ConfigurationError
 from ..humanize import duration
-from ..jobs import JobState
+from ..jobs import Job, JobState
 from ..schedules import ScheduleState
 from . import charts
 from .api import filter_fields
@@ -240,7 +240,7 @@ class Pages:
             section="/jobs",
             job=job,
             reason=self.app.waiting_reason(found),
-            attempts=[_attempt(entry) for entry in job.history],
+            attempts=[*(_attempt(entry) for entry in job.history), *_current_attempt(job)],
             children=self.app.job_children(job.id),
             task_known=job.task in self.app.tasks,
         )
@@ -318,7 +318,7 @@ def _attempt(entry: Any) -> dict[str, Any]:
         return {"attempt": "-", "outcome": "-", "worker": None, "started_at": None,
                 "took": None, "error": str(entry), "notes": []}  # fmt: skip
     started, ended = _number(entry.get("started_at")), _number(entry.get("ended_at"))
-    known = {"attempt", "outcome", "started_at", "ended_at", "worker", "error"}
+    known = {"attempt", "outcome", "started_at", "ended_at", "worker", "error", "traceback"}
     notes = [
         f"retry in {duration(_number(value))}" if key == "retry_in" else f"{key}={value}"
         for key, value in entry.items()
@@ -332,7 +332,28 @@ def _attempt(entry: Any) -> dict[str, Any]:
         "took": ended - started if started is not None and ended is not None else None,
         "error": entry.get("error"),
         "notes": notes,
+        "traceback": entry.get("traceback"),
     }
+
+
+def _current_attempt(job: Job) -> list[dict[str, Any]]:
+    """The attempt that is running, or the one that succeeded: the history keeps only
+    attempts that ended otherwise, and the job's row tells this one."""
+    if job.state not in (JobState.RUNNING, JobState.DONE) or job.started_at is None:
+        return []
+    ended = job.finished_at if job.state is JobState.DONE else None
+    return [
+        {
+            "attempt": job.attempts,
+            "outcome": job.state.value,
+            "worker": job.worker,
+            "started_at": job.started_at,
+            "took": None if ended is None else ended - job.started_at,
+            "error": None,
+            "notes": [],
+            "traceback": None,
+        }
+    ]
 
 
 def _number(value: Any) -> float | None:

@@ -46,6 +46,7 @@ class Dispatching(WorkerState):
                 "error": str(exc),
                 "started_at": wall,
                 "ended_at": wall,
+                "worker": self.id,
             }
             self._to_write.append(
                 Outcome(job.id, job.token, JobState.DEAD, error=str(exc), history=entry)
@@ -67,14 +68,14 @@ class Dispatching(WorkerState):
                 priority=0,
                 timeout=None,
             )
-            run = Running(job, stand_in, ctx, args, kwargs, wall)
+            run = Running(job, stand_in, ctx, args, kwargs, wall, worker=self.id)
             error = LookupError(f"task {job.task!r} is not registered here (worker {self.id})")
             self._to_write.append(failure(run, error, wall))
             self._finishing[job.id] = job
             self._metered[job.id] = job, None, None
             log.error("job %s: %s", job.id, error)
             return
-        run = Running(job, task, ctx, args, kwargs, wall, prefetched=prefetched)
+        run = Running(job, task, ctx, args, kwargs, wall, prefetched=prefetched, worker=self.id)
         if task.timeout is not None:
             run.deadline = run.started + task.timeout
         self.inflight[job.id] = run

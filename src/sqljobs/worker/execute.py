@@ -46,6 +46,7 @@ class Running:
     future: concurrent.futures.Future[Any] | None = None
     ended: float | None = None  # monotonic, when the handler returned or raised (hooks only)
     exception: BaseException | None = None  # what it raised (hooks only)
+    worker: str | None = None  # this worker's id, for the attempt's history entry
 
     def call_args(self) -> list[Any]:
         return [self.ctx, *self.args] if self.task.takes_context else self.args
@@ -60,6 +61,9 @@ def no_hook(_run: Running) -> None:
 
 
 Clock = Callable[[], float]
+TRACEBACK_KEPT = 4000
+"""Characters of a failed attempt's traceback kept in its history entry (the end: where
+the error was raised); the job's last traceback is kept whole."""
 
 
 def success(run: Running, value: Any = None) -> Outcome:
@@ -75,14 +79,16 @@ def success(run: Running, value: Any = None) -> Outcome:
 def failure(run: Running, exc: BaseException, now: float, outcome: str = "failed") -> Outcome:
     """An attempt failed: retry with backoff, or end ``dead`` when out of attempts or time."""
     job = run.job
+    tb = "".join(traceback.format_exception(exc))
     entry: dict[str, Any] = {
         "attempt": job.attempt,
         "outcome": outcome,
         "started_at": run.started_wall,
         "ended_at": now,
         "error": _describe(exc),
+        "worker": run.worker,
+        "traceback": tb[-TRACEBACK_KEPT:],  # each attempt's own, its end if it is long
     }
-    tb = "".join(traceback.format_exception(exc))
     if isinstance(exc, Discard):
         entry["outcome"] = "discarded"
         return Outcome(
