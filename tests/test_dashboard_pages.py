@@ -571,3 +571,14 @@ def test_a_jobs_page_lists_every_attempt_with_its_worker_and_traceback(app: App)
     rows = re.findall(r"<tr><td class=\"n\">(\d+)</td><td>(\w+)</td><td>([^<]*)</td>", table)
     assert rows == [("1", "failed", worker.id), ("2", "done", worker.id)]
     assert '<pre class="attempt-traceback">' in table and "first try fails" in table
+
+
+def test_a_keyed_jobs_page_says_the_keys_scope(app: App) -> None:
+    app.task(name="sync")(lambda n: n)
+    retained = app.enqueue("sync", [1], key="sync:1").id
+    active = app.enqueue("sync", [2], key="sync:2", key_scope="active").id
+    held = app.enqueue("sync", [3], key="sync:3", key_scope=90).id
+    client = _client(app)
+    assert "sync:1</a> (scope: retained)" in client.get(f"/jobs/{retained}").text
+    assert "sync:2</a> (scope: active)" in client.get(f"/jobs/{active}").text
+    assert "sync:3</a> (scope: 90 s after it ends)" in client.get(f"/jobs/{held}").text

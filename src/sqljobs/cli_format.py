@@ -213,7 +213,7 @@ def _fields(job: Job, now: float, note: str | None, stores_result: bool) -> list
         ids = ", ".join(map(str, job.parents))
         rows.append(("after", f"{ids} (policy {job.after_policy})"))
     rows += [
-        ("key", job.key or "-"),
+        ("key", f"{job.key} (scope: {job.key_scope})" if job.key else _released(job)),
         ("priority", str(job.priority)),
         ("run at", _when(job.run_at, now)),
         ("created", _when(job.created_at, now)),
@@ -401,3 +401,9 @@ def workers_columns(statuses: Sequence[WorkerStatus], now: float) -> list[Column
             flex=True,
         ),
     ]
+
+
+def _released(job: Job) -> str:
+    if job.released_key is None:
+        return "-"
+    return f"{job.released_key} (released: its scope let go of it)"

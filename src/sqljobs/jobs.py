@@ -230,6 +230,21 @@ class Job:
     parents."""
     waiting_on: int = 0
     """How many of its parents have not ended yet (while it is ``waiting``)."""
+    key_hold: float | None = None
+    """How long after the job ends its key keeps refusing duplicates, in seconds: None
+    as long as the job is kept (``key_scope="retained"``), 0 only while it has not ended
+    (``"active"``)."""
+    released_key: str | None = None
+    """The key a job held until its scope let go of it (a new job may have taken it)."""
+
+    @property
+    def key_scope(self) -> str:
+        """The key's scope in words: ``retained``, ``active`` or ``60 s after it ends``."""
+        if self.key_hold is None:
+            return "retained"
+        if self.key_hold == 0:
+            return "active"
+        return f"{self.key_hold:g} s after it ends"
 
     @property
     def finished(self) -> bool:

@@ -34,7 +34,7 @@ JOB = (
     "attempts", "max_attempts", "token", "lease", "lease_until", "worker", "started_at",
     "finished_at", "errors", "lease_expiries", "crashes", "last_error", "last_traceback",
     "deadline_at", "history", "result", "progress", "limit_key", "limit_max", "rate_max",
-    "rate_window", "parents", "after_policy", "waiting_on",
+    "rate_window", "parents", "after_policy", "waiting_on", "key_hold", "released_key",
 )  # fmt: skip
 """The columns a statement that shows whole jobs returns (in any order)."""
 EFFECT = ("state", "result", "error", "attempts", "mine")

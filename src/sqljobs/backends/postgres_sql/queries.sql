@@ -444,7 +444,8 @@ extract(epoch FROM lease_until)::float8 AS lease_until, worker,
 extract(epoch FROM started_at)::float8 AS started_at,
 extract(epoch FROM finished_at)::float8 AS finished_at, errors, lease_expiries, crashes,
 last_error, last_traceback, extract(epoch FROM deadline_at)::float8 AS deadline_at, history,
-result, progress, limit_key, limit_max, rate_max, rate_window, parents, after_policy, waiting_on
+result, progress, limit_key, limit_max, rate_max, rate_window, parents, after_policy, waiting_on,
+key_hold, released_key
 
 -- name: retry_job
 -- By hand: fresh attempts; the history keeps the old ones and notes the retry.

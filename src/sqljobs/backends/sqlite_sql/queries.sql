@@ -271,7 +271,7 @@ SELECT id, queue, task, payload, key, state, priority, run_at, created_at, attem
        max_attempts, token, lease, lease_until, worker, started_at, finished_at, errors,
        lease_expiries, crashes, last_error, last_traceback, deadline_at, history, result,
        progress, limit_key, limit_max, rate_max, rate_window, parents, after_policy,
-       waiting_on
+       waiting_on, key_hold, released_key
 FROM sqljobs_jobs WHERE id = :id
 
 -- name: list_jobs
@@ -279,7 +279,7 @@ SELECT id, queue, task, payload, key, state, priority, run_at, created_at, attem
        max_attempts, token, lease, lease_until, worker, started_at, finished_at, errors,
        lease_expiries, crashes, last_error, last_traceback, deadline_at, history, result,
        progress, limit_key, limit_max, rate_max, rate_window, parents, after_policy,
-       waiting_on
+       waiting_on, key_hold, released_key
 FROM sqljobs_jobs
 WHERE (:state IS NULL OR state = :state) AND (:queue IS NULL OR queue = :queue)
 ORDER BY id DESC
