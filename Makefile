@@ -17,7 +17,21 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/python -m sqljobs lab all --quick
 
-test: $(STAMP)
+# Django 6 needs Python 3.12 or newer: its tests run a Django project under it, in a venv
+# of its own (made when such a Python is found; without one they are skipped, but not in CI)
+DJANGO_VENV := .venv-django
+DJANGO_STAMP := $(DJANGO_VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+PYTHON312 ?= $(shell for p in python3.13 python3.12 $$HOME/.pyenv/versions/3.1[23]*/bin/python3; do \
+	$$p -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null && echo $$p && break; done)
+
+$(DJANGO_STAMP): pyproject.toml
+	@if [ -z "$(PYTHON312)" ]; then echo "no Python 3.12+: the Django tests will be skipped"; else \
+	  (test -x $(DJANGO_VENV)/bin/python || $(PYTHON312) -m venv $(DJANGO_VENV)) && \
+	  $(DJANGO_VENV)/bin/python -m pip install -q --upgrade pip && \
+	  $(DJANGO_VENV)/bin/python -m pip install -q -e '.[postgres,django]' && \
+	  rm -f $(DJANGO_VENV)/.installed-* && touch $(DJANGO_STAMP); fi
+
+test: $(STAMP) $(DJANGO_STAMP)
 	$(BIN)/python -m pytest -q
 
 # The inner loop: SQLite only, no test over ~3 s, no worker or CLI subprocesses.
@@ -43,4 +57,4 @@ $(DOCS_STAMP): pyproject.toml
 	rm -f $(VENV)/.docs-* && touch $(DOCS_STAMP)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache site
+	rm -rf $(VENV) $(DJANGO_VENV) .pytest_cache .mypy_cache .ruff_cache site

@@ -318,7 +318,8 @@ def _attempt(entry: Any) -> dict[str, Any]:
         return {"attempt": "-", "outcome": "-", "worker": None, "started_at": None,
                 "took": None, "error": str(entry), "notes": []}  # fmt: skip
     started, ended = _number(entry.get("started_at")), _number(entry.get("ended_at"))
-    known = {"attempt", "outcome", "started_at", "ended_at", "worker", "error", "traceback"}
+    known = {"attempt", "outcome", "started_at", "ended_at", "worker", "error", "traceback",
+             "exception"}  # fmt: skip
     notes = [
         f"retry in {duration(_number(value))}" if key == "retry_in" else f"{key}={value}"
         for key, value in entry.items()
