@@ -39,8 +39,8 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not postgres and not slow and not processes and not browser"
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
+	$(BIN)/ruff check src tests benchmarks docs/screenshots.py mkdocs_hooks.py
+	$(BIN)/ruff format --check src tests benchmarks docs/screenshots.py mkdocs_hooks.py
 	$(BIN)/mypy  # strict, on src and tests (pyproject's [tool.mypy])
 
 bench: $(STAMP)
