@@ -63,7 +63,7 @@ def loose(first: Any, *rest: Any) -> str:
 
 reveal_type(send_report)  # N: Task[[tenant: str, day: int =], list[str]]"
 reveal_type(pay)  # N: Task[[order_id: str], None]"
-reveal_type(loose)  # N: Task[[*Any, **Any], str]"
+reveal_type(loose.enqueue(1, "two", [3]).result())  # N: Revealed type is "str"
 handle = send_report.enqueue("acme", day=3)
 reveal_type(handle.result())  # N: Revealed type is "list[str]"
 reveal_type(fetch.enqueue("https://x.test", retries=2).result())  # N: Revealed type is "bytes"
