@@ -43,6 +43,11 @@ class Parcel:
     weight: float
 
 
+@dataclass
+class Stamp:
+    when: datetime
+
+
 ORDER = Order(sku="book", qty=2, placed=datetime(2026, 12, 3, 9, 30))
 
 
@@ -103,6 +108,12 @@ def test_wrong_values_are_refused_at_enqueue_naming_task_and_argument(app: App) 
         ship.enqueue(ORDER, parcel={"to": {"city": "Oslo"}, "weight": 1})  # type: ignore[arg-type]
     with pytest.raises(PayloadError, match=r"enqueue_many call 1: argument 'parcel'.* got list"):
         ship.enqueue_many([(ORDER, parcel), (ORDER, [1])])
+
+    @app.task
+    def stamp(at: Stamp) -> None: ...
+
+    with pytest.raises(PayloadError, match=r"argument 'at' of task 'stamp' is not JSON-"):
+        stamp.enqueue(Stamp(ORDER.placed))  # a dataclass's fields must be JSON themselves
     assert app.stats().total("pending") == 0
 
 
@@ -149,6 +160,16 @@ def test_a_group_callback_gets_results_first_and_its_model_arguments_as_models(a
     )
     with worker_thread(app):
         assert group.result(timeout=10) == Receipt(sku="Oslo", total=15.0)
+
+
+def test_a_concurrency_key_function_sees_the_model_as_the_handler_will(app: App) -> None:
+    @app.task(concurrency=1, concurrency_key=lambda order, **_: order.sku)
+    def pack(order: Order) -> None: ...
+
+    by_model = pack.enqueue(ORDER)
+    by_fields = pack.enqueue({"sku": "pen", "qty": 1, "placed": "2026-12-03T09:30:00"})  # type: ignore[arg-type]
+    keys = [job.limit_key for job in map(app.get_job, [by_model.id, by_fields.id]) if job]
+    assert keys == ["pack:book", "pack:pen"]
 
 
 def test_a_task_without_models_has_nothing_to_convert(app: App) -> None:

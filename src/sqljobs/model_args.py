@@ -155,36 +155,43 @@ class ModelArgs:
         self.task = task
         self.params = tuple(params)
 
+    def instances(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], offset: int = 0
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """The call with each model argument an instance of its class: an instance is
+        kept, a mapping (from an untyped caller) is validated into one, so a bad one fails
+        at enqueue rather than in a worker; anything else is a PayloadError. ``offset``:
+        positional arguments the caller leaves out before ``args`` (a group callback's
+        results)."""
+        new_args, new_kwargs = list(args), dict(kwargs)
+        for param, at, value in self._located(new_args, new_kwargs, offset):
+            if (value is None and param.optional) or isinstance(value, param.shape.cls):
+                continue
+            if not isinstance(value, Mapping):
+                raise PayloadError(
+                    f"argument {param.name!r} of task {self.task!r} must be a "
+                    f"{param.shape.label} or a dict of its fields, got {_kind(value)}"
+                )
+            _put(new_args, new_kwargs, at, self._load(param, value))
+        return new_args, new_kwargs
+
     def dump(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], offset: int = 0
     ) -> tuple[list[Any], dict[str, Any]]:
-        """The call with its model arguments as JSON-ready data. An instance of the class
-        is dumped; a mapping is first validated into it (a bad one fails here, not in a
-        worker); anything else is a PayloadError. ``offset``: positional arguments the
-        caller leaves out before ``args`` (a group callback's results)."""
+        """The call (as :meth:`instances` returns it) with its model arguments as
+        JSON-ready data, to be stored."""
         new_args, new_kwargs = list(args), dict(kwargs)
         for param, at, value in self._located(new_args, new_kwargs, offset):
             if value is None and param.optional:
                 continue
-            shape = param.shape
-            if not isinstance(value, shape.cls):
-                if not isinstance(value, Mapping):
-                    raise PayloadError(
-                        f"argument {param.name!r} of task {self.task!r} must be a "
-                        f"{shape.label} or a dict of its fields, got {_kind(value)}"
-                    )
-                value = self._load(param, value)
             try:
-                dumped = shape.dump(value)
+                dumped = param.shape.dump(value)
             except Exception as exc:  # a pydantic serializer that raises
                 raise PayloadError(
-                    f"argument {param.name!r} of task {self.task!r} ({shape.label}) cannot "
-                    f"be dumped to JSON: {exc}"
+                    f"argument {param.name!r} of task {self.task!r} ({param.shape.label}) "
+                    f"cannot be dumped to JSON: {exc}"
                 ) from exc
-            if isinstance(at, int):
-                new_args[at] = dumped
-            else:
-                new_kwargs[at] = dumped
+            _put(new_args, new_kwargs, at, dumped)
         return new_args, new_kwargs
 
     def load(self, args: list[Any], kwargs: dict[str, Any]) -> None:
@@ -193,11 +200,7 @@ class ModelArgs:
         for param, at, value in self._located(args, kwargs, 0):
             if value is None and param.optional:
                 continue
-            loaded = self._load(param, value)
-            if isinstance(at, int):
-                args[at] = loaded
-            else:
-                kwargs[at] = loaded
+            _put(args, kwargs, at, self._load(param, value))
 
     def _load(self, param: ModelParam, value: Any) -> Any:
         try:
@@ -220,6 +223,13 @@ class ModelArgs:
             elif param.name in kwargs:
                 found.append((param, param.name, kwargs[param.name]))
         return found
+
+
+def _put(args: list[Any], kwargs: dict[str, Any], at: int | str, value: Any) -> None:
+    if isinstance(at, int):
+        args[at] = value
+    else:
+        kwargs[at] = value
 
 
 class ResultModel:

@@ -21,7 +21,7 @@ from .dependencies import AfterPolicy, check_policy, parent_ids
 from .errors import ConfigurationError, PayloadError, UnknownTask
 from .handles import JobHandle
 from .jobs import NewJob
-from .limits import Limit
+from .limits import Limit, arguments_by_name
 from .model_args import find_models
 from .retry import Retry, seconds
 
@@ -354,6 +354,12 @@ class Task(Generic[P, R]):
                 f"arguments do not match task {self.name}{self.signature}: {exc}"
             ) from None
         if self.model_args is not None:
+            args, kwargs = self.model_args.instances(args, kwargs)
+            if self.limit is not None and self.limit.key is not None and not opts.concurrency_key:
+                # its key function sees models, as the handler will, not their JSON
+                arguments = arguments_by_name(self.signature, args, kwargs)
+                key = self.limit.key_for(self.name, arguments).removeprefix(f"{self.name}:")
+                opts = replace(opts, concurrency_key=key)
             args, kwargs = self.model_args.dump(args, kwargs)
         return self.app.build_job(
             self.name, args, kwargs, opts, now, task=self, names=self._positional_names
@@ -465,8 +471,9 @@ class Signature:
             ) from None
         args: Sequence[Any] = self.args
         kwargs: Mapping[str, Any] = self.kwargs
-        if self.task.model_args is not None:  # the results list comes first, in the worker
-            args, kwargs = self.task.model_args.dump(args, kwargs, offset=1)
+        model_args = self.task.model_args
+        if model_args is not None:  # the results list comes first, in the worker
+            args, kwargs = model_args.dump(*model_args.instances(args, kwargs, 1), offset=1)
         task = self.task
         job = task.app.build_job(task.name, args, kwargs, self.options, now, task=task)
         return replace(job, collect=True)
