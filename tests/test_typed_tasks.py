@@ -5,6 +5,9 @@ stored payload no longer fits."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -15,7 +18,7 @@ from pydantic import BaseModel, Field
 import sqljobs
 from sqljobs import App, JobContext, PayloadError
 from sqljobs.model_args import Shape
-from tests.conftest import worker_thread
+from tests.conftest import child_pythonpath, worker_thread
 
 
 class Order(BaseModel):
@@ -160,6 +163,37 @@ def test_a_group_callback_gets_results_first_and_its_model_arguments_as_models(a
     )
     with worker_thread(app):
         assert group.result(timeout=10) == Receipt(sku="Oslo", total=15.0)
+
+
+def test_a_stored_result_that_no_longer_fits_is_a_clear_error(app: App) -> None:
+    @app.task
+    def quote(sku: str) -> dict[str, str]:
+        return {"sku": sku}  # an older version, before it returned a Receipt
+
+    with worker_thread(app):
+        job_id = quote.enqueue("book").id
+        assert app.job(job_id).result(timeout=10) == {"sku": "book"}
+    newer = App(app.url)
+
+    @newer.task(name="quote")
+    def quote_now(sku: str) -> Receipt:
+        return Receipt(sku=sku, total=1.0)
+
+    with pytest.raises(PayloadError, match=r"the stored result of task 'quote' does not fit "
+                       r"Receipt \(pydantic model\): total: Field required"):  # fmt: skip
+        newer.job(job_id).result(timeout=1)
+
+
+def test_importing_sqljobs_does_not_import_pydantic() -> None:
+    code = "import sys, sqljobs, sqljobs.model_args; print('pydantic' in sys.modules)"
+    found = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**os.environ, "PYTHONPATH": child_pythonpath()},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert found.stdout.strip() == "False"
 
 
 def test_a_concurrency_key_function_sees_the_model_as_the_handler_will(app: App) -> None:
