@@ -80,6 +80,8 @@ class Shape:
             raise ValueError(f"unknown field(s) {', '.join(map(repr, sorted(unknown)))}")
         values: dict[str, Any] = {}
         for field in fields:
+            if not field.init:  # asdict wrote it; the class computes it again
+                continue
             if field.name not in data:
                 if field.required:
                     raise ValueError(f"field {field.name!r} is missing")
@@ -102,6 +104,7 @@ class _Field:
     kind: type | None  # a scalar type to check, or None
     nested: Shape | None  # a nested dataclass or model
     optional: bool
+    init: bool = True  # False: not an argument of the class (``field(init=False)``)
 
     def check(self, value: Any) -> Any:
         if value is None and self.optional:
@@ -128,6 +131,7 @@ def _dataclass_fields(cls: type) -> tuple[_Field, ...]:
     found = []
     for f in dataclasses.fields(cls):
         if not f.init:
+            found.append(_Field(f.name, False, None, None, True, init=False))
             continue
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
         hint, optional = _unwrap_optional(hints.get(f.name))
