@@ -173,7 +173,7 @@ class ModelArgs:
                 continue
             if not isinstance(value, Mapping):
                 raise PayloadError(
-                    f"argument {param.name!r} of task {self.task!r} must be a "
+                    f"argument {param.name!r} of task {self.task!r} takes "
                     f"{param.shape.label} or a dict of its fields, got {_kind(value)}"
                 )
             _put(new_args, new_kwargs, at, self._load(param, value))
