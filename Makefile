@@ -23,9 +23,9 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not postgres and not slow and not processes and not browser"
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks
-	$(BIN)/ruff format --check src tests benchmarks
-	$(BIN)/mypy  # strict, on src and tests (pyproject's [tool.mypy])
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
+	$(BIN)/mypy  # strict, on src, tests and examples (pyproject's [tool.mypy])
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'

@@ -98,8 +98,10 @@ class JobHandle:
                 job = await asyncio.to_thread(self.refresh)
                 if job.finished:
                     return _outcome(job)
+                # outside the suppress: the ResultTimeout it raises is a TimeoutError too
+                pause = _pause(deadline, self.id, job)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), _pause(deadline, self.id, job))
+                    await asyncio.wait_for(woken.wait(), pause)
                 woken.clear()
         finally:
             watcher.remove(self.id, wake)
