@@ -167,6 +167,8 @@ def test_a_guarded_mounted_dashboard_logs_in_under_its_prefix(url: str) -> None:
             follow_redirects=False,
         )
         assert entered.status_code == 303 and entered.headers["location"] == f"{PREFIX}/"
+        cookies = entered.headers.get_list("set-cookie")
+        assert cookies and all(f"Path={PREFIX}/" in c for c in cookies), cookies  # its own
         assert shop.get(f"{PREFIX}/", headers=html).status_code == 200
         assert shop.post("/reports", json={"tenant": "acme"}).status_code == 202  # the shop's own
 

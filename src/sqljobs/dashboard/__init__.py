@@ -120,9 +120,11 @@ def is_loopback(host: str) -> bool:
 
 
 def _set_cookie(response: Response, name: str, value: str, request: Request) -> None:
-    """HttpOnly and SameSite=Strict always; Secure when the request came over HTTPS."""
+    """HttpOnly and SameSite=Strict always; Secure when the request came over HTTPS; sent
+    only below the dashboard's prefix, when it is mounted in another application."""
     secure = request.url.scheme == "https"
-    response.set_cookie(name, value, httponly=True, samesite="strict", path="/", secure=secure)
+    path = f"{forms.root(request)}/"
+    response.set_cookie(name, value, httponly=True, samesite="strict", path=path, secure=secure)
 
 
 _COUNTED = ("retried", "cancelled", "deleted")
@@ -392,7 +394,9 @@ def create_app(
         if not guard.csrf_ok(guard.session(request), str(form.get(CSRF_FIELD, ""))):
             return html(pages.refusal(view_of(request), BAD_CSRF), 403)
         response = RedirectResponse(f"{forms.root(request)}/login", status_code=303)
-        response.delete_cookie(AUTH_COOKIE, path="/", httponly=True, samesite="strict")
+        response.delete_cookie(
+            AUTH_COOKIE, path=f"{forms.root(request)}/", httponly=True, samesite="strict"
+        )
         return response
 
     # -- JSON ---------------------------------------------------------------------------
