@@ -122,6 +122,13 @@ def test_the_mounted_dashboard_links_and_actions_carry_the_prefix(url: str) -> N
         links = _links(overview.text)
         assert links and all(link.startswith(f"{PREFIX}/") for link in links), links
         assert shop.get(f"{PREFIX}/static/dashboard.css").status_code == 200
+        for page_path in ("/jobs", "/queues", "/schedules", "/workers", "/jobs/confirm"):
+            other = shop.get(
+                f"{PREFIX}{page_path}",
+                params={"action": "retry", "state": "dead"} if page_path == "/jobs/confirm" else {},
+            )
+            assert other.status_code == 200, (page_path, other.text)
+            assert all(link.startswith(f"{PREFIX}/") for link in _links(other.text)), page_path
 
         # from the overview to the dead job's page, by its link
         assert f"{PREFIX}/jobs/{dead}" in links
