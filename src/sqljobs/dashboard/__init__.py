@@ -216,7 +216,10 @@ def create_app(
     ConfigurationError. Unexposed, only a Host of localhost, 127.0.0.1 or [::1] is served
     (with ``port``, when given). ``read_only`` refuses every action and shows no buttons.
     ``alert_age``: seconds the oldest due job may wait before the overview shows its age
-    as an alert. ``throttle`` counts wrong tokens by client address (a default one)."""
+    as an alert. ``throttle`` counts wrong tokens by client address (a default one).
+
+    Mounted in another application (``Mount("/jobs-admin", create_app(app))``), its
+    links, forms, redirects and cookies stay under the prefix (docs/fastapi.md)."""
     guard = Guard.create(token, exposed=exposed, port=port)
     throttle = throttle or WrongTokenThrottle()
     number = isinstance(alert_age, int | float) and not isinstance(alert_age, bool)
