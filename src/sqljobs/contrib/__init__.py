@@ -1,2 +1,1 @@
-"""Integrations with the frameworks sqljobs is used from. Each submodule imports only what
-its framework needs, so importing ``sqljobs`` never pulls a web framework in."""
+"""Integrations with frameworks: each imports its framework only when it is used."""
