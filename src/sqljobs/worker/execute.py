@@ -86,6 +86,7 @@ def failure(run: Running, exc: BaseException, now: float, outcome: str = "failed
         "started_at": run.started_wall,
         "ended_at": now,
         "error": _describe(exc),
+        "exception": f"{type(exc).__module__}.{type(exc).__qualname__}",
         "worker": run.worker,
         "traceback": tb[-TRACEBACK_KEPT:],  # each attempt's own, its end if it is long
     }
