@@ -39,9 +39,9 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not postgres and not slow and not processes and not browser"
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks docs/screenshots.py mkdocs_hooks.py
-	$(BIN)/ruff format --check src tests benchmarks docs/screenshots.py mkdocs_hooks.py
-	$(BIN)/mypy  # strict, on src and tests (pyproject's [tool.mypy])
+	$(BIN)/ruff check src tests benchmarks examples docs/screenshots.py mkdocs_hooks.py
+	$(BIN)/ruff format --check src tests benchmarks examples docs/screenshots.py mkdocs_hooks.py
+	$(BIN)/mypy  # strict, on src, tests and examples (pyproject's [tool.mypy])
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'

@@ -104,8 +104,10 @@ class JobHandle(Generic[R]):
                 job = await asyncio.to_thread(self.refresh)
                 if job.finished:
                     return cast(R, _outcome(app, job))
+                # outside the suppress: the ResultTimeout it raises is a TimeoutError too
+                pause = _pause(deadline, self.id, job)
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), _pause(deadline, self.id, job))
+                    await asyncio.wait_for(woken.wait(), pause)
                 woken.clear()
         finally:
             watcher.remove(self.id, wake)

@@ -120,9 +120,11 @@ def is_loopback(host: str) -> bool:
 
 
 def _set_cookie(response: Response, name: str, value: str, request: Request) -> None:
-    """HttpOnly and SameSite=Strict always; Secure when the request came over HTTPS."""
+    """HttpOnly and SameSite=Strict always; Secure when the request came over HTTPS; sent
+    only below the dashboard's prefix, when it is mounted in another application."""
     secure = request.url.scheme == "https"
-    response.set_cookie(name, value, httponly=True, samesite="strict", path="/", secure=secure)
+    path = f"{forms.root(request)}/"
+    response.set_cookie(name, value, httponly=True, samesite="strict", path=path, secure=secure)
 
 
 _COUNTED = ("retried", "cancelled", "deleted")
@@ -163,10 +165,11 @@ class _Gate(BaseHTTPMiddleware):
         if identity is None and "authorization" in request.headers:
             self.throttle.failed(client)
             log.warning("dashboard request from %s refused: wrong token", client)
-        open_path = request.url.path == "/login" or request.url.path.startswith("/static/")
+        path = forms.route_path(request)
+        open_path = path == "/login" or path.startswith("/static/")
         if identity is None and not open_path:
             if request.method == "GET" and "text/html" in request.headers.get("accept", ""):
-                response = RedirectResponse("/login", status_code=303)
+                response = RedirectResponse(f"{forms.root(request)}/login", status_code=303)
             else:
                 body = (
                     {"ok": False, "error": BAD_TOKEN}
@@ -213,7 +216,10 @@ def create_app(
     ConfigurationError. Unexposed, only a Host of localhost, 127.0.0.1 or [::1] is served
     (with ``port``, when given). ``read_only`` refuses every action and shows no buttons.
     ``alert_age``: seconds the oldest due job may wait before the overview shows its age
-    as an alert. ``throttle`` counts wrong tokens by client address (a default one)."""
+    as an alert. ``throttle`` counts wrong tokens by client address (a default one).
+
+    Mounted in another application (``Mount("/jobs-admin", create_app(app))``), its
+    links, forms, redirects and cookies stay under the prefix (docs/fastapi.md)."""
     guard = Guard.create(token, exposed=exposed, port=port)
     throttle = throttle or WrongTokenThrottle()
     number = isinstance(alert_age, int | float) and not isinstance(alert_age, bool)
@@ -232,6 +238,7 @@ def create_app(
             message=(flash["message"] or "")[: forms.MAX_FLASH] or None,
             error=(flash["error"] or "")[: forms.MAX_FLASH] or None,
             back=forms.here(request),
+            root=forms.root(request),
         )
 
     def html(body: str, status: int = 200) -> HTMLResponse:
@@ -242,14 +249,16 @@ def create_app(
         the outcome's sentence."""
         if forms.from_page(request):
             kind = "message" if outcome.status < 400 else "error"
-            where = back or forms.local_path(getattr(request.state, "back", None))
+            home = f"{forms.root(request)}/"
+            where = back or forms.local_path(getattr(request.state, "back", None), home)
             return RedirectResponse(forms.with_flash(where, kind, outcome.message), status_code=303)
         return JSONResponse(outcome.body, status_code=outcome.status)
 
     def refuse(request: Request, outcome: actions.Outcome) -> Response:
         """A security refusal keeps its status even for a form (no redirect that hides it)."""
         if forms.from_page(request):
-            way_back = forms.local_path(getattr(request.state, "back", None))
+            home = f"{forms.root(request)}/"
+            way_back = forms.local_path(getattr(request.state, "back", None), home)
             page = pages.refusal(view_of(request), outcome.message, way_back)
             return html(page, outcome.status)
         return JSONResponse(outcome.body, status_code=outcome.status)
@@ -260,9 +269,10 @@ def create_app(
             return reply(request, actions.refused(400, str(exc)))
         if forms.wants_page(request):
             # back to the page without its parameters (a confirmation: to the jobs it asked about)
-            path = request.url.path
+            confirming = forms.route_path(request) == "/jobs/confirm"
             way_back = forms.local_path(
-                request.query_params.get("back"), "/jobs" if path == "/jobs/confirm" else path
+                request.query_params.get("back"),
+                f"{forms.root(request)}/jobs" if confirming else request.url.path,
             )
             page = pages.refusal(view_of(request), str(exc), way_back, "Bad address")
             return html(page, 400)
@@ -336,7 +346,7 @@ def create_app(
                 "no jobs chosen: tick the boxes of the jobs to act on, or filter the jobs "
                 "and act on every match"
             )
-        back = forms.local_path(params.get("back"), "/jobs")
+        back = forms.local_path(params.get("back"), f"{forms.root(request)}/jobs")
         return html(pages.confirm(replace(view_of(request), back=back), verb, found))
 
     def job_page(request: Request) -> Response:
@@ -345,7 +355,8 @@ def create_app(
         page = pages.job(view_of(request), job_id)
         if page is None:
             reason = f"no job with id {job_id}: it never existed, or it was deleted or pruned"
-            return html(pages.refusal(view_of(request), reason, "/jobs", "Not found"), 404)
+            jobs_list = f"{forms.root(request)}/jobs"
+            return html(pages.refusal(view_of(request), reason, jobs_list, "Not found"), 404)
         return html(page)
 
     def queues_page(request: Request) -> Response:
@@ -362,7 +373,7 @@ def create_app(
 
     async def login(request: Request) -> Response:
         if token is None:
-            return RedirectResponse("/", status_code=303)
+            return RedirectResponse(f"{forms.root(request)}/", status_code=303)
         view = view_of(request)
         if request.method == "GET":
             return html(pages.login(view))
@@ -376,7 +387,7 @@ def create_app(
             return html(pages.login(replace(view, error="wrong token")), 401)
         session = guard.new_session()  # a fresh session, so one planted before is worthless
         log.info("dashboard login from %s", client)
-        response = RedirectResponse("/", status_code=303)
+        response = RedirectResponse(f"{forms.root(request)}/", status_code=303)
         _set_cookie(response, SESSION_COOKIE, session, request)
         _set_cookie(response, AUTH_COOKIE, guard.auth_cookie(session), request)
         return response
@@ -385,8 +396,10 @@ def create_app(
         form = await request.form()
         if not guard.csrf_ok(guard.session(request), str(form.get(CSRF_FIELD, ""))):
             return html(pages.refusal(view_of(request), BAD_CSRF), 403)
-        response = RedirectResponse("/login", status_code=303)
-        response.delete_cookie(AUTH_COOKIE, path="/", httponly=True, samesite="strict")
+        response = RedirectResponse(f"{forms.root(request)}/login", status_code=303)
+        response.delete_cookie(
+            AUTH_COOKIE, path=f"{forms.root(request)}/", httponly=True, samesite="strict"
+        )
         return response
 
     # -- JSON ---------------------------------------------------------------------------
@@ -411,7 +424,8 @@ def create_app(
         if page.next_before is not None:
             query = [(k, v) for k, v in params.multi_items() if k != "before"]
             query.append(("before", str(page.next_before)))
-            response.headers["Link"] = f'</api/jobs?{urlencode(query)}>; rel="next"'
+            next_page = f"{forms.root(request)}/api/jobs?{urlencode(query)}"
+            response.headers["Link"] = f'<{next_page}>; rel="next"'
         return response
 
     def job(request: Request) -> Response:
@@ -454,7 +468,8 @@ def create_app(
             def back(outcome: actions.Outcome) -> str | None:
                 # a deleted job's own page is gone: back to the list
                 gone = verb == "delete" and outcome.status == 200
-                return "/jobs" if gone and request.state.back == f"/jobs/{job_id}" else None
+                jobs_list = f"{forms.root(request)}/jobs"
+                return jobs_list if gone and request.state.back == f"{jobs_list}/{job_id}" else None
 
             return await act(
                 request,

@@ -2,6 +2,10 @@
 back (a 303 to the page it came from, with the outcome's sentence in its query) where a
 script wants JSON; a ``back`` field may only name a path on this dashboard; a page's query
 parameters leave out the empty fields a GET form sends and refuse unknown ones.
+
+Mounted under a prefix (``Mount("/jobs-admin", create_app(app))``), the prefix is the
+scope's ``root_path``: :func:`root` is what every link and redirect starts with, and
+:func:`route_path` is the path the dashboard's own routes know.
 """
 
 from __future__ import annotations
@@ -18,6 +22,20 @@ FLASH = ("message", "error")
 MAX_FLASH = 2000  # a sentence, not a page
 
 
+def root(request: Request) -> str:
+    """The prefix the dashboard is mounted under ("" when it is the whole site): links and
+    redirects carry it, or a mounted dashboard's pages would point at the host app."""
+    return str(request.scope.get("root_path", "")).rstrip("/")
+
+
+def route_path(request: Request) -> str:
+    """This request's path below the prefix, as the dashboard's routes name it."""
+    path, prefix = request.url.path, root(request)
+    if prefix and (path == prefix or path.startswith(prefix + "/")):
+        return path[len(prefix) :] or "/"
+    return path
+
+
 def from_page(request: Request) -> bool:
     """A post from the page's own forms, which wants the page back rather than JSON."""
     content_type = request.headers.get("content-type", "")
@@ -26,7 +44,8 @@ def from_page(request: Request) -> bool:
 
 def wants_page(request: Request) -> bool:
     """A person's browser asking for a page (not a script asking for JSON)."""
-    return not request.url.path.startswith("/api/") and request.url.path != "/metrics"
+    path = route_path(request)
+    return not path.startswith("/api/") and path != "/metrics"
 
 
 def local_path(text: str | None, default: str = "/") -> str:

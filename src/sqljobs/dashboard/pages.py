@@ -57,7 +57,8 @@ class View:
     buttons (None: there are); ``csrf`` is this session's token, which every form carries;
     ``logged_in``: through the login page (so a log out button is shown); ``message`` and
     ``error`` come back from an action; ``back`` is this page's own address, where its
-    forms' actions return."""
+    forms' actions return; ``root``, the prefix the dashboard is mounted under, which every
+    link on the page starts with."""
 
     now: float
     read_only: str | None = None
@@ -66,6 +67,7 @@ class View:
     message: str | None = None
     error: str | None = None
     back: str = "/"
+    root: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""Example applications built on sqljobs; the tests run them as they are."""
