@@ -14,7 +14,7 @@ import logging
 import math
 import threading
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from ..errors import ConfigurationError
 
@@ -38,15 +38,14 @@ class Clock:
         """The clock's time, Unix seconds."""
         return self()
 
-    def datetime(self) -> datetime:
+    def as_datetime(self) -> datetime:
         """The clock's time as an aware UTC datetime (for cron-minded assertions)."""
-        from datetime import UTC
-
         return datetime.fromtimestamp(self(), UTC)
 
     def advance(self, by: float | timedelta) -> float:
-        """Move forward ``by`` seconds (or a timedelta); return the new time. Never back:
-        a clock that ran backwards would make leases and ticks lie."""
+        """Move forward ``by`` seconds (or a timedelta); return the new time. Only forward:
+        a negative step is more likely a mistake than a test of a clock going back (for
+        that, :meth:`set` an earlier time)."""
         step = by.total_seconds() if isinstance(by, timedelta) else by
         if isinstance(step, bool) or not isinstance(step, int | float) or not math.isfinite(step):
             raise ConfigurationError(f"Clock.advance({by!r}): give seconds or a timedelta")
@@ -59,21 +58,16 @@ class Clock:
         return now
 
     def set(self, when: float | datetime) -> float:
-        """Move to ``when`` (Unix seconds or an aware datetime), which must not lie before
-        the clock's time; return it."""
+        """Move to ``when`` (Unix seconds or an aware datetime); return it. It may lie in
+        the past, as a wall clock stepped back by NTP does (a drain only moves forward)."""
         target = _epoch(when, "Clock.set(...)")
         with self._lock:
-            if target < self._now:
-                raise ConfigurationError(
-                    f"Clock.set({when!r}) lies {self._now - target:.3f} s before the clock's "
-                    "time: a clock only moves forward"
-                )
             self._now = target
         log.debug("test clock set to %.3f", target)
         return target
 
     def __repr__(self) -> str:
-        return f"<sqljobs.testing.Clock {self.datetime().isoformat()}>"
+        return f"<sqljobs.testing.Clock {self.as_datetime().isoformat()}>"
 
 
 def _epoch(value: float | datetime, what: str) -> float:

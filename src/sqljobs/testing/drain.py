@@ -72,7 +72,9 @@ def run_until_empty(
     ``now()``, which no test clock moves)."""
     clock = _controllable(app, clock)
     if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1:
-        raise ConfigurationError(f"run_until_empty(max_jobs={max_jobs!r}): give a whole number >= 1")
+        raise ConfigurationError(
+            f"run_until_empty(max_jobs={max_jobs!r}): give a whole number >= 1"
+        )
     if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
         raise ConfigurationError(f"run_until_empty(timeout={timeout!r}): give seconds > 0")
     limit = None if until is None else _epoch(until, "run_until_empty(until=...)")
@@ -191,9 +193,7 @@ def _open(app: App, state: str, names: set[str], queues: set[str] | None) -> lis
     before: int | None = None
     for _ in range(_PAGES):
         page = app.find_jobs(JobFilter(state=state), before=before, limit=_PAGE)
-        found += [
-            j for j in page.jobs if j.task in names and (queues is None or j.queue in queues)
-        ]
+        found += [j for j in page.jobs if j.task in names and (queues is None or j.queue in queues)]
         if page.next_before is None:
             break
         before = page.next_before

@@ -56,7 +56,9 @@ class DrainReport:
             return self.jobs[job_id]
         except KeyError:
             ran = ", ".join(f"{r.id} ({r.task})" for r in self.jobs.values()) or "none"
-            raise KeyError(f"job {job_id} did not run in this drain; jobs that ran: {ran}") from None
+            raise KeyError(
+                f"job {job_id} did not run in this drain; jobs that ran: {ran}"
+            ) from None
 
     @property
     def done(self) -> int:
