@@ -14,10 +14,11 @@ fixtures ``sqljobs_url``, ``sqljobs_clock`` and ``sqljobs_app``. There is no "ea
 mode that runs jobs at enqueue time: see :mod:`sqljobs.testing.drain` and docs/testing.md.
 """
 
+from ..errors import DrainIncomplete
 from .asserts import assert_enqueued, assert_not_enqueued, enqueued_jobs
 from .binding import bind
 from .clock import Clock
-from .drain import PG_CLOCK, DrainIncomplete, run_until_empty
+from .drain import PG_CLOCK, run_until_empty
 from .report import Attempt, DrainReport, JobRun
 
 __all__ = [

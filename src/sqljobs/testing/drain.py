@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from ..browse import JobFilter
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, DrainIncomplete
 from ..jobs import Job
 from ..maintenance import Scheduler
 from ..url import parse_url
@@ -36,15 +36,6 @@ by moving the clock is claimed at once whatever told the worker."""
 
 _PAGE = 1000
 _PAGES = 10  # at most 10,000 open jobs looked at: a test queue, not a production one
-
-
-class DrainIncomplete(AssertionError):
-    """The drain could not finish: its timeout passed, or more than ``max_jobs`` attempts
-    ran (a task that enqueues itself forever). ``report`` holds what did run."""
-
-    def __init__(self, message: str, report: DrainReport) -> None:
-        super().__init__(f"{message}\n{report}")
-        self.report = report
 
 
 def run_until_empty(
