@@ -184,6 +184,19 @@ def test_without_a_clock_a_job_due_after_the_timeout_is_left_pending(app: App) -
     assert report.done == 1 and [j.task for j in report.pending] == ["later"]
 
 
+def test_jobs_of_a_paused_queue_are_left_pending_not_waited_for(app: App) -> None:
+    @app.task(queue="mail")
+    def send() -> None:
+        pass
+
+    app.pause_queue("mail")
+    job_id = send.enqueue().id
+    report = app.run_until_empty(timeout=2)
+    assert report.attempts == () and [j.id for j in report.pending] == [job_id]
+    app.resume_queue("mail")
+    assert app.run_until_empty().job(job_id).state == "done"
+
+
 def test_a_periodic_schedule_fires_when_the_clock_passes_its_tick(tmp_path: Path) -> None:
     app, clock = clocked_app(tmp_path)
     ticks: list[float] = []

@@ -56,7 +56,8 @@ def run_until_empty(
     ``until`` (Unix seconds or an aware datetime) also steps the clock through every
     schedule tick up to it, then leaves it there. Without a controllable clock the drain
     waits in real time for jobs due within ``timeout`` and leaves later ones in
-    ``report.pending``. Due schedule ticks fire first, as a worker's scheduler would.
+    ``report.pending``, as it leaves the jobs of paused queues. Due schedule ticks fire
+    first, as a worker's scheduler would.
 
     Raises :class:`DrainIncomplete` after ``timeout`` seconds or ``max_jobs`` attempts,
     and ``ConfigurationError`` for a clock on PostgreSQL (its claims read the server's
@@ -92,8 +93,14 @@ def run_until_empty(
     horizon = 0.0  # without a clock: the latest run_at the drain waits for in real time
 
     def report() -> DrainReport:
-        pending = [j for j in _open(app, "pending", names, wanted) if j.run_at > app.clock()]
+        pending = _open(app, "pending", names, wanted)
         return DrainReport(_attempts(events), tuple(pending), app.clock() - began_at)
+
+    def claimable() -> list[Job]:
+        """Pending jobs a worker here could take: not in a paused queue (those wait,
+        and are reported, rather than time the drain out)."""
+        paused = set(app.paused_queues())
+        return [j for j in _open(app, "pending", names, wanted) if j.queue not in paused]
 
     def idle() -> bool:
         if len(events.of("finished")) >= max_jobs:
@@ -101,7 +108,7 @@ def run_until_empty(
         if worker.inflight or _open(app, "running", names, wanted):
             return False
         due_by = max(app.clock(), horizon)
-        return not any(j.run_at <= due_by for j in _open(app, "pending", names, wanted))
+        return not any(j.run_at <= due_by for j in claimable())
 
     with worker:
         while True:
@@ -123,7 +130,7 @@ def run_until_empty(
                     "(does a task enqueue itself?)",
                     report(),
                 )
-            later = [j.run_at for j in _open(app, "pending", names, wanted)]
+            later = [j.run_at for j in claimable()]
             if clock is not None:
                 now = clock()
                 if limit is not None and ticks.next_run_at is not None:

@@ -35,7 +35,8 @@ class JobRun:
 @dataclass(frozen=True)
 class DrainReport:
     """What one drain ran, in order, and what it left: ``pending`` are the jobs still
-    waiting for a time the drain did not reach (no controllable clock, or past ``until``);
+    waiting, for a time the drain did not reach (no controllable clock, or past
+    ``until``) or in a paused queue;
     ``advanced`` is how far it moved the test clock, in seconds."""
 
     attempts: tuple[Attempt, ...]
