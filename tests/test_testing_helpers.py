@@ -215,6 +215,23 @@ def test_a_periodic_schedule_fires_when_the_clock_passes_its_tick(tmp_path: Path
     assert [round(t - ticks[0]) for t in ticks] == [0, 600, 1200, 1800, 2400, 3000]
 
 
+def test_a_rate_limited_task_drains_with_the_clock_moved_past_each_window(
+    tmp_path: Path,
+) -> None:
+    app, clock = clocked_app(tmp_path)
+    started: list[float] = []
+
+    @app.task(rate="1/m")
+    def call_api(n: int) -> None:
+        started.append(clock())
+
+    call_api.enqueue_many([(n,) for n in range(3)])
+    report = app.run_until_empty()
+    assert report.done == 3
+    assert [round(b - a) for a, b in itertools.pairwise(started)] == [60, 60]
+    assert report.advanced == pytest.approx(120, abs=1)
+
+
 def test_max_jobs_stops_a_task_that_enqueues_itself(tmp_path: Path) -> None:
     app, _clock = clocked_app(tmp_path)
 

@@ -34,6 +34,10 @@ POLL_INTERVAL = 0.02
 """The drain's worker looks for due jobs at least this often (seconds), so a job made due
 by moving the clock is claimed at once whatever told the worker."""
 
+RATE_HELD_AFTER = 3 * POLL_INTERVAL
+"""Seconds a rate-limited job may stay due and unclaimed before the drain, under a
+controllable clock, takes it as held by its rate window and moves the clock on."""
+
 _PAGE = 1000
 _PAGES = 10  # at most 10,000 open jobs looked at: a test queue, not a production one
 
@@ -57,7 +61,8 @@ def run_until_empty(
     schedule tick up to it, then leaves it there. Without a controllable clock the drain
     waits in real time for jobs due within ``timeout`` and leaves later ones in
     ``report.pending``, as it leaves the jobs of paused queues. Due schedule ticks fire
-    first, as a worker's scheduler would.
+    first, as a worker's scheduler would. A job held by its task's rate limit moves the
+    clock on by the rate's window.
 
     Raises :class:`DrainIncomplete` after ``timeout`` seconds or ``max_jobs`` attempts,
     and ``ConfigurationError`` for a clock on PostgreSQL (its claims read the server's
@@ -91,6 +96,7 @@ def run_until_empty(
     began_at = app.clock()
     deadline = time.monotonic() + timeout
     horizon = 0.0  # without a clock: the latest run_at the drain waits for in real time
+    held_since: float | None = None  # since when only rate-limited jobs were due
 
     def report() -> DrainReport:
         pending = _open(app, "pending", names, wanted)
@@ -103,12 +109,23 @@ def run_until_empty(
         return [j for j in _open(app, "pending", names, wanted) if j.queue not in paused]
 
     def idle() -> bool:
+        nonlocal held_since
         if len(events.of("finished")) >= max_jobs:
             return True
         if worker.inflight or _open(app, "running", names, wanted):
             return False
         due_by = max(app.clock(), horizon)
-        return not any(j.run_at <= due_by for j in claimable())
+        due = [j for j in claimable() if j.run_at <= due_by]
+        if not due:
+            return True
+        if clock is None or any(j.rate_max is None for j in due):
+            held_since = None
+            return False
+        # only rate-limited jobs are due: if the worker leaves them for a few of its polls,
+        # their window is what holds them, and it passes only when the clock moves (below)
+        if held_since is None:
+            held_since = time.monotonic()
+        return time.monotonic() - held_since >= RATE_HELD_AFTER
 
     with worker:
         while True:
@@ -130,9 +147,16 @@ def run_until_empty(
                     "(does a task enqueue itself?)",
                     report(),
                 )
-            later = [j.run_at for j in claimable()]
+            waiting = claimable()
+            later = [j.run_at for j in waiting]
             if clock is not None:
                 now = clock()
+                windows = [j.rate_window for j in waiting if j.run_at <= now and j.rate_window]
+                if windows:  # due but held by a rate limit: let its window pass
+                    held_since = None
+                    clock.advance(min(windows))
+                    worker.request_heartbeat()
+                    continue
                 if limit is not None and ticks.next_run_at is not None:
                     later.append(ticks.next_run_at)
                 upcoming = [at for at in later if at > now and (limit is None or at <= limit)]
