@@ -100,7 +100,8 @@ def run_until_empty(
 
     def report() -> DrainReport:
         pending = _open(app, "pending", names, wanted)
-        return DrainReport(_attempts(events), tuple(pending), app.clock() - began_at)
+        advanced = 0.0 if clock is None else clock() - began_at
+        return DrainReport(_attempts(events), tuple(pending), advanced)
 
     def claimable() -> list[Job]:
         """Pending jobs a worker here could take: not in a paused queue (those wait,

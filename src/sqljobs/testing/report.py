@@ -86,8 +86,15 @@ class DrainReport:
         ]
 
     def __str__(self) -> str:
+        """A summary, then the last attempts (a failing test's message, kept short)."""
         lines = [f"{len(self.attempts)} attempts: {self.done} done, {self.dead} dead, "
                  f"{self.failed} failed; {len(self.pending)} left pending"]  # fmt: skip
+        shown = self.attempts[-_SHOWN:]
+        if len(self.attempts) > len(shown):
+            lines.append(f"  ... {len(self.attempts) - len(shown)} earlier attempts")
         lines += [f"  job {a.job_id} ({a.task}) attempt {a.attempt}: {a.state}"
-                  + (f" ({a.error})" if a.error else "") for a in self.attempts]  # fmt: skip
+                  + (f" ({a.error})" if a.error else "") for a in shown]  # fmt: skip
         return "\n".join(lines)
+
+
+_SHOWN = 30  # attempts a report's text lists
