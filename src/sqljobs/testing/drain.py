@@ -113,7 +113,9 @@ def run_until_empty(
         nonlocal held_since
         if len(events.of("finished")) >= max_jobs:
             return True
-        if worker.inflight or _open(app, "running", names, wanted):
+        # a round trip in flight (on PostgreSQL, on a lane's thread) may claim a job or
+        # write an outcome between the two reads below: read only when none is
+        if worker.inflight or worker.lanes_busy or _open(app, "running", names, wanted):
             return False
         due_by = max(app.clock(), horizon)
         due = [j for j in claimable() if j.run_at <= due_by]
