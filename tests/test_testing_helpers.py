@@ -428,7 +428,10 @@ USER_TESTS = """
 """
 
 
-def test_the_plugin_gives_a_sqlite_app_and_clock_per_test(pytester: pytest.Pytester) -> None:
+def test_the_plugin_gives_a_sqlite_app_and_clock_per_test(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SQLJOBS_TEST_URL", raising=False)  # a developer's own setting
     pytester.makepyfile(test_user=textwrap.dedent(USER_TESTS))
     result = pytester.runpytest(*plugin_args(), "-q")
     result.assert_outcomes(passed=2)
@@ -464,7 +467,10 @@ SERVICE_TESTS = """
 """
 
 
-def test_the_plugin_binds_the_users_module_level_app(pytester: pytest.Pytester) -> None:
+def test_the_plugin_binds_the_users_module_level_app(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SQLJOBS_TEST_URL", raising=False)
     pytester.makepyfile(service=textwrap.dedent(SERVICE))
     pytester.makepyfile(test_service=textwrap.dedent(SERVICE_TESTS))
     pytester.makeini("[pytest]\nsqljobs_app = service:app\n")
