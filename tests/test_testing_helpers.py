@@ -479,6 +479,22 @@ def test_the_plugin_binds_the_users_module_level_app(
     result.assert_outcomes(passed=3)
 
 
+def test_the_plugin_refuses_bad_settings_by_name(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SQLJOBS_TEST_URL", raising=False)
+    pytester.makepyfile(service="not_an_app = 42\n")
+    pytester.makepyfile(test_it="def test_app(sqljobs_app):\n    pass\n")
+    pytester.syspathinsert()
+    result = pytester.runpytest(*plugin_args(), "-q", "--sqljobs-url=sqlite:///x.db")
+    result.assert_outcomes(errors=1)
+    result.stdout.fnmatch_lines(["*give a PostgreSQL URL (leave it unset for a SQLite file*"])
+    result = pytester.runpytest(*plugin_args(), "-q", "--sqljobs-app=service")
+    result.stdout.fnmatch_lines(["*sqljobs_app: expected MODULE:ATTR, got 'service'*"])
+    result = pytester.runpytest(*plugin_args(), "-q", "--sqljobs-app=service:not_an_app")
+    result.stdout.fnmatch_lines(["*sqljobs_app: 'service:not_an_app' is 42, not a sqljobs.App*"])
+
+
 PG_TESTS = """
     from sqljobs import Retry
     from sqljobs.testing import assert_enqueued
