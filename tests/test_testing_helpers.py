@@ -82,6 +82,20 @@ def test_jobs_that_handlers_enqueue_run_in_the_same_drain(app: App) -> None:
     assert sorted(r.task for r in report.jobs.values()) == ["fan_out", "leaf", "leaf", "leaf"]
 
 
+def test_a_job_waiting_for_its_parent_runs_after_it_in_the_same_drain(app: App) -> None:
+    order: list[str] = []
+
+    @app.task
+    def step(name: str) -> None:
+        order.append(name)
+
+    parent = step.enqueue("parent")
+    child = step.with_options(after=[parent]).enqueue("child")
+    assert_enqueued(app, step, args=["child"])  # waiting counts as enqueued
+    report = app.run_until_empty()
+    assert order == ["parent", "child"] and report.job(child.id).state == "done"
+
+
 def test_a_retry_succeeds_on_its_third_attempt_with_the_clock_moved_past_each_backoff(
     tmp_path: Path,
 ) -> None:
