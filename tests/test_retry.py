@@ -72,7 +72,8 @@ def test_the_deadline_ends_retries(app: App) -> None:
         raise ValueError("still broken")
 
     job_id = fails.enqueue().id
-    assert app.run_until_empty().job(job_id).state == "dead"
+    with worker_thread(app):
+        wait_until(lambda: app.get_job(job_id).state is JobState.DEAD)  # type: ignore[union-attr]
     job = app.get_job(job_id)
     assert job is not None and job.last_error is not None
     assert job.last_error.startswith("deadline passed")

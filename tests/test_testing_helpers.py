@@ -96,6 +96,28 @@ def test_a_job_waiting_for_its_parent_runs_after_it_in_the_same_drain(app: App) 
     assert order == ["parent", "child"] and report.job(child.id).state == "done"
 
 
+def test_a_job_that_a_hook_enqueues_runs_in_the_same_drain(tmp_path: Path) -> None:
+    app, _clock = clocked_app(tmp_path)
+    ran: list[str] = []
+
+    @app.task
+    def signup(user: str) -> None:
+        ran.append(f"signup {user}")
+
+    @app.task
+    def welcome(user: str) -> None:
+        ran.append(f"welcome {user}")
+
+    @app.on("job_done")
+    def follow_up(event: sqljobs.JobEvent) -> None:  # told on the worker's hook thread
+        if event.task == "signup":
+            welcome.enqueue("ada")
+
+    signup.enqueue("ada")
+    report = app.run_until_empty()
+    assert ran == ["signup ada", "welcome ada"] and report.done == 2
+
+
 def test_a_retry_succeeds_on_its_third_attempt_with_the_clock_moved_past_each_backoff(
     tmp_path: Path,
 ) -> None:

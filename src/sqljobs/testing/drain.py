@@ -80,107 +80,169 @@ def run_until_empty(
             "run_until_empty(until=...) moves a controllable clock: build the App with "
             "clock=sqljobs.testing.Clock() (SQLite only)"
         )
-    names = set(app.tasks)
-    wanted = set(queues) if queues is not None else None
-    events = EventLog()
-    worker = Worker(
-        app,
-        concurrency=concurrency,
-        queues=tuple(queues) if queues is not None else None,
-        install_signal_handlers=False,
-        on_event=events,
-        poll_interval=POLL_INTERVAL,
-        scheduler=False,  # the drain fires ticks itself, after each move of the clock
-    )
-    scheduler = Scheduler(app, app.backend)
-    began_at = app.clock()
-    deadline = time.monotonic() + timeout
-    horizon = 0.0  # without a clock: the latest run_at the drain waits for in real time
-    held_since: float | None = None  # since when only rate-limited jobs were due
-
-    def report() -> DrainReport:
-        pending = _open(app, "pending", names, wanted)
-        advanced = 0.0 if clock is None else clock() - began_at
-        return DrainReport(_attempts(events), tuple(pending), advanced)
-
-    def claimable() -> list[Job]:
-        """Pending jobs a worker here could take: not in a paused queue (those wait,
-        and are reported, rather than time the drain out)."""
-        paused = set(app.paused_queues())
-        return [j for j in _open(app, "pending", names, wanted) if j.queue not in paused]
-
-    def idle() -> bool:
-        nonlocal held_since
-        if len(events.of("finished")) >= max_jobs:
-            return True
-        # a round trip in flight (on PostgreSQL, on a lane's thread) may claim a job or
-        # write an outcome between the two reads below: read only when none is
-        if worker.inflight or worker.lanes_busy or _open(app, "running", names, wanted):
-            return False
-        due_by = max(app.clock(), horizon)
-        due = [j for j in claimable() if j.run_at <= due_by]
-        if not due:
-            return True
-        if clock is None or any(j.rate_max is None for j in due):
-            held_since = None
-            return False
-        # only rate-limited jobs are due: if the worker leaves them for a few of its polls,
-        # their window is what holds them, and it passes only when the clock moves (below)
-        if held_since is None:
-            held_since = time.monotonic()
-        return time.monotonic() - held_since >= RATE_HELD_AFTER
-
-    with worker:
-        while True:
-            ticks = scheduler.run_once()
-            if ticks.enqueued:
-                app.wake_local_workers()
-            left = deadline - time.monotonic()
-            try:
-                if left <= 0:
-                    raise TimeoutError
-                worker.run_until(idle, timeout=left)
-            except TimeoutError:
-                raise DrainIncomplete(
-                    f"run_until_empty: jobs still due or running after {timeout:g} s", report()
-                ) from None
-            if len(events.of("finished")) >= max_jobs:
-                raise DrainIncomplete(
-                    f"run_until_empty: stopped after max_jobs={max_jobs} attempts "
-                    "(does a task enqueue itself?)",
-                    report(),
-                )
-            waiting = claimable()
-            later = [j.run_at for j in waiting]
-            if clock is not None:
-                now = clock()
-                windows = [j.rate_window for j in waiting if j.run_at <= now and j.rate_window]
-                if windows:  # due but held by a rate limit: let its window pass
-                    held_since = None
-                    clock.advance(min(windows))
-                    worker.request_heartbeat()
-                    continue
-                if limit is not None and ticks.next_run_at is not None:
-                    later.append(ticks.next_run_at)
-                upcoming = [at for at in later if at > now and (limit is None or at <= limit)]
-                if upcoming:
-                    clock.set(min(upcoming))
-                elif limit is not None and limit > now:
-                    clock.set(limit)
-                else:
-                    break
-                worker.request_heartbeat()  # its last_seen and leases, at the new time
-                continue
-            soon = [at for at in later if horizon < at <= app.clock() + deadline - time.monotonic()]
-            if not soon:
-                break
-            horizon = min(soon)  # wait for it in real time (the worker sleeps until due)
-    result = report()
+    drain = _Drain(app, clock, limit, max_jobs, timeout, queues, concurrency)
+    result = drain.run()
     log.info(
         "run_until_empty: %d attempts, %d jobs done, %d dead, %d left pending; clock moved %.3f s",
         len(result.attempts), result.done, result.dead, len(result.pending), result.advanced,
     )  # fmt: skip
     return result
+
+
+class _Drain:
+    """One drain: a worker stepped in this thread, the schedule ticks fired between its
+    rounds, and the clock moved to what falls due next."""
+
+    def __init__(
+        self,
+        app: App,
+        clock: Clock | None,
+        until: float | None,
+        max_jobs: int,
+        timeout: float,
+        queues: Sequence[str] | None,
+        concurrency: int,
+    ) -> None:
+        self.app, self.clock, self.until, self.max_jobs = app, clock, until, max_jobs
+        self.timeout = timeout
+        self.queues = tuple(queues) if queues is not None else None
+        self.concurrency = concurrency
+        self.names = set(app.tasks)
+        self.events = EventLog()  # one for every worker of the drain: the report reads it
+        self.scheduler = Scheduler(app, app.backend)
+        self.began_at = app.clock()
+        self.deadline = time.monotonic() + timeout
+        self.horizon = 0.0  # without a clock: the latest run_at it waits for in real time
+        self.held_since: float | None = None  # since when only rate-limited jobs were due
+
+    def run(self) -> DrainReport:
+        """Work in rounds of one worker each. A round ends when nothing is left; hooks
+        (``app.on``) are told on the worker's hook thread, which its close waits for, so
+        a job a hook enqueued shows only then and takes another round."""
+        while True:
+            before = {j.id for j in self.claimable()}
+            self.round()
+            if not self.app.hooks.for_workers:
+                break
+            if not {j.id for j in self.claimable()} - before:
+                break
+        return self.report()
+
+    def round(self) -> None:
+        worker = Worker(
+            self.app,
+            concurrency=self.concurrency,
+            queues=self.queues,
+            install_signal_handlers=False,
+            on_event=self.events,
+            poll_interval=POLL_INTERVAL,
+            scheduler=False,  # the drain fires ticks itself, after each move of the clock
+        )
+        with worker:
+            while True:
+                ticks = self.scheduler.run_once()
+                if ticks.enqueued:
+                    self.app.wake_local_workers()
+                left = self.deadline - time.monotonic()
+                try:
+                    if left <= 0:
+                        raise TimeoutError
+                    worker.run_until(lambda: self.idle(worker), timeout=left)
+                except TimeoutError:
+                    raise DrainIncomplete(
+                        f"run_until_empty: jobs still due or running after {self.timeout:g} s",
+                        self.report(),
+                    ) from None
+                if self.attempts >= self.max_jobs:
+                    raise DrainIncomplete(
+                        f"run_until_empty: stopped after max_jobs={self.max_jobs} attempts "
+                        "(does a task enqueue itself?)",
+                        self.report(),
+                    )
+                if not self.next_time(ticks.next_run_at):
+                    return
+                worker.request_heartbeat()  # its last_seen and leases, at the new time
+
+    def next_time(self, next_tick: float | None) -> bool:
+        """Move the clock to what falls due next (without one: pick the next job to wait
+        for in real time); False when nothing more is within reach."""
+        waiting = self.claimable()
+        later = [j.run_at for j in waiting]
+        clock, until = self.clock, self.until
+        if clock is None:
+            reach = self.app.clock() + self.deadline - time.monotonic()
+            soon = [at for at in later if self.horizon < at <= reach]
+            if soon:
+                self.horizon = min(soon)  # the worker sleeps until it is due
+            return bool(soon)
+        now = clock()
+        windows = [j.rate_window for j in waiting if j.run_at <= now and j.rate_window]
+        if windows:  # due but held by a rate limit: let its window pass
+            self.held_since = None
+            clock.advance(min(windows))
+            return True
+        if until is not None and next_tick is not None:
+            later.append(next_tick)
+        upcoming = [at for at in later if at > now and (until is None or at <= until)]
+        if upcoming:
+            clock.set(min(upcoming))
+        elif until is not None and until > now:
+            clock.set(until)
+        else:
+            return False
+        return True
+
+    def idle(self, worker: Worker) -> bool:
+        """Nothing running and nothing due (or enough attempts made)."""
+        if self.attempts >= self.max_jobs:
+            return True
+        # a round trip in flight (on PostgreSQL, on a lane's thread) may claim a job or
+        # write an outcome between the two reads below: read only when none is
+        if worker.inflight or worker.lanes_busy or self.open("running"):
+            return False
+        due_by = max(self.app.clock(), self.horizon)
+        due = [j for j in self.claimable() if j.run_at <= due_by]
+        if not due:
+            return True
+        if self.clock is None or any(j.rate_max is None for j in due):
+            self.held_since = None
+            return False
+        # only rate-limited jobs are due: if the worker leaves them for a few of its polls,
+        # their window is what holds them, and it passes only when the clock moves
+        if self.held_since is None:
+            self.held_since = time.monotonic()
+        return time.monotonic() - self.held_since >= RATE_HELD_AFTER
+
+    @property
+    def attempts(self) -> int:
+        return len(self.events.of("finished"))
+
+    def claimable(self) -> list[Job]:
+        """Pending jobs a worker here could take: not in a paused queue (those wait,
+        and are reported, rather than time the drain out)."""
+        paused = set(self.app.paused_queues())
+        return [j for j in self.open("pending") if j.queue not in paused]
+
+    def open(self, state: str) -> list[Job]:
+        """The app's jobs in ``state`` of tasks it registered (a worker here would never
+        claim another's), in the drain's queues."""
+        found: list[Job] = []
+        before: int | None = None
+        for _ in range(_PAGES):
+            page = self.app.find_jobs(JobFilter(state=state), before=before, limit=_PAGE)
+            found += [j for j in page.jobs if j.task in self.names and self.serves(j.queue)]
+            if page.next_before is None:
+                break
+            before = page.next_before
+        return found
+
+    def serves(self, queue: str) -> bool:
+        return self.queues is None or queue in self.queues
+
+    def report(self) -> DrainReport:
+        advanced = 0.0 if self.clock is None else self.clock() - self.began_at
+        attempts = tuple(_attempt(e) for e in self.events.of("finished"))
+        return DrainReport(attempts, tuple(self.open("pending")), advanced)
 
 
 PG_CLOCK = (
@@ -209,24 +271,6 @@ def _controllable(app: App, clock: Clock | None) -> Clock | None:
     if clock is not None and parse_url(app.url).scheme != "sqlite":
         raise ConfigurationError(f"run_until_empty on {app!r}: {PG_CLOCK}")
     return clock
-
-
-def _open(app: App, state: str, names: set[str], queues: set[str] | None) -> list[Job]:
-    """The app's jobs in ``state`` (pending or running) of tasks it registered (a worker
-    here would never claim another's)."""
-    found: list[Job] = []
-    before: int | None = None
-    for _ in range(_PAGES):
-        page = app.find_jobs(JobFilter(state=state), before=before, limit=_PAGE)
-        found += [j for j in page.jobs if j.task in names and (queues is None or j.queue in queues)]
-        if page.next_before is None:
-            break
-        before = page.next_before
-    return found
-
-
-def _attempts(events: EventLog) -> tuple[Attempt, ...]:
-    return tuple(_attempt(e) for e in events.of("finished"))
 
 
 def _attempt(event: WorkerEvent) -> Attempt:
