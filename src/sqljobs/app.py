@@ -7,10 +7,10 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, TypeVar, cast, overload
 
 from . import app_async, payload
 from .backends import Backend, open_backend
@@ -24,6 +24,7 @@ from .browse import (
     WorkerStatus,
     is_job_id,
 )
+from .context import JobContext
 from .dependencies import AfterPolicy, Group, check_policy, parent_ids
 from .errors import ConfigurationError, JobNotFound, PayloadError, SqljobsError
 from .handles import JobHandle
@@ -57,11 +58,15 @@ from .schedules import (
 )
 from .stats import Stats
 from .tasks import (
+    _P,
+    _R,
     EnqueueOptions,
     KeyScope,
     Signature,
     Task,
+    TaskDecorator,
     TaskInfo,
+    _Unchecked,
     check_queue_name,
     check_queues,
     key_hold,
@@ -191,8 +196,23 @@ class App:
 
     # -- tasks -------------------------------------------------------------------------
 
+    # The bare decorator's overloads are TaskDecorator's (see there why in this order).
     @overload
-    def task(self, fn: Callable[..., Any], /) -> Task: ...
+    def task(
+        self, fn: Callable[Concatenate[_Unchecked, ...], Coroutine[Any, Any, _R]], /
+    ) -> Task[..., _R]: ...
+    @overload
+    def task(self, fn: Callable[Concatenate[_Unchecked, ...], _R], /) -> Task[..., _R]: ...
+    @overload
+    def task(
+        self, fn: Callable[Concatenate[JobContext, _P], Coroutine[Any, Any, _R]], /
+    ) -> Task[_P, _R]: ...
+    @overload
+    def task(self, fn: Callable[Concatenate[JobContext, _P], _R], /) -> Task[_P, _R]: ...
+    @overload
+    def task(self, fn: Callable[_P, Coroutine[Any, Any, _R]], /) -> Task[_P, _R]: ...
+    @overload
+    def task(self, fn: Callable[_P, _R], /) -> Task[_P, _R]: ...
 
     @overload
     def task(
@@ -211,7 +231,7 @@ class App:
         concurrency_key: Callable[..., Any] | None = None,
         rate: str | None = None,
         redact: Sequence[str] = (),
-    ) -> Callable[[Callable[..., Any]], Task]: ...
+    ) -> TaskDecorator: ...
 
     def task(
         self,
@@ -229,7 +249,7 @@ class App:
         concurrency_key: Callable[..., Any] | None = None,
         rate: str | None = None,
         redact: Sequence[str] = (),
-    ) -> Task | Callable[[Callable[..., Any]], Task]:
+    ) -> Task[..., Any] | TaskDecorator:
         """Register a task. ``lease`` (seconds) is how long a claim lasts without renewal;
         ``timeout`` how long one attempt may run before it is given up as timed out.
         The task's return value is stored with its job (it must be JSON) for
@@ -264,7 +284,7 @@ class App:
             self.tasks[task_name] = task
             return task
 
-        return register(fn) if fn is not None else register
+        return register(fn) if fn is not None else cast(TaskDecorator, register)
 
     # -- enqueue -----------------------------------------------------------------------
 
@@ -950,7 +970,7 @@ class App:
         retry: Retry | None = None,
         lease: float | timedelta | None = None,
         timeout: float | timedelta | None = None,
-    ) -> Callable[[Callable[..., Any]], Task]:
+    ) -> TaskDecorator:
         """Register a task and run it on a schedule: a cron expression in ``tz``
         (``@app.periodic("0 3 * * *", tz="Europe/Berlin")``) or a fixed interval
         (``@app.periodic(every=0.2)``, seconds or a timedelta), with ``kwargs`` for the task.
@@ -1007,7 +1027,7 @@ class App:
             self._schedules_synced = False
             return task
 
-        return register
+        return cast(TaskDecorator, register)
 
     def schedule(
         self,

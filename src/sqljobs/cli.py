@@ -929,11 +929,12 @@ def metrics(ctx: Ctx, host: str, port: int) -> None:
         raise click.ClickException(f"cannot serve metrics on {host}:{port}: {exc}") from exc
 
 
-def main() -> None:
+def main(args: list[str] | None = None, prog_name: str | None = None) -> None:
     """``sqljobs``: the command line, which configures logging (an in-process call of
-    :data:`cli` does not); library errors are one line, not a traceback."""
+    :data:`cli` does not); library errors are one line, not a traceback. ``args`` and
+    ``prog_name`` default to the process's (``manage.py sqljobs`` passes its own)."""
     try:
-        cli.main(standalone_mode=True, obj=Ctx(owns_logging=True))
+        cli.main(args=args, prog_name=prog_name, standalone_mode=True, obj=Ctx(owns_logging=True))
     except SqljobsError as exc:  # ConfigurationError and the rest of the tree
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

@@ -14,7 +14,9 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, cast
+
+from typing_extensions import TypeVar
 
 from .errors import ConfigurationError, JobCancelled, JobFailed, JobNotFound, ResultTimeout
 from .jobs import Job, JobState
@@ -23,11 +25,15 @@ from .waiting import FALLBACK_LOOK
 if TYPE_CHECKING:
     from .app import App
 
+R = TypeVar("R", covariant=True, default=Any)
+"""What a task returns (awaited, for an ``async def`` task); Any where it is not known."""
+
 
 @dataclass(frozen=True)
-class JobHandle:
+class JobHandle(Generic[R]):
     """A job by id. ``created`` is False when an enqueue's key already named a job (and
-    for a handle from ``app.job(id)``, which creates nothing)."""
+    for a handle from ``app.job(id)``, which creates nothing). A handle from a typed
+    task's enqueue is a ``JobHandle[R]``: ``result()`` is typed as the task's return."""
 
     id: int
     created: bool
@@ -56,7 +62,7 @@ class JobHandle:
         """Cancel the job (see ``App.cancel``); True if this call cancelled it."""
         return self._bound().cancel(self.id)
 
-    def result(self, timeout: float | None = None) -> Any:
+    def result(self, timeout: float | None = None) -> R:
         """Block until the job ends and return its result (the task's return value).
 
         Raises :class:`~sqljobs.JobFailed` if it ended ``dead``,
@@ -72,13 +78,13 @@ class JobHandle:
             while True:
                 job = self.refresh()
                 if job.finished:
-                    return _outcome(job)
+                    return cast(R, _outcome(app, job))
                 woken.wait(_pause(deadline, self.id, job))
                 woken.clear()
         finally:
             watcher.remove(self.id, woken.set)
 
-    async def result_async(self, timeout: float | None = None) -> Any:
+    async def result_async(self, timeout: float | None = None) -> R:
         """:meth:`result` for asyncio callers: the event loop is never blocked (database
         reads run in a thread; the wake-up arrives through the loop)."""
         app = self._bound()
@@ -97,7 +103,7 @@ class JobHandle:
             while True:
                 job = await asyncio.to_thread(self.refresh)
                 if job.finished:
-                    return _outcome(job)
+                    return cast(R, _outcome(app, job))
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(woken.wait(), _pause(deadline, self.id, job))
                 woken.clear()
@@ -125,8 +131,13 @@ def _pause(deadline: float | None, job_id: int, job: Job) -> float:
     return min(FALLBACK_LOOK, left)
 
 
-def _outcome(job: Job) -> Any:
+def _outcome(app: App, job: Job) -> Any:
+    """The result of an ended job, or the error saying why there is none. A task that
+    returns a model (registered here) gets its result validated back into it."""
     if job.state is JobState.DONE:
+        task = app.tasks.get(job.task)
+        if task is not None and task.result_model is not None:
+            return task.result_model.load(job.result)
         return job.result
     if job.state is JobState.CANCELLED:
         raise JobCancelled(job.id, job.task)

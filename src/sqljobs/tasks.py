@@ -9,21 +9,65 @@ import inspect
 import math
 import re
 import typing
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, Protocol, overload
+
+from typing_extensions import ParamSpec, TypeVar
 
 from . import payload
 from .dependencies import AfterPolicy, check_policy, parent_ids
 from .errors import ConfigurationError, PayloadError, UnknownTask
 from .handles import JobHandle
 from .jobs import NewJob
-from .limits import Limit
+from .limits import Limit, arguments_by_name
+from .model_args import find_models
 from .retry import Retry, seconds
 
 if TYPE_CHECKING:
     from .app import App
+    from .context import JobContext
+
+P = ParamSpec("P", default=...)
+"""The parameters a caller passes to ``enqueue`` (a context parameter left out)."""
+R = TypeVar("R", covariant=True, default=Any)
+"""What the task returns, awaited for an ``async def`` task: ``handle.result()``'s type."""
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+class _Unchecked:
+    """Never instantiated. A function whose first parameter would accept it (annotated
+    ``Any`` or ``object``, or not at all) cannot be told from one taking a context by its
+    type, so the decorator types its enqueue loosely rather than wrongly."""
+
+
+class TaskDecorator(Protocol):
+    """What ``@app.task(...)`` and ``@app.periodic(...)`` return: a decorator that turns a
+    function into a :class:`Task` typed by what callers pass and what it returns.
+
+    The overloads are tried in order: a first parameter a type checker cannot judge
+    (``Any``, ``object``, unannotated) gives a loosely typed task; a first parameter
+    ``JobContext`` is left out of what ``enqueue`` takes; an ``async def`` task's result is
+    what its coroutine returns."""
+
+    @overload
+    def __call__(
+        self, fn: Callable[Concatenate[_Unchecked, ...], Coroutine[Any, Any, _R]], /
+    ) -> Task[..., _R]: ...
+    @overload
+    def __call__(self, fn: Callable[Concatenate[_Unchecked, ...], _R], /) -> Task[..., _R]: ...
+    @overload
+    def __call__(
+        self, fn: Callable[Concatenate[JobContext, _P], Coroutine[Any, Any, _R]], /
+    ) -> Task[_P, _R]: ...
+    @overload
+    def __call__(self, fn: Callable[Concatenate[JobContext, _P], _R], /) -> Task[_P, _R]: ...
+    @overload
+    def __call__(self, fn: Callable[_P, Coroutine[Any, Any, _R]], /) -> Task[_P, _R]: ...
+    @overload
+    def __call__(self, fn: Callable[_P, _R], /) -> Task[_P, _R]: ...
 
 
 @dataclass(frozen=True)
@@ -152,8 +196,13 @@ def to_epoch(value: float | datetime | None, name: str) -> float | None:
     raise ConfigurationError(f"{name} must be a Unix time or an aware datetime, got {value!r}")
 
 
-class Task:
-    """A function registered with an App; ``enqueue`` stores a job that runs it."""
+class Task(Generic[P, R]):
+    """A function registered with an App; ``enqueue`` stores a job that runs it.
+
+    Generic over what callers pass (``P``) and what the function returns (``R``), so a type
+    checker flags a wrong ``enqueue(...)`` and types ``handle.result()`` (see
+    docs/typing.md). Parameters annotated with a pydantic model or a dataclass are dumped
+    to JSON at enqueue and validated back in the worker (:mod:`sqljobs.model_args`)."""
 
     def __init__(
         self,
@@ -196,6 +245,8 @@ class Task:
         ]
         self.redact = _check_redact(name, redact, self.signature)
         """Parameters whose values the dashboard shows as ``***``."""
+        self.model_args, self.result_model = find_models(name, fn, self.signature)
+        """Its model parameters and model result, found once; None for a task without."""
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", name)
 
@@ -236,7 +287,7 @@ class Task:
         concurrency_key: str | None = None,
         after: Iterable[JobHandle | int] | None = None,
         after_policy: AfterPolicy = "done",
-    ) -> BoundTask:
+    ) -> BoundTask[P, R]:
         """Options for the next enqueue: a business ``key`` (a second enqueue with it
         returns the existing job), a ``delay`` or ``run_at``, a ``priority`` (higher runs
         first), a ``queue``, or a ``connection`` to enqueue inside the caller's transaction.
@@ -271,22 +322,24 @@ class Task:
         ``app.group``."""
         return Signature(self, args, kwargs, EnqueueOptions())
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> JobHandle:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         """Store a job that calls this task with these arguments."""
         return BoundTask(self, EnqueueOptions()).enqueue(*args, **kwargs)
 
-    def enqueue_many(self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[JobHandle]:
+    def enqueue_many(
+        self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]
+    ) -> list[JobHandle[R]]:
         """Store many jobs in one transaction. Each call is a tuple of positional
         arguments or a dict of keyword arguments."""
         return BoundTask(self, EnqueueOptions()).enqueue_many(calls)
 
-    async def enqueue_async(self, *args: Any, **kwargs: Any) -> JobHandle:
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         """:meth:`enqueue` for asyncio callers (see :mod:`sqljobs.app_async`)."""
         return await BoundTask(self, EnqueueOptions()).enqueue_async(*args, **kwargs)
 
     async def enqueue_many_async(
         self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]
-    ) -> list[JobHandle]:
+    ) -> list[JobHandle[R]]:
         """:meth:`enqueue_many` for asyncio callers."""
         return await BoundTask(self, EnqueueOptions()).enqueue_many_async(calls)
 
@@ -300,19 +353,27 @@ class Task:
             raise PayloadError(
                 f"arguments do not match task {self.name}{self.signature}: {exc}"
             ) from None
+        if self.model_args is not None:
+            args, kwargs = self.model_args.instances(args, kwargs)
+            if self.limit is not None and self.limit.key is not None and not opts.concurrency_key:
+                # its key function sees models, as the handler will, not their JSON
+                arguments = arguments_by_name(self.signature, args, kwargs)
+                key = self.limit.key_for(self.name, arguments).removeprefix(f"{self.name}:")
+                opts = replace(opts, concurrency_key=key)
+            args, kwargs = self.model_args.dump(args, kwargs)
         return self.app.build_job(
             self.name, args, kwargs, opts, now, task=self, names=self._positional_names
         )
 
 
-class BoundTask:
+class BoundTask(Generic[P, R]):
     """A task with enqueue options attached (see ``Task.with_options``)."""
 
-    def __init__(self, task: Task, options: EnqueueOptions) -> None:
+    def __init__(self, task: Task[P, R], options: EnqueueOptions) -> None:
         self.task = task
         self.options = options
 
-    def with_options(self, **changes: Any) -> BoundTask:
+    def with_options(self, **changes: Any) -> BoundTask[P, R]:
         current = dict(self.options.__dict__)
         hold = current.pop("key_hold")
         current["key_scope"] = "retained" if hold is None else hold
@@ -323,12 +384,14 @@ class BoundTask:
         """This task with these options and arguments, not enqueued (see ``Task.s``)."""
         return Signature(self.task, args, kwargs, self.options)
 
-    def enqueue(self, *args: Any, **kwargs: Any) -> JobHandle:
+    def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         now = self.task.app.clock()
         job = self.task.new_job(args, kwargs, self.options, now)
         return self.task.app.insert([job], self.options.connection)[0]
 
-    def enqueue_many(self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]) -> list[JobHandle]:
+    def enqueue_many(
+        self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]
+    ) -> list[JobHandle[R]]:
         if self.options.key is not None:
             raise ConfigurationError(
                 "enqueue_many cannot share one key among several jobs; enqueue keyed jobs "
@@ -336,7 +399,7 @@ class BoundTask:
             )
         return self.task.app.insert(self._new_jobs(calls), self.options.connection)
 
-    async def enqueue_async(self, *args: Any, **kwargs: Any) -> JobHandle:
+    async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         """:meth:`enqueue` without blocking the event loop: in a thread, or, with a psycopg
         AsyncConnection as ``connection``, awaited in the caller's transaction."""
         from .app_async import is_async_connection  # app_async imports this module
@@ -349,7 +412,7 @@ class BoundTask:
 
     async def enqueue_many_async(
         self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]
-    ) -> list[JobHandle]:
+    ) -> list[JobHandle[R]]:
         """:meth:`enqueue_many` without blocking the event loop (as :meth:`enqueue_async`)."""
         from .app_async import is_async_connection
 
@@ -389,7 +452,7 @@ class Signature:
     ``app.group``). A group's callback gets its members' results as a first argument
     before ``args``."""
 
-    task: Task
+    task: Task[..., Any]
     args: tuple[Any, ...]
     kwargs: dict[str, Any]
     options: EnqueueOptions
@@ -406,9 +469,13 @@ class Signature:
                 f"task {self.task.name}{self.task.signature} cannot be a group's callback "
                 f"with these arguments: it is called with the list of results first ({exc})"
             ) from None
-        job = self.task.app.build_job(
-            self.task.name, self.args, self.kwargs, self.options, now, task=self.task
-        )
+        args: Sequence[Any] = self.args
+        kwargs: Mapping[str, Any] = self.kwargs
+        model_args = self.task.model_args
+        if model_args is not None:  # the results list comes first, in the worker
+            args, kwargs = model_args.dump(*model_args.instances(args, kwargs, 1), offset=1)
+        task = self.task
+        job = task.app.build_job(task.name, args, kwargs, self.options, now, task=task)
         return replace(job, collect=True)
 
 
@@ -436,6 +503,7 @@ __all__ = [
     "JobHandle",
     "Signature",
     "Task",
+    "TaskDecorator",
     "TaskInfo",
     "check_queue_name",
     "check_queues",

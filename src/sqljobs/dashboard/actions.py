@@ -11,12 +11,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..app import App
-from ..browse import JobFilter
+from ..browse import RETRYABLE, JobFilter
 from ..cli_format import RUNNING_CANCELLED
 from ..errors import ConfigurationError, JobNotFound, ScheduleNotFound
 from ..jobs import Job, JobState
 
-_RETRIABLE = (JobState.DEAD, JobState.CANCELLED)
+_RETRIABLE = tuple(JobState(s) for s in RETRYABLE)
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from cronsim import CronSim, CronSimError
 from jinja2 import Environment
 
 from ..app import App
-from ..browse import JobCount, JobFilter, JobPage, WorkerStatus
+from ..browse import ENDED, RETRYABLE, UNENDED, JobCount, JobFilter, JobPage, WorkerStatus
 from ..cron import zone
 from ..errors import ConfigurationError
 from ..humanize import duration
@@ -43,9 +43,9 @@ OVERVIEW_JOBS = 10
 PAGE_SIZE = 50
 """Jobs a page of ``/jobs`` lists."""
 BULK_VERBS = {
-    "retry": ("Retry", ("dead", "cancelled")),
-    "cancel": ("Cancel", ("pending", "waiting", "running")),
-    "delete": ("Delete", ("done", "dead", "cancelled")),
+    "retry": ("Retry", RETRYABLE),
+    "cancel": ("Cancel", UNENDED),
+    "delete": ("Delete", ENDED),
 }
 """Each bulk action: its button's label and the states of the jobs it changes."""
 _STATES = [s.value for s in JobState]
@@ -318,7 +318,8 @@ def _attempt(entry: Any) -> dict[str, Any]:
         return {"attempt": "-", "outcome": "-", "worker": None, "started_at": None,
                 "took": None, "error": str(entry), "notes": []}  # fmt: skip
     started, ended = _number(entry.get("started_at")), _number(entry.get("ended_at"))
-    known = {"attempt", "outcome", "started_at", "ended_at", "worker", "error", "traceback"}
+    known = {"attempt", "outcome", "started_at", "ended_at", "worker", "error", "traceback",
+             "exception"}  # fmt: skip
     notes = [
         f"retry in {duration(_number(value))}" if key == "retry_in" else f"{key}={value}"
         for key, value in entry.items()

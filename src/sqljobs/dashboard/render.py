@@ -20,6 +20,7 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
+from ..browse import ENDED, RETRYABLE, UNENDED
 from ..humanize import duration, iso_local, iso_utc, preview
 from ..stats import COUNT_CAP, count_text
 
@@ -77,4 +78,6 @@ def environment() -> Environment:
         short_json=short_json,
         arguments=arguments,
     )
+    # which buttons a job's state offers: the states each action changes
+    env.globals["action_states"] = {"retry": RETRYABLE, "cancel": UNENDED, "delete": ENDED}
     return env

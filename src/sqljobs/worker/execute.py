@@ -72,6 +72,8 @@ def success(run: Running, value: Any = None) -> Outcome:
     task = run.task
     if value is None or not task.store_result:
         return Outcome(run.job.id, run.job.token, JobState.DONE)
+    if task.result_model is not None:
+        value = task.result_model.dump(value)
     result = encode_result(task.name, value, task.app.max_payload)
     return Outcome(run.job.id, run.job.token, JobState.DONE, result=result)
 
@@ -86,6 +88,7 @@ def failure(run: Running, exc: BaseException, now: float, outcome: str = "failed
         "started_at": run.started_wall,
         "ended_at": now,
         "error": _describe(exc),
+        "exception": f"{type(exc).__module__}.{type(exc).__qualname__}",
         "worker": run.worker,
         "traceback": tb[-TRACEBACK_KEPT:],  # each attempt's own, its end if it is long
     }
@@ -140,6 +143,8 @@ def run_sync(
     run.begun = time.monotonic()
     started(run)
     try:
+        if run.task.model_args is not None:  # in this thread: the coordinator never waits
+            run.task.model_args.load(run.args, run.kwargs)
         fn = run.task.fn
         value = fn(*run.call_args(), **run.kwargs) if hooks is None else hooks.call(run)
         return success(run, value)
@@ -153,6 +158,8 @@ async def run_async(
     run.begun = time.monotonic()
     started(run)
     try:
+        if run.task.model_args is not None:
+            run.task.model_args.load(run.args, run.kwargs)
         if hooks is None:
             value = await run.task.fn(*run.call_args(), **run.kwargs)
         else:
