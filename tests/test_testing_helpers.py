@@ -64,6 +64,7 @@ def test_a_drain_runs_jobs_through_real_claims_and_writes_their_results(app: App
     job = app.get_job(first.id)
     assert job is not None and job.state is JobState.DONE
     assert job.result == ["order-7", 1] and job.worker is not None
+    assert job.token == 1, "one claim, fenced by its token"
     assert report.pending == () and not enqueued_jobs(app)
 
 
