@@ -5,6 +5,7 @@ suite (run here through ``pytester``)."""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import re
@@ -66,6 +67,18 @@ def test_a_drain_runs_jobs_through_real_claims_and_writes_their_results(app: App
     assert job.result == ["order-7", 1] and job.worker is not None
     assert job.token == 1, "one claim, fenced by its token"
     assert report.pending == () and not enqueued_jobs(app)
+
+
+def test_an_async_task_drains_on_the_workers_event_loop(tmp_path: Path) -> None:
+    app, _clock = clocked_app(tmp_path)
+
+    @app.task
+    async def fetch(url: str) -> int:
+        await asyncio.sleep(0)
+        return len(url)
+
+    handle = fetch.enqueue("https://example.com")
+    assert app.run_until_empty().done == 1 and handle.result(timeout=0) == 19
 
 
 def test_jobs_that_handlers_enqueue_run_in_the_same_drain(app: App) -> None:
@@ -353,6 +366,13 @@ def test_a_drain_logs_what_it_ran(tmp_path: Path, caplog: pytest.LogCaptureFixtu
         r.name == "sqljobs.testing" and "run_until_empty: 1 attempts, 1 jobs done" in r.message
         for r in caplog.records
     )
+
+
+def test_the_testing_module_names_its_public_api_sorted() -> None:
+    names = sqljobs.testing.__all__
+    assert names == sorted(names) and all(hasattr(sqljobs.testing, n) for n in names)
+    assert sqljobs.testing.DrainIncomplete is sqljobs.DrainIncomplete
+    assert issubclass(sqljobs.DrainIncomplete, AssertionError), "a test fails on it"
 
 
 # -- assertions ---------------------------------------------------------------------------

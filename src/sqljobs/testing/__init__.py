@@ -18,11 +18,10 @@ from ..errors import DrainIncomplete
 from .asserts import assert_enqueued, assert_not_enqueued, enqueued_jobs
 from .binding import bind
 from .clock import Clock
-from .drain import PG_CLOCK, run_until_empty
+from .drain import run_until_empty
 from .report import Attempt, DrainReport, JobRun
 
 __all__ = [
-    "PG_CLOCK",
     "Attempt",
     "Clock",
     "DrainIncomplete",

@@ -159,7 +159,7 @@ class _Drain:
                         "(does a task enqueue itself?)",
                         self.report(),
                     )
-                if not self.next_time(ticks.next_run_at):
+                if not self.next_time(ticks.next_run_at) and self.settled(worker):
                     return
                 worker.request_heartbeat()  # its last_seen and leases, at the new time
 
@@ -191,6 +191,16 @@ class _Drain:
         else:
             return False
         return True
+
+    def settled(self, worker: Worker) -> bool:
+        """Idle still after one more pass of the worker: what a pass in flight at the
+        first look (an outcome on its way, a claim coming back) would show by then."""
+        worker.run_once()
+        return self.idle(worker) and not self.claimable_now()
+
+    def claimable_now(self) -> bool:
+        now = self.app.clock()
+        return any(j.run_at <= now for j in self.claimable() if j.rate_max is None)
 
     def idle(self, worker: Worker) -> bool:
         """Nothing running and nothing due (or enough attempts made)."""
