@@ -103,10 +103,14 @@ def test_a_dead_parent_cancels_its_children_and_theirs_and_always_runs_anyway(ap
     child = step.with_options(after=[parent]).enqueue("child")
     grandchild = step.with_options(after=[child]).enqueue("grandchild")
     anyway = step.with_options(after=[parent], after_policy="always").enqueue("anyway")
-    with worker_thread(app):
-        assert anyway.result(timeout=10) == "anyway"
-        with pytest.raises(JobCancelled):
-            grandchild.result(timeout=10)
+    report = app.run_until_empty()
+    assert [(a.job_id, a.state) for a in report.attempts] == [
+        (parent.id, "dead"),
+        (anyway.id, "done"),
+    ], "the cancelled child and grandchild never ran"
+    assert anyway.result(timeout=0) == "anyway"
+    with pytest.raises(JobCancelled):
+        grandchild.result(timeout=0)
     job = child.refresh()
     assert job.state is JobState.CANCELLED and job.attempts == 0
     assert job.last_error is not None and f"parent job {parent.id} ended dead" in job.last_error
@@ -130,8 +134,13 @@ def test_a_retried_parent_releases_its_child_only_when_it_is_done(app: App) -> N
 
     parent = flaky.enqueue()
     child = step.with_options(after=[parent]).enqueue("child")
-    with worker_thread(app):
-        assert child.result(timeout=10) == "child"
+    report = app.run_until_empty()  # waits out the retry's backoff (up to 10 ms)
+    assert [(a.job_id, a.state) for a in report.attempts] == [
+        (parent.id, "pending"),
+        (parent.id, "done"),
+        (child.id, "done"),
+    ], "the child ran only once its parent was done"
+    assert child.result(timeout=0) == "child"
     assert len(tries) == 2 and parent.refresh().attempts == 2
 
 

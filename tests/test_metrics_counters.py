@@ -18,20 +18,11 @@ from sqljobs.backends.base import WorkerInfo
 from sqljobs.dashboard.metrics import render
 from sqljobs.maintenance import Pruner, Reaper, Scheduler
 from sqljobs.rollup import BUCKET_BOUNDS, INF, MINUTES_KEPT, Meter, MetricAmount, Series
+from sqljobs.testing import Clock
 
 from .conftest import ROOT, expire_lease, wait_until, worker_thread
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
-
-
-class Clock:
-    """A wall clock that stands still where the test puts it."""
-
-    def __init__(self, at: float) -> None:
-        self.at = at
-
-    def __call__(self) -> float:
-        return self.at
 
 
 def a_minute_ago_and_30_s() -> float:
@@ -130,7 +121,8 @@ def test_a_workers_attempts_reach_the_scrape_and_the_minute_they_ended_in(url: s
     assert sample(samples, wait, queue="other", task="ghostly") == 1  # the rerun; not the ghost's
     # every attempt ended in the frozen clock's minute
     window = app.throughput(minutes=3)
-    assert [m.minute for m in window] == [clock.at - 30 - 120, clock.at - 30 - 60, clock.at - 30]
+    minute = clock.now() - 30
+    assert [m.minute for m in window] == [minute - 120, minute - 60, minute]
     assert [(m.done, m.failed, m.cancelled) for m in window] == [(0, 0, 0), (0, 0, 0), (4, 3, 1)]
     (other,) = app.throughput(minutes=1, queue="other")
     assert (other.done, other.failed, other.cancelled) == (1, 1, 0)
@@ -164,7 +156,7 @@ def test_throughput_has_one_entry_per_minute_and_refuses_bad_windows(url: str) -
     with pytest.raises(sqljobs.ConfigurationError, match="queue name"):
         app.throughput(queue="no spaces")
     # the pruner drops minutes older than a day; the totals stay
-    clock.at += MINUTES_KEPT + 60
+    clock.advance(MINUTES_KEPT + 60)
     Pruner(app.backend, None).run_once()
     assert sum(m.done for m in app.throughput(minutes=1440)) == 0
     assert {a.amount for a in app.metric_totals() if a.series == "attempts"} == {6, 1, 2, 9}
@@ -225,7 +217,7 @@ def test_schedule_lag_is_how_late_a_tick_enqueued_its_job(url: str) -> None:
     meter = Meter()
     scheduler = Scheduler(app, app.backend, clock=clock, meter=meter)
     scheduler.sync()  # first tick at +10 s
-    clock.at += 10.5
+    clock.advance(10.5)
     assert scheduler.run_once().enqueued == 1
     assert meter.flush(app.backend) > 0
     samples = scrape(app)

@@ -23,6 +23,7 @@ import sqljobs
 from sqljobs import App, ConfigurationError, JobState, PayloadError, ScheduleNotFound
 from sqljobs.maintenance import Scheduler
 from sqljobs.schedules import ScheduleState, tick_key
+from sqljobs.testing import Clock
 from sqljobs.worker import EventLog
 
 from .conftest import ROOT, Runs, Spawn, db_execute, is_pg, wait_until, worker_thread
@@ -30,26 +31,12 @@ from .conftest import ROOT, Runs, Spawn, db_execute, is_pg, wait_until, worker_t
 SCHEDULES_APP = "tests.apps.schedules_app:app"
 
 
-class Clock:
-    """A frozen wall clock that a test moves by hand."""
-
-    def __init__(self, start: float) -> None:
-        self.now = start
-
-    def __call__(self) -> float:
-        return self.now
-
-    def set(self, when: float | datetime) -> None:
-        self.now = when.timestamp() if isinstance(when, datetime) else when
-
-
 def utc(year: int, month: int, day: int, hour: int = 0, minute: int = 0) -> datetime:
     return datetime(year, month, day, hour, minute, tzinfo=UTC)
 
 
 def frozen_app(url: str, start: float | datetime) -> tuple[App, Clock]:
-    clock = Clock(0.0)
-    clock.set(start)
+    clock = Clock(start)
     return App(url, clock=clock), clock
 
 
@@ -183,7 +170,7 @@ def test_replicas_racing_for_one_tick_enqueue_one_job(url: str) -> None:
     claimed: list[bool] = []
 
     def fire(scheduler: Scheduler) -> None:
-        tick = scheduler.plan(due, clock.now)
+        tick = scheduler.plan(due, clock.now())
         start.wait()
         claimed.append(scheduler.backend.fire_schedule(tick).claimed)
 
@@ -238,22 +225,22 @@ def test_overlap_skip_enqueues_nothing_while_a_run_is_pending_or_running(url: st
     app.schedule("exclusive", every=1, task="t", overlap="skip", known=False)
     app.schedule("relaxed", every=1, task="t", known=False)
     scheduler = Scheduler(app, app.backend)
-    clock.set(clock.now + 1)
+    clock.advance(1)
     scheduler.run_once()
     (first,) = keys_of(app, "schedule:exclusive:")
     first_id = state(app, "exclusive").last_job_id
-    clock.set(clock.now + 1)
+    clock.advance(1)
     scheduler.run_once()  # the first run is still pending
     assert keys_of(app, "schedule:exclusive:") == [first]
     assert state(app, "exclusive").last_outcome == "skipped_overlap"
     db_execute(app, "UPDATE sqljobs_jobs SET state = 'running' WHERE id = ?", params=(first_id,))
-    clock.set(clock.now + 1)
+    clock.advance(1)
     scheduler.run_once()  # now it runs
     assert keys_of(app, "schedule:exclusive:") == [first]
     handle = app.run_schedule_now("exclusive")
     assert (handle.id, handle.created) == (first_id, False), "run-now obeys overlap too"
     db_execute(app, "UPDATE sqljobs_jobs SET state = 'done' WHERE id = ?", params=(first_id,))
-    clock.set(clock.now + 1)
+    clock.advance(1)
     scheduler.run_once()
     assert len(keys_of(app, "schedule:exclusive:")) == 2
     assert state(app, "exclusive").last_outcome == "enqueued"
@@ -393,11 +380,11 @@ def test_a_hundred_tenant_schedules_advance_independently(url: str) -> None:
         if tenant in ("tenant-007", "tenant-013", "tenant-042"):
             continue
         ticks = local_three_am(tz)
-        fired = [t for t in ticks if created.timestamp() < t <= clock.now]
+        fired = [t for t in ticks if created.timestamp() < t <= clock.now()]
         assert per_tenant[tenant] == len(fired) >= 2, tenant
-        upcoming = min(t for t in ticks if t > clock.now)
+        upcoming = min(t for t in ticks if t > clock.now())
         assert state(app, f"daily-report:{tenant}").next_run_at == upcoming, tenant
-    assert clock.now <= end.timestamp()
+    assert clock.now() <= end.timestamp()
 
 
 def test_schedule_upsert_pause_resume_run_now_and_unschedule(url: str) -> None:
@@ -407,9 +394,9 @@ def test_schedule_upsert_pause_resume_run_now_and_unschedule(url: str) -> None:
     def send_report(tenant: str) -> None: ...
 
     made = app.schedule("r:acme", every=60, task=send_report, kwargs={"tenant": "acme"})
-    assert made.next_run_at == clock.now + 60 and not made.paused
+    assert made.next_run_at == clock.now() + 60 and not made.paused
     assert made.schedule.queue == "default" and made.schedule.source == "dynamic"
-    clock.set(clock.now + 5)
+    clock.advance(5)
     again = app.schedule(
         "r:acme", every=60, task="send_report", kwargs={"tenant": "ACME"}, known=False
     )
@@ -417,15 +404,15 @@ def test_schedule_upsert_pause_resume_run_now_and_unschedule(url: str) -> None:
     retimed = app.schedule(
         "r:acme", every=30, task="send_report", kwargs={"tenant": "ACME"}, known=False
     )
-    assert retimed.next_run_at == clock.now + 30
+    assert retimed.next_run_at == clock.now() + 30
 
     assert app.pause_schedule("r:acme") and state(app, "r:acme").paused
     app.schedule("r:acme", every=30, task="send_report", kwargs={"tenant": "acme"}, known=False)
     assert state(app, "r:acme").paused, "an update does not unpause"
-    clock.set(clock.now + 3600)
+    clock.advance(3600)
     assert Scheduler(app, app.backend).run_once().fired == [], "a paused schedule does not fire"
     assert app.resume_schedule("r:acme")
-    assert state(app, "r:acme").next_run_at == clock.now + 30, "resumes afresh, no catch-up"
+    assert state(app, "r:acme").next_run_at == clock.now() + 30, "resumes afresh, no catch-up"
 
     handle = app.run_schedule_now("r:acme")
     job = app.get_job(handle.id)
@@ -450,10 +437,10 @@ def test_code_definitions_are_synced_on_first_use_and_keep_their_place(url: str)
 
     (listed,) = app.list_schedules()
     assert listed.name == "beat" and listed.schedule.source == "code"
-    assert listed.next_run_at == clock.now + 30
+    assert listed.next_run_at == clock.now() + 30
     app.pause_schedule("beat")
-    clock.set(clock.now + 10)
-    other, _ = frozen_app(url, clock.now)  # another process starting with the same code
+    clock.advance(10)
+    other, _ = frozen_app(url, clock.now())  # another process starting with the same code
 
     @other.periodic(every=30, kwargs={"n": 1}, name="beat")
     def beat_elsewhere(n: int) -> None: ...

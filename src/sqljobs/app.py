@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, Concatenate, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Concatenate, TypeVar, cast, overload
 
 from . import app_async, payload
 from .backends import Backend, open_backend
@@ -75,6 +75,9 @@ from .tasks import (
 )
 from .url import check_sqlite_directory, parse_url, resolve_url
 from .waiting import JobWatcher
+
+if TYPE_CHECKING:
+    from .testing import Clock, DrainReport
 
 log = logging.getLogger("sqljobs")
 
@@ -1158,6 +1161,27 @@ class App:
             run_supervised(self, config, processes)
         else:
             Worker(self, config).run()
+
+    def run_until_empty(
+        self,
+        *,
+        clock: Clock | None = None,
+        until: float | datetime | None = None,
+        max_jobs: int = 1000,
+        timeout: float = 10.0,
+        queues: Sequence[str] | None = None,
+        concurrency: int = 1,
+    ) -> DrainReport:
+        """Run this app's due jobs in this process through a real worker until none is
+        left, moving a :class:`sqljobs.testing.Clock` (``clock``, or the App's) to jobs due
+        later; returns a :class:`sqljobs.testing.DrainReport`. For tests: see
+        :func:`sqljobs.testing.run_until_empty`."""
+        from .testing import run_until_empty
+
+        return run_until_empty(
+            self, clock=clock, until=until, max_jobs=max_jobs, timeout=timeout,
+            queues=queues, concurrency=concurrency,
+        )  # fmt: skip
 
 
 def _limit_key(

@@ -11,7 +11,9 @@ SqljobsError
  ├── ResultTimeout           ``handle.result(timeout=...)`` ran out first (a TimeoutError)
  ├── ScheduleNotFound        no schedule with that name
  ├── LeaseLost               this worker no longer holds the job; its writes were rolled back
- └── BackendError            the database refused or could not be reached (``__cause__`` kept)
+ ├── BackendError            the database refused or could not be reached (``__cause__`` kept)
+ └── DrainIncomplete         a test's ``run_until_empty()`` timed out or hit ``max_jobs`` (an
+                             AssertionError: a test fails on it)
 
 JobSignal                    raised by a task to choose its outcome; not an error
  ├── RetryLater              run again after ``delay`` seconds (counts as an attempt)
@@ -21,6 +23,11 @@ JobSignal                    raised by a task to choose its outcome; not an erro
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .testing.report import DrainReport
 
 
 class SqljobsError(Exception):
@@ -88,6 +95,16 @@ class ScheduleNotFound(SqljobsError, LookupError):
 
 class BackendError(SqljobsError):
     """The database failed; the driver's exception is kept as ``__cause__``."""
+
+
+class DrainIncomplete(SqljobsError, AssertionError):
+    """``sqljobs.testing.run_until_empty()`` could not finish: its timeout passed, or more
+    than ``max_jobs`` attempts ran (a task that enqueues itself forever). ``report`` holds
+    what did run."""
+
+    def __init__(self, message: str, report: DrainReport) -> None:
+        super().__init__(f"{message}\n{report}")
+        self.report = report
 
 
 class JobSignal(Exception):
