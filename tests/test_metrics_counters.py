@@ -296,7 +296,7 @@ def test_a_refused_flush_keeps_its_tallies_for_the_next(
     meter = Meter()
     meter.attempt("default", "t", "done", app.clock(), duration=0.2, wait=0.1)
     refusing = RefusingOnce()
-    with caplog.at_level(logging.WARNING, logger="sqljobs.metrics"):  # whatever set before
+    with caplog.at_level(logging.WARNING, logger="sqljobs.rollup"):  # whatever set before
         assert meter.flush(refusing) == 0  # type: ignore[arg-type]
     assert refusing.calls == 1 and meter.pending
     assert "kept for the next flush" in caplog.text

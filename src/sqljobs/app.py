@@ -686,11 +686,23 @@ class App:
                     f"job {job_id} runs after jobs {ids}, which are not done: retry them "
                     "first, then enqueue it again (retrying it now would run it before them)"
                 )
-        return self.backend.retry_job(job_id)
+        retried = self.backend.retry_job(job_id)
+        if retried:
+            self._announce_retried()
+        return retried
+
+    def _announce_retried(self) -> None:
+        """Wake the workers for jobs a retry made due now: those of this process at
+        once, the others through the notifier (else they learn at their next poll)."""
+        self.backend.notifier.announce()
+        self.wake_local_workers()
 
     def retry_dead(self, queue: str | None = None) -> int:
         """Send every dead job (of ``queue``, or all) back to pending; return how many."""
-        return self.backend.retry_dead(queue)
+        retried = self.backend.retry_dead(queue)
+        if retried:
+            self._announce_retried()
+        return retried
 
     def waiting_reason(self, job: Job) -> str | None:
         """Why a pending job is not running yet, if it is not simply next in line: no
@@ -843,8 +855,7 @@ class App:
         n = self.backend.retry_jobs(self._searchable(filter), filter.only(RETRYABLE))
         log.info("retried %d jobs (%s)", n, filter.describe())
         if n:
-            self.backend.notifier.announce()
-            self.wake_local_workers()
+            self._announce_retried()
         return n
 
     def cancel_jobs(self, filter: JobFilter) -> int:
