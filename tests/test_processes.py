@@ -34,7 +34,11 @@ def test_a_poison_job_ends_dead_after_crashing_its_worker_three_times(
     assert job is not None
     assert job.crashes == 3 and job.last_error is not None
     assert job.last_error.startswith("crashed its worker 3 times")
-    assert [h["outcome"] for h in job.history] == ["crashed"] * 3
+    outcomes = [h["outcome"] for h in job.history]
+    assert outcomes.count("crashed") == 3
+    # a process the poison killed may have held it, claimed but not started, in its buffer
+    # once more: handed back as "worker_died_before_start", which charges no crash
+    assert set(outcomes) <= {"crashed", "worker_died_before_start"}
     assert runs.count("start")["poison"] == 3
     assert proc.poll() is None, "the supervisor survived its children"
     proc.send_signal(signal.SIGTERM)
