@@ -39,7 +39,10 @@ def test_a_poison_job_ends_dead_after_crashing_its_worker_three_times(
     # a process the poison killed may have held it, claimed but not started, in its buffer
     # once more: handed back as "worker_died_before_start", which charges no crash
     assert set(outcomes) <= {"crashed", "worker_died_before_start"}
-    assert runs.count("start")["poison"] == 3
+    # a run the database never learned had begun (a buffered job killing its worker before
+    # the next round trip) is handed back uncharged, so it may run once more (see the note
+    # on issue 16: crash counting under prefetch)
+    assert 3 <= runs.count("start")["poison"] <= len(outcomes)
     assert proc.poll() is None, "the supervisor survived its children"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=15) == 0
