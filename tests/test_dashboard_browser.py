@@ -237,3 +237,37 @@ def test_pages_fit_a_phone_and_read_in_dark_mode(url: str, browser: Any, dashboa
         channels = [int(c) for c in text[text.index("(") + 1 : -1].split(",")[:3]]
         assert sum(channels) > 3 * 150, f"{path} is not dark in dark mode: text {text}"
     page.close()
+
+
+@pytest.mark.parametrize("url", ["sqlite"], indirect=True)  # the browser's side only
+def test_live_refresh_waits_while_rows_are_selected_or_the_tab_is_hidden(
+    url: str, browser: Any, dashboard: str
+) -> None:
+    app = App(url)
+    for n in range(3):
+        app.enqueue("later", [n], known=False)
+    page = browser.new_page()
+    page.clock.install()  # the page's timers run when the test says, not by the wall clock
+    page.goto(dashboard + "/jobs")
+    fetched: list[str] = []
+    page.on("request", lambda r: fetched.append(r.url) if r.resource_type == "fetch" else None)
+
+    def refreshes_after(ms: int) -> bool:
+        fetched.clear()
+        page.clock.run_for(ms)
+        page.evaluate("new Promise((done) => requestAnimationFrame(done))")  # events in
+        return any(u.startswith(dashboard + "/jobs") for u in fetched)
+
+    assert refreshes_after(5_100)  # idle: the live region is fetched again every 5 s
+    page.locator("input[name=ids]").first.check()
+    assert not refreshes_after(11_000)  # a row is selected: nothing is taken away
+    page.locator("input[name=ids]").first.uncheck()
+    page.evaluate(
+        "Object.defineProperty(document, 'hidden', {configurable: true, get: () => true})"
+    )
+    assert not refreshes_after(11_000)  # a hidden tab costs the server nothing
+    page.evaluate(
+        "Object.defineProperty(document, 'hidden', {configurable: true, get: () => false})"
+    )
+    assert refreshes_after(5_100)
+    page.close()
