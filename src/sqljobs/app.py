@@ -686,7 +686,7 @@ class App:
                     f"job {job_id} runs after jobs {ids}, which are not done: retry them "
                     "first, then enqueue it again (retrying it now would run it before them)"
                 )
-        retried = self.backend.retry_job(job_id)
+        retried = self.backend.retry_jobs(JobFilter(ids=(job_id,)), RETRYABLE) == 1
         if retried:
             self._announce_retried()
         return retried
@@ -699,10 +699,7 @@ class App:
 
     def retry_dead(self, queue: str | None = None) -> int:
         """Send every dead job (of ``queue``, or all) back to pending; return how many."""
-        retried = self.backend.retry_dead(queue)
-        if retried:
-            self._announce_retried()
-        return retried
+        return self.retry_jobs(JobFilter(state=JobState.DEAD.value, queue=queue))
 
     def waiting_reason(self, job: Job) -> str | None:
         """Why a pending job is not running yet, if it is not simply next in line: no
@@ -794,13 +791,7 @@ class App:
             )
         if queue is not None:
             check_queue_name(queue, "cancel_many(queue=...)")
-        total = 0
-        while (n := self.backend.cancel_jobs(queue, task, state)) > 0:
-            total += n
-        if total:
-            log.info("cancelled %d jobs (queue=%s, task=%s, state=%s)", total, queue, task, state)
-            self._wakeups.emit("cancel", None)
-        return total
+        return self.cancel_jobs(JobFilter(queue=queue, task=task, state=state))
 
     # -- browsing and bulk actions (sqljobs.browse) -------------------------------------
 

@@ -241,10 +241,6 @@ class Backend(Protocol):
         self, state: str | None = None, queue: str | None = None, limit: int = 50
     ) -> list[Job]: ...
 
-    def retry_job(self, job_id: int) -> bool: ...
-
-    def retry_dead(self, queue: str | None = None) -> int: ...
-
     # -- browsing and bulk actions (sqljobs.browse) -------------------------------------
 
     def find_jobs(self, wanted: JobFilter, before: int | None, limit: int) -> JobPage:
@@ -284,12 +280,6 @@ class Backend(Protocol):
     def cancel_job(self, job_id: int) -> bool:
         """Cancel a pending or running job (False: it was neither). A running job's worker
         is told through the notifier where there is one, else at its next heartbeat."""
-
-    def cancel_jobs(
-        self, queue: str | None, task: str | None, state: str | None, limit: int = 1000
-    ) -> int:
-        """Cancel up to ``limit`` pending or running jobs matching the filters (one bounded
-        batch); return how many."""
 
     def cancelled_among(self, job_ids: Collection[int]) -> set[int]:
         """Those of ``job_ids`` that are ``cancelled``."""

@@ -260,24 +260,11 @@ class BackendCore(Dialect):
         found = self._query("list_jobs", {"state": state, "queue": queue, "limit": limit})
         return [job(found.names, row) for row in found.rows]
 
-    def retry_job(self, job_id: int) -> bool:
-        return self._change("retry_job", {"id": job_id, "now": self.now()}).rowcount == 1
-
-    def retry_dead(self, queue: str | None = None) -> int:
-        return self._change("retry_dead", {"queue": queue, "now": self.now()}).rowcount
-
     # -- control: cancel, pause, progress, waiting ---------------------------------------
 
     def cancel_job(self, job_id: int) -> bool:
         params = {"id": job_id, "now": self.now(), "channel": self._event_channel()}
         return bool(self._transaction(lambda conn: self._cancel(conn, "cancel_job", params)))
-
-    def cancel_jobs(
-        self, queue: str | None, task: str | None, state: str | None, limit: int = 1000
-    ) -> int:
-        params: dict[str, Any] = {"queue": queue, "task": task, "state": state}
-        params.update(limit=limit, now=self.now(), channel=self._event_channel())
-        return self._transaction(lambda conn: self._cancel(conn, "cancel_many", params))
 
     def _cancel(self, conn: Any, statement: str, params: Mapping[str, Any]) -> int:
         """Run a cancel statement and settle the children of the jobs it cancelled, in

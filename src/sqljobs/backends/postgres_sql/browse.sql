@@ -55,7 +55,8 @@ id >= %(low)s AND id < %(high)s
 id = ANY(%(ids)s::bigint[])
 
 -- name: retry_ids
--- By hand, as retry_job, for a batch; a cancelled job that runs after others is left alone
+-- By hand (app.retry_job, retry_dead, retry_jobs): fresh attempts, the history keeps the old
+-- ones and notes the retry; a cancelled job that runs after others is left alone
 -- while any of them is not done (it would run before them).
 UPDATE {schema}.sqljobs_jobs AS j
 SET state = 'pending', run_at = now(), finished_at = NULL, attempts = 0,
@@ -73,7 +74,8 @@ WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state IN ('dead', 'cancelled')
       WHERE p.id = ANY(j.parents) AND p.state <> 'done'))
 
 -- name: cancel_ids
--- As cancel_many, for a batch of ids.
+-- A batch of a cancel by filter (app.cancel_many, cancel_jobs): pending or waiting jobs at
+-- once; running ones too, so their outcome (fenced on `running`) is never written.
 WITH cancelled AS (
     UPDATE {schema}.sqljobs_jobs AS j
     SET state = 'cancelled', finished_at = now(), lease_until = NULL, prefetched = false,

@@ -447,33 +447,6 @@ last_error, last_traceback, extract(epoch FROM deadline_at)::float8 AS deadline_
 result, progress, limit_key, limit_max, rate_max, rate_window, parents, after_policy, waiting_on,
 key_hold, released_key
 
--- name: retry_job
--- By hand: fresh attempts; the history keeps the old ones and notes the retry.
-UPDATE {schema}.sqljobs_jobs
-SET state = 'pending', run_at = now(), finished_at = NULL, attempts = 0,
-    lease_expiries = 0, crashes = 0, last_error = NULL, last_traceback = NULL,
-    result = NULL, progress = NULL,
-    history = history || jsonb_build_array(jsonb_build_object(
-        'outcome', 'retried', 'from', state, 'started_at', extract(epoch FROM now()),
-        'ended_at', extract(epoch FROM now()),
-        'error', 'sent back to pending by hand: attempts start again')),
-    deadline_at = CASE WHEN deadline_at IS NULL THEN NULL
-                       ELSE now() + (deadline_at - created_at) END
-WHERE id = %(id)s AND state IN ('dead', 'cancelled')
-
--- name: retry_dead
-UPDATE {schema}.sqljobs_jobs
-SET state = 'pending', run_at = now(), finished_at = NULL, attempts = 0,
-    lease_expiries = 0, crashes = 0, last_error = NULL, last_traceback = NULL,
-    result = NULL, progress = NULL,
-    history = history || jsonb_build_array(jsonb_build_object(
-        'outcome', 'retried', 'from', state, 'started_at', extract(epoch FROM now()),
-        'ended_at', extract(epoch FROM now()),
-        'error', 'sent back to pending by hand: attempts start again')),
-    deadline_at = CASE WHEN deadline_at IS NULL THEN NULL
-                       ELSE now() + (deadline_at - created_at) END
-WHERE state = 'dead' AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
-
 -- name: cancel_job
 -- Pending or waiting: cancelled at once. Running: cancelled too, so the worker's outcome (fenced on
 -- `running`) can never be written; the NOTIFY tells the worker holding it (and anyone
@@ -494,34 +467,6 @@ WITH cancelled AS (
 )  -- a limited job's cancel frees its slot: its queue's workers may claim
 SELECT id, children, pg_notify(%(channel)s, '#cancel:' || id),
        CASE WHEN limit_key IS NOT NULL THEN pg_notify(%(channel)s, queue) END
-FROM cancelled
-
--- name: cancel_many
--- One bounded batch of a bulk cancel (the caller repeats it until a batch comes back
--- short); one NOTIFY tells every worker to look at what it holds.
-WITH cancelled AS (
-    UPDATE {schema}.sqljobs_jobs AS j
-    SET state = 'cancelled', finished_at = now(), lease_until = NULL, prefetched = false,
-        waiting_on = 0,
-        history = CASE WHEN j.state = 'running' THEN j.history || jsonb_build_array(
-            jsonb_build_object('attempt', j.attempts, 'outcome', 'cancelled',
-                'started_at', extract(epoch FROM j.started_at),
-                'ended_at', extract(epoch FROM now()), 'worker', j.worker,
-                'error', 'cancelled while running'))
-            ELSE j.history END
-    WHERE j.id IN (
-        SELECT id FROM {schema}.sqljobs_jobs
-        WHERE state IN ('pending', 'waiting', 'running')
-          AND (%(state)s::text IS NULL OR state = %(state)s)
-          AND (%(queue)s::text IS NULL OR queue = %(queue)s)
-          AND (%(task)s::text IS NULL OR task = %(task)s)
-        LIMIT %(limit)s
-        FOR UPDATE)  -- waits out a claim or heartbeat on a row: skipping it would miss it
-    RETURNING j.id, j.children
-)
-SELECT id, children,
-       (SELECT count(pg_notify(%(channel)s, '#cancel:*'))
-        FROM (SELECT 1 FROM cancelled LIMIT 1) AS one) AS notified
 FROM cancelled
 
 -- name: pause_queue

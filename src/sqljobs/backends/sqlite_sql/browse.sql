@@ -59,7 +59,8 @@ id >= :low AND id < :high
 id IN (SELECT value FROM json_each(:ids))
 
 -- name: retry_ids
--- By hand, as retry_job, for a batch; a cancelled job that runs after others is left alone
+-- By hand (app.retry_job, retry_dead, retry_jobs): fresh attempts, the history keeps the old
+-- ones and notes the retry; a cancelled job that runs after others is left alone
 -- while any of them is not done (it would run before them).
 UPDATE sqljobs_jobs
 SET state = 'pending', run_at = :now, finished_at = NULL, attempts = 0,
@@ -76,7 +77,8 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('dead', 'cancelled
       JOIN sqljobs_jobs AS p ON p.id = e.value WHERE p.state <> 'done'))
 
 -- name: cancel_ids
--- As cancel_many, for a batch of ids.
+-- A batch of a cancel by filter (app.cancel_many, cancel_jobs): pending or waiting jobs at
+-- once; running ones too, so their outcome (fenced on `running`) is never written.
 UPDATE sqljobs_jobs
 SET state = 'cancelled', finished_at = :now, lease_until = NULL, prefetched = 0,
     waiting_on = 0,

@@ -285,31 +285,6 @@ WHERE (:state IS NULL OR state = :state) AND (:queue IS NULL OR queue = :queue)
 ORDER BY id DESC
 LIMIT :limit
 
--- name: retry_job
--- By hand: fresh attempts; the history keeps the old ones and notes the retry.
-UPDATE sqljobs_jobs
-SET state = 'pending', run_at = :now, finished_at = NULL, attempts = 0,
-    lease_expiries = 0, crashes = 0, last_error = NULL, last_traceback = NULL,
-    result = NULL, progress = NULL,
-    history = json_insert(history, '$[#]', json_object(
-        'outcome', 'retried', 'from', state, 'started_at', :now, 'ended_at', :now,
-        'error', 'sent back to pending by hand: attempts start again')),
-    deadline_at = CASE WHEN deadline_at IS NULL THEN NULL
-                       ELSE :now + (deadline_at - created_at) END
-WHERE id = :id AND state IN ('dead', 'cancelled')
-
--- name: retry_dead
-UPDATE sqljobs_jobs
-SET state = 'pending', run_at = :now, finished_at = NULL, attempts = 0,
-    lease_expiries = 0, crashes = 0, last_error = NULL, last_traceback = NULL,
-    result = NULL, progress = NULL,
-    history = json_insert(history, '$[#]', json_object(
-        'outcome', 'retried', 'from', state, 'started_at', :now, 'ended_at', :now,
-        'error', 'sent back to pending by hand: attempts start again')),
-    deadline_at = CASE WHEN deadline_at IS NULL THEN NULL
-                       ELSE :now + (deadline_at - created_at) END
-WHERE state = 'dead' AND (:queue IS NULL OR queue = :queue)
-
 -- name: cancel_job
 -- Pending or waiting: cancelled at once. Running: cancelled too, so the worker's outcome
 -- (fenced on `running`) can never be written; the worker learns of it at its next
@@ -323,23 +298,6 @@ SET state = 'cancelled', finished_at = :now, lease_until = NULL, prefetched = 0,
         'ended_at', :now, 'worker', worker, 'error', 'cancelled while running'))
         ELSE history END
 WHERE id = :id AND state IN ('pending', 'waiting', 'running')
-RETURNING id, children
-
--- name: cancel_many
--- One bounded batch of a bulk cancel (the caller repeats it until a batch comes back
--- short), so no single statement holds the write lock for long.
-UPDATE sqljobs_jobs
-SET state = 'cancelled', finished_at = :now, lease_until = NULL, prefetched = 0,
-    waiting_on = 0,
-    history = CASE WHEN state = 'running' THEN json_insert(history, '$[#]', json_object(
-        'attempt', attempts, 'outcome', 'cancelled', 'started_at', started_at,
-        'ended_at', :now, 'worker', worker, 'error', 'cancelled while running'))
-        ELSE history END
-WHERE id IN (
-    SELECT id FROM sqljobs_jobs
-    WHERE state IN ('pending', 'waiting', 'running') AND (:state IS NULL OR state = :state)
-      AND (:queue IS NULL OR queue = :queue) AND (:task IS NULL OR task = :task)
-    LIMIT :limit)
 RETURNING id, children
 
 -- name: pause_queue
