@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 
 import sqljobs
+from tests import pg_cluster
+from tests.pg_cluster import PrivateCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
@@ -35,7 +37,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         fixtures = getattr(item, "fixturenames", ())
         callspec = getattr(item, "callspec", None)
         on_postgres = callspec is not None and callspec.params.get("url") == "postgres"
-        if on_postgres or "pg_template" in fixtures:
+        if on_postgres or "pg_template" in fixtures or "private_pg" in fixtures:
             item.add_marker(pytest.mark.postgres)
         if "spawn" in fixtures:
             item.add_marker(pytest.mark.processes)
@@ -47,6 +49,11 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     PostgreSQL database copied from a migrated template."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'jobs.db'}"
+        return
+    if request.param == "private-postgres":  # a server of the test's own, to stop at will
+        cluster = request.getfixturevalue("private_pg")
+        sqljobs.App(cluster.url()).migrate()
+        yield cluster.url()
         return
     template = request.getfixturevalue("pg_template")
     with fresh_pg_database(template) as pg_url:
@@ -224,6 +231,23 @@ def pg_template() -> Iterator[str]:
     yield name
     with psycopg.connect(PG_ADMIN_URL, autocommit=True) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def private_pg() -> Iterator[PrivateCluster]:
+    """A PostgreSQL server of this test's own (see tests/pg_cluster.py), for tests that
+    restart or stop the server; ask for it with ``parametrize("url", ["private-postgres"],
+    indirect=True)`` to get a migrated database on it as ``url``."""
+    why_not = pg_cluster.available()
+    if why_not is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"a private PostgreSQL server is required in CI: {why_not}")
+        pytest.skip(why_not)
+    cluster = PrivateCluster()
+    try:
+        yield cluster
+    finally:
+        cluster.destroy()
 
 
 def _pg_url(database: str) -> str:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -22,12 +21,19 @@ from sqljobs.backends.postgres import PostgresBackend
 from sqljobs.backends.sqlfile import load_migrations
 
 from .conftest import Runs, Spawn, fresh_pg_database, wait_until, worker_thread
+from .pg_cluster import PrivateCluster
 
 
 @pytest.fixture
-def url(pg_template: str) -> Iterator[str]:
-    """PostgreSQL only here (overrides the conftest fixture that covers both backends)."""
-    with fresh_pg_database(pg_template) as url:
+def url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """PostgreSQL only here (overrides the conftest fixture that covers both backends); a
+    test that asks for ``private_pg`` gets its database on that server of its own."""
+    if "private_pg" in request.fixturenames:
+        cluster: PrivateCluster = request.getfixturevalue("private_pg")
+        App(cluster.url()).migrate()
+        yield cluster.url()
+        return
+    with fresh_pg_database(request.getfixturevalue("pg_template")) as url:
         yield url
 
 
@@ -254,20 +260,11 @@ def test_workers_survive_lost_connections_and_lose_nothing(
     assert proc.wait(timeout=20) == 0
 
 
-def _pg_restart() -> None:
-    version = subprocess.run(
-        ["ls", "/etc/postgresql"], capture_output=True, text=True, check=True
-    ).stdout.split()[0]
-    subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart", "-m", "fast"],
-        check=True,
-        timeout=60,
-    )
-
-
-def test_workers_survive_a_postgresql_restart(url: str, spawn: Spawn, runs: Runs) -> None:
-    if subprocess.run(["which", "pg_ctlcluster"], capture_output=True).returncode != 0:
-        pytest.skip("pg_ctlcluster is not available to restart the server")
+def test_workers_survive_a_postgresql_restart(
+    url: str, private_pg: PrivateCluster, spawn: Spawn, runs: Runs
+) -> None:
+    """The server of this test's own restarts under a working worker (the shared server
+    is never restarted: other tests use it)."""
     app = App(url)
     n = 40
     for i in range(n):
@@ -275,7 +272,7 @@ def test_workers_survive_a_postgresql_restart(url: str, spawn: Spawn, runs: Runs
     app.close()
     proc = spawn("--concurrency", "4", lease=2.0)
     wait_until(lambda: len(runs.count("end")) >= 5, timeout=30)
-    restarter = threading.Thread(target=_pg_restart)
+    restarter = threading.Thread(target=private_pg.restart)
     restarter.start()
     restarter.join(timeout=90)
 
