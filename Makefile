@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # the docs tools have their own stamp, so `make test` never installs them
 DOCS_STAMP := $(VENV)/.docs-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast lint bench docs clean
+.PHONY: demo test test-fast lint bench chaos docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,13 +39,18 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not postgres and not slow and not processes and not browser"
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests benchmarks examples docs/screenshots.py mkdocs_hooks.py
-	$(BIN)/ruff format --check src tests benchmarks examples docs/screenshots.py mkdocs_hooks.py
-	$(BIN)/mypy  # strict, on src, tests and examples (pyproject's [tool.mypy])
+	$(BIN)/ruff check src tests chaos benchmarks examples docs/screenshots.py mkdocs_hooks.py
+	$(BIN)/ruff format --check src tests chaos benchmarks examples docs/screenshots.py mkdocs_hooks.py
+	$(BIN)/mypy  # strict, on src, tests, chaos and examples (pyproject's [tool.mypy])
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'
 	$(BIN)/python benchmarks/run.py
+
+# Faults all at once on both backends, then the checks (chaos/run.py); a short version
+# runs in make test. Prints one table of figures; fails on any lost or doubled effect.
+chaos: $(STAMP)
+	$(BIN)/python -m chaos $(CHAOS_ARGS)
 
 # The documentation site (mkdocs.yml): built into site/, every warning an error.
 docs: $(DOCS_STAMP)

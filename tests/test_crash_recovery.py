@@ -60,11 +60,13 @@ def test_a_lease_shorter_than_the_job_ends_dead_with_a_lease_diagnosis(app: App)
     assert [h["outcome"] for h in job.history] == ["lease_expired"] * 3
 
 
+import pytest  # noqa: E402
+
 import sqljobs  # noqa: E402
 
 
 def test_a_crash_blames_only_the_job_that_ran_not_the_one_waiting_in_the_buffer(
-    app: App, spawn: Spawn, runs: Runs
+    app: App, spawn: Spawn, runs: Runs, caplog: pytest.LogCaptureFixture
 ) -> None:
     """SPEC's poison job is one whose *run* kills its worker: a job claimed into the dead
     worker's buffer, never started there, is handed back uncharged and unblamed."""
@@ -88,3 +90,7 @@ def test_a_crash_blames_only_the_job_that_ran_not_the_one_waiting_in_the_buffer(
     assert spared.crashes == 0 and spared.attempts == 0 and spared.state is JobState.PENDING
     assert [h["outcome"] for h in spared.history] == ["worker_died_before_start"]
     assert runs.started_by(victim.pid) == ["ran"]
+    handed_back = [r.getMessage() for r in caplog.records if f"job {waited}:" in r.getMessage()]
+    assert handed_back == [
+        f"job {waited}: its worker is gone and never started it (no attempt charged) -> pending"
+    ]

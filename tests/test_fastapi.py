@@ -16,7 +16,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
-from examples.fastapi_shop import create_shop, shop_jobs
 from fastapi import FastAPI
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -25,6 +24,7 @@ from starlette.routing import Route
 from starlette.testclient import TestClient
 
 import sqljobs
+from examples.fastapi_shop import create_shop, shop_jobs
 from sqljobs import JobContext, JobFilter, JobState, Retry
 from sqljobs.contrib.asgi import background_worker, worker_lifespan
 

@@ -134,7 +134,9 @@ class Reaper:
         written = self.backend.rescue_jobs(decide, worker=worker)
         at = self.backend.now()  # the minute counted in, by the clock every tally reads
         for o in written:
-            log.warning("job %s: %s -> %s", o.job_id, o.error, o.state)
+            # a buffered job its worker never started carries no error: say what happened
+            why = o.error or "its worker is gone and never started it (no attempt charged)"
+            log.warning("job %s: %s -> %s", o.job_id, why, o.state)
             if self.meter is not None and not o.uncharge:  # (a handed-back buffered job
                 job, now = seen[o.job_id]  # never ran: no attempt ended)
                 outcome = AttemptOutcome.CRASHED if o.crashes else AttemptOutcome.LEASE_EXPIRED
