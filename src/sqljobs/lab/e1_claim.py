@@ -6,6 +6,7 @@ the correct one is ``Backend.claim_jobs`` and ``Backend.finish_jobs``.
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 
@@ -99,6 +100,7 @@ def conditional_update(url: str, queue: str, workers: int, work: float) -> Tally
 def library_claim(app: App, queue: str, workers: int, work: float, per_claim: int = 1) -> Tally:
     """sqljobs: one atomic claim statement (up to ``per_claim`` jobs), fenced completions."""
     tally = Tally(Effects())
+    lock = threading.Lock()
     # the backend itself, not the App: E1 counts the claim and completion statements a
     # worker issues, so it calls them one by one as a worker does
     backend = app.backend
@@ -109,7 +111,14 @@ def library_claim(app: App, queue: str, workers: int, work: float, per_claim: in
             jobs = backend.claim_jobs(f"lab-w{i}", [queue], per_claim)
             statements += 1
             if not jobs:
-                break
+                # measured, as for the conditional update: a claim that came back with
+                # nothing while jobs were still pending is wasted; one that found the queue
+                # drained is the thread's last (the check itself is not counted)
+                if app.stats().counts.get(queue, {}).get("pending", 0) == 0:
+                    break
+                with lock:
+                    tally.empty += 1
+                continue
             for job in jobs:
                 tally.effects.apply(job.id)
                 time.sleep(work)
