@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # the docs tools have their own stamp, so `make test` never installs them
 DOCS_STAMP := $(VENV)/.docs-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: demo test test-fast lint bench chaos docs clean
+.PHONY: demo test test-fast lint bench chaos soak docs clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -39,9 +39,9 @@ test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not postgres and not slow and not processes and not browser"
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests chaos benchmarks examples docs/screenshots.py mkdocs_hooks.py
-	$(BIN)/ruff format --check src tests chaos benchmarks examples docs/screenshots.py mkdocs_hooks.py
-	$(BIN)/mypy  # strict, on src, tests, chaos and examples (pyproject's [tool.mypy])
+	$(BIN)/ruff check src tests chaos soak benchmarks examples docs/screenshots.py mkdocs_hooks.py
+	$(BIN)/ruff format --check src tests chaos soak benchmarks examples docs/screenshots.py mkdocs_hooks.py
+	$(BIN)/mypy  # strict, on src, tests, chaos, soak and examples (pyproject's [tool.mypy])
 
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'
@@ -51,6 +51,11 @@ bench: $(STAMP)
 # runs in make test. Prints one table of figures; fails on any lost or doubled effect.
 chaos: $(STAMP)
 	$(BIN)/python -m chaos $(CHAOS_ARGS)
+
+# A steady run at 70% of the measured capacity with the pruner on, 30 minutes a backend
+# (SOAK_ARGS="--minutes 5 --backend sqlite" for less): trends judged, plots in soak-report/.
+soak: $(STAMP)
+	$(BIN)/python -m soak $(SOAK_ARGS)
 
 # The documentation site (mkdocs.yml): built into site/, every warning an error.
 docs: $(DOCS_STAMP)

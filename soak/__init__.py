@@ -1,0 +1,6 @@
+"""The soak: a long steady run with the pruner on, sampled, to show that what a worker
+holds and what the database keeps stay flat (``make soak``; the suite runs a short smoke).
+
+:mod:`soak.tasks` is what the workers run, :mod:`soak.worker` starts one, :mod:`soak.run`
+produces the load, samples, judges and plots.
+"""
