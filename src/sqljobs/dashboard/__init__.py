@@ -77,7 +77,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..app import App
 from ..browse import JobFilter
-from ..errors import ConfigurationError
+from ..errors import BackendError, ConfigurationError
 from . import actions, api, forms, metrics, render
 from .pages import BULK_VERBS, DEFAULT_ALERT_AGE, Pages, View, in_words
 from .reads import paused_at, redacted, redacted_kwargs
@@ -311,7 +311,10 @@ def create_app(
                 extra={"who": identity.who, "action": what, "status": refused.status},
             )  # fmt: skip
             return refuse(request, refused)
-        outcome = await run_in_threadpool(run)
+        try:
+            outcome = await run_in_threadpool(run)
+        except BackendError as exc:  # e.g. a role that may only read (docs/security.md)
+            outcome = actions.refused(500, f"the database refused this action: {exc}")
         jobs = _jobs_touched(outcome, per_job)
         log.info(
             "dashboard action %s by %s from %s: %d job(s) changed; %s",
