@@ -298,3 +298,72 @@ def test_the_command_line_error_for_an_unreachable_database_hides_the_password()
             worker.stdout.close()
     assert "cannot connect to PostgreSQL at postgresql://postgres:***@" in "".join(said)
     assert SECRET not in "".join(said)
+
+
+# -- the dashboard ------------------------------------------------------------------------
+
+
+def _basic(password: str) -> dict[str, str]:
+    import base64
+
+    return {"Authorization": "Basic " + base64.b64encode(f"ops:{password}".encode()).decode()}
+
+
+def test_every_post_route_of_the_dashboard_needs_the_csrf_token(app: App) -> None:
+    """Basic auth is what a browser resends by itself to a cross-site form: with it alone,
+    every POST route the dashboard has (found from its routing table, so a new one is
+    covered) is refused, and nothing changes."""
+    from starlette.routing import Route
+
+    app.task(name="later")(lambda: None)
+    job = app.tasks["later"].with_options(delay=3600).enqueue().id
+    app.schedule("nightly", task="later", every=3600)
+    asgi = create_app(app, token="tok-" + SECRET)
+    values = {"job_id": str(job), "name": "nightly"}
+    posts = [
+        r.path.replace("{name:path}", "{name}").format(**values)
+        for r in asgi.routes
+        if isinstance(r, Route) and r.methods and "POST" in r.methods
+    ]
+    assert len(posts) >= 14 and "/login" in posts and "/logout" in posts
+    client = TestClient(asgi, base_url="http://127.0.0.1", headers=_basic("tok-" + SECRET))
+    assert client.get("/api/csrf").status_code == 200  # a session cookie, as a browser has
+    for path in posts:
+        for form in (None, {"csrf": "forged"}):
+            answer = client.post(f"{path}?queue=default", data=form, follow_redirects=False)
+            assert answer.status_code == 403, (path, form, answer.text)
+    assert _state_of(app, job) is JobState.PENDING
+    assert not any(q.paused for q in app.queues())
+    schedule = app.get_schedule("nightly")
+    assert schedule is not None and not schedule.paused
+
+
+def _state_of(app: App, job_id: int) -> JobState:
+    job = app.get_job(job_id)
+    assert job is not None
+    return job.state
+
+
+def test_the_dashboard_defaults_to_loopback_and_no_page_shows_the_token(app: App) -> None:
+    import inspect
+
+    from sqljobs.dashboard import serve
+
+    assert inspect.signature(serve).parameters["host"].default == "127.0.0.1"
+    dashboard = cli.commands["dashboard"]
+    assert {p.name: p.default for p in dashboard.params}["host"] == "127.0.0.1"
+    for host in ("0.0.0.0", "::", "192.168.1.5", "jobs.internal", "::ffff:127.0.0.1"):
+        refused = CliRunner().invoke(cli, ["--url", app.url, "dashboard", "--host", host])
+        assert refused.exit_code == 2 and "without a token" in refused.output, host
+    token = "tok-" + SECRET
+    app.task(name="later")(lambda: None)
+    job = app.tasks["later"].with_options(delay=3600).enqueue().id
+    client = TestClient(
+        create_app(app, token=token), base_url="http://127.0.0.1", headers=_basic(token)
+    )
+    for page in ("/", "/jobs", f"/jobs/{job}", "/queues", "/schedules", "/workers", "/metrics"):
+        answer = client.get(page)
+        assert answer.status_code == 200 and token not in answer.text, page
+    login = TestClient(client.app, base_url="http://127.0.0.1").get("/login")
+    assert login.status_code == 200 and token not in login.text
+    assert 'type="password"' in login.text
