@@ -367,3 +367,25 @@ def test_the_dashboard_defaults_to_loopback_and_no_page_shows_the_token(app: App
     login = TestClient(client.app, base_url="http://127.0.0.1").get("/login")
     assert login.status_code == 200 and token not in login.text
     assert 'type="password"' in login.text
+
+
+def test_a_failed_attempt_s_log_lines_hide_the_task_s_redacted_arguments(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    card = "4111-2222-3333-4444"
+
+    @app.task(redact=["card"], retry=sqljobs.Retry(max_attempts=2, base=0.01, cap=0.01))
+    def charge(card: str, amount: int) -> None:
+        raise ValueError(f"card {card} declined")
+
+    caplog.set_level(logging.DEBUG, logger="sqljobs")
+    handle = charge.enqueue(card, 5)
+    with worker_thread(app):
+        wait_until(lambda: app.get_job(handle.id).state is JobState.DEAD)  # type: ignore[union-attr]
+    said = [r.getMessage() for r in caplog.records]
+    assert any("attempt 1/2 failed: ValueError: card *** declined" in s for s in said), said
+    assert any(
+        "the job is dead: failed 2 of 2 attempts; last: ValueError: card *** declined" in s
+        for s in said
+    ), said
+    assert not any(card in s for s in said)
