@@ -73,10 +73,12 @@ def _rows(html: str, job_id: int) -> list[str]:
 
 
 def _flash(location: str) -> dict[str, list[str]]:
-    """The flash message a redirect back to the page carries."""
+    """The flash message a redirect back to the page carries (without its signature)."""
     parts = urlsplit(location)
     assert parts.path == "/", location
-    return parse_qs(parts.query)
+    query = parse_qs(parts.query)
+    assert query.pop("sig"), "a flash message is signed"
+    return query
 
 
 def _client(asgi: Starlette, **options: Any) -> TestClient:
@@ -208,10 +210,19 @@ def test_every_refusal_says_why(app: App) -> None:
 
 
 def test_the_page_shows_its_flash_messages_escaped(app: App) -> None:
-    client = _client(create_app(app))
-    html = client.get("/", params={"message": "<script>x</script>", "error": "<i>no</i>"}).text
+    from sqljobs.dashboard.security import Guard
+
+    asgi = create_app(app, token="s3cret")
+    client = _client(asgi, headers={"Authorization": "Bearer s3cret"})
+    guard = Guard.create("s3cret", exposed=False, port=None)  # the same secret as asgi's
+    signed = {
+        "message": "<script>x</script>",
+        "error": "<i>no</i>",
+        "sig": guard.flash_sig("message", "<script>x</script>"),
+    }
+    html = client.get("/", params=signed).text
     assert "&lt;script&gt;x&lt;/script&gt;" in html and "<script>x" not in html
-    assert "&lt;i&gt;no&lt;/i&gt;" in html and "<i>" not in html
+    assert "<i>no</i>" not in html and "&lt;i&gt;no" not in html, "the error is not signed"
 
 
 def test_the_page_offers_only_the_actions_it_would_take(app: App) -> None:

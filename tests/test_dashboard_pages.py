@@ -48,7 +48,9 @@ def _flash(response: httpx2.Response) -> tuple[str, dict[str, list[str]]]:
     """Where a form's 303 goes back to, and the sentence it carries."""
     assert response.status_code == 303, response.text
     parts = urlsplit(response.headers["location"])
-    return parts.path, parse_qs(parts.query)
+    query = parse_qs(parts.query)
+    assert query.pop("sig"), "a flash message is signed"
+    return parts.path, query
 
 
 def _row_ids(html: str) -> list[int]:

@@ -45,6 +45,8 @@ from .humanize import duration, iso_local, redact_url
 from .jobs import Job, JobState, QueueInfo
 from .logs import LogFormat, configure_logging
 from .redaction import redact_job
+from .roles import ROLES
+from .roles import grants as grant_statements
 from .tasks import check_queue_name
 from .url import DEFAULT_URL
 
@@ -854,6 +856,26 @@ def migrate(ctx: Ctx) -> None:
     ctx.app.auto_migrate = False  # else opening the database applies them before we can list them
     applied = ctx.app.migrate()
     click.echo("applied: " + ", ".join(applied) if applied else "schema is up to date")
+
+
+@cli.command()
+@click.option(
+    "--role",
+    "kind",
+    type=click.Choice(list(ROLES)),
+    required=True,
+    help="What the PostgreSQL role is for (docs/security.md).",
+)
+@click.option("--schema", default="public", show_default=True, help="The sqljobs tables' schema.")
+@click.argument("name")
+def grants(kind: str, schema: str, name: str) -> None:
+    """Print the GRANTs that give the existing PostgreSQL role NAME what a producer,
+    worker, dashboard or read-only reader needs, and no more. Run them as the tables'
+    owner after `sqljobs migrate` (again after an upgrade's). Connects to nothing."""
+    try:
+        click.echo(grant_statements(kind, name, schema=schema), nl=False)
+    except ConfigurationError as exc:
+        raise click.UsageError(str(exc)) from exc
 
 
 # the lab is 2,400 lines of experiments, rich tables and charts: loaded only when it runs

@@ -8,10 +8,21 @@ zone shown, so two columns or two hosts never disagree silently. Raw numbers sta
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, tzinfo
 from typing import Any
+from urllib.parse import unquote
 
-__all__ = ["ago", "duration", "iso_local", "iso_utc", "preview", "redact_url"]
+__all__ = [
+    "ago",
+    "duration",
+    "iso_local",
+    "iso_utc",
+    "preview",
+    "redact_url",
+    "scrub_secrets",
+    "url_secrets",
+]
 
 
 def iso_local(ts: float | None, zone: tzinfo | None = None) -> str:
@@ -66,10 +77,41 @@ def preview(args: list[Any], kwargs: dict[str, Any], width: int = 40) -> str:
 
 
 def redact_url(url: str) -> str:
-    """The URL with any password replaced by ``***``, fit for logs and banners."""
+    """The URL with any password replaced by ``***``, fit for logs and banners: the one
+    after the user name (up to the last ``@`` of the URL before its query, so an
+    unescaped ``/`` or ``@`` in it hides no tail) and a ``password=`` or
+    ``sslpassword=`` query parameter."""
     scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest.split("/", 1)[0]:
+    if not sep:
         return url
-    credentials, _, host = rest.partition("@")
-    user, colon, _password = credentials.partition(":")
-    return f"{scheme}://{user}{':***' if colon else ''}@{host}"
+    before_query, mark, query = rest.partition("?")
+    at = before_query.rfind("@")
+    if at >= 0:
+        user, colon, _password = before_query[:at].partition(":")
+        before_query = f"{user}{':***' if colon else ''}{before_query[at:]}"
+    query = _PASSWORD_PARAM.sub(r"\1***", query)
+    return f"{scheme}://{before_query}{mark}{query}"
+
+
+def url_secrets(url: str) -> list[str]:
+    """The passwords written in ``url`` (as written and percent-decoded), longest first:
+    what :func:`scrub_secrets` takes out of a driver's message that quotes the URL."""
+    _scheme, sep, rest = url.partition("://")
+    if not sep:
+        return []
+    before_query, _, query = rest.partition("?")
+    at = before_query.rfind("@")
+    found = [before_query[:at].partition(":")[2]] if at >= 0 else []
+    found += [m.group(2) for m in _PASSWORD_PARAM.finditer(query)]
+    found += [unquote(f) for f in found]
+    return sorted({f for f in found if f}, key=len, reverse=True)
+
+
+def scrub_secrets(text: str, url: str) -> str:
+    """``text`` with every password of ``url`` replaced by ``***``."""
+    for secret in url_secrets(url):
+        text = text.replace(secret, "***")
+    return text
+
+
+_PASSWORD_PARAM = re.compile(r"((?:^|&)(?:ssl)?password=)([^&#]*)", re.IGNORECASE)

@@ -8,6 +8,8 @@ traceback line, a progress note, a limit key made from it. :func:`redact_job` ma
 arguments and replaces every hidden value of :data:`MIN_SCRUBBED` characters or more in
 those texts too (a shorter one would mask common words and numbers).
 
+The worker's log lines about a failed attempt are scrubbed the same way (:func:`scrubber`).
+
 Only tasks the App registers are known: start the dashboard or the CLI with ``--app``
 (not a bare ``--url``) for their redactions to apply.
 """
@@ -15,7 +17,7 @@ Only tasks the App registers are known: start the dashboard or the CLI with ``--
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -57,16 +59,19 @@ def redact_arguments(
     )
 
 
-def redact_job(task: Task | None, job: Job) -> Job:
-    """``job`` as an operator may see it: the redacted arguments masked, and their values
-    replaced in its error, traceback, attempt history, progress note and limit key."""
-    args, kwargs = redact_arguments(task, job.args, job.kwargs)
-    if args is job.args and kwargs is job.kwargs:
-        return job
+def scrubber(
+    task: Task | None, args: list[Any], kwargs: dict[str, Any]
+) -> Callable[[str | None], str | None]:
+    """A function that replaces, in a text about this call (an error, a traceback, a log
+    line), every value of ``task``'s redacted parameters of :data:`MIN_SCRUBBED`
+    characters or more with ``***``."""
+    masked_args, masked_kwargs = redact_arguments(task, args, kwargs)
+    if masked_args is args and masked_kwargs is kwargs:
+        return lambda text: text
     secrets = sorted(
         {
             text
-            for old, new in (*zip(job.args, args, strict=True), *_pairs(job.kwargs, kwargs))
+            for old, new in (*zip(args, masked_args, strict=True), *_pairs(kwargs, masked_kwargs))
             if new == MASK and old != MASK
             for text in _texts(old)
             if len(text) >= MIN_SCRUBBED
@@ -82,6 +87,16 @@ def redact_job(task: Task | None, job: Job) -> Job:
             text = text.replace(secret, MASK)
         return text
 
+    return scrub
+
+
+def redact_job(task: Task | None, job: Job) -> Job:
+    """``job`` as an operator may see it: the redacted arguments masked, and their values
+    replaced in its error, traceback, attempt history, progress note and limit key."""
+    args, kwargs = redact_arguments(task, job.args, job.kwargs)
+    if args is job.args and kwargs is job.kwargs:
+        return job
+    scrub = scrubber(task, job.args, job.kwargs)
     history = [
         {k: scrub(v) if isinstance(v, str) else v for k, v in entry.items()}
         for entry in job.history

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from .errors import ConfigurationError
+from .humanize import redact_url
 
 DEFAULT_URL = "sqlite:///sqljobs.db"
+_PASSWORD_KEY = re.compile(r"(password\s*=\s*)\S+", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -38,33 +41,36 @@ def parse_url(url: str) -> DatabaseURL:
     ``sqlite:////abs/path.db`` absolute; ``postgresql://user@host/db`` (or ``postgres://``).
     """
     if not isinstance(url, str) or "://" not in url:
+        # a libpq "key=value" string is not a URL, but may hold a password
+        shown = repr(_PASSWORD_KEY.sub(r"\1***", url) if isinstance(url, str) else url)
         raise ConfigurationError(
-            f"malformed database URL {url!r}: expected sqlite:///path.db or "
+            f"malformed database URL {shown}: expected sqlite:///path.db or "
             "postgresql://user@host/db"
         )
+    shown = repr(redact_url(url))  # error messages end up in logs
     scheme = url.split("://", 1)[0].lower()
     driver = scheme.split("+", 1)[0]
     if driver == "sqlite":
         rest = url.split("://", 1)[1]
         if not rest.startswith("/"):
             raise ConfigurationError(
-                f"malformed SQLite URL {url!r}: use three slashes for a relative path "
+                f"malformed SQLite URL {shown}: use three slashes for a relative path "
                 "(sqlite:///jobs.db) or four for an absolute one (sqlite:////var/jobs.db)"
             )
         path = rest[1:].split("?", 1)[0]
         if not path or path == ":memory:":
             raise ConfigurationError(
-                f"SQLite URL {url!r} names no file: workers and enqueuers share the queue "
+                f"SQLite URL {shown} names no file: workers and enqueuers share the queue "
                 "through a file, e.g. sqlite:///jobs.db"
             )
         return DatabaseURL(url, "sqlite", path)
     if driver in ("postgresql", "postgres"):
         parts = urlsplit(url)
         if not parts.hostname and not parts.path.strip("/") and not parts.query:
-            raise ConfigurationError(f"PostgreSQL URL {url!r} names no host or database")
+            raise ConfigurationError(f"PostgreSQL URL {shown} names no host or database")
         return DatabaseURL(url, "postgresql", "")
     raise ConfigurationError(
-        f"unsupported database URL scheme {scheme!r} in {url!r}: sqljobs supports "
+        f"unsupported database URL scheme {scheme!r} in {shown}: sqljobs supports "
         "sqlite:///path.db and postgresql://user@host/db"
     )
 

@@ -14,6 +14,7 @@ from functools import cache
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..humanize import redact_url
 from ..url import parse_url
 from .base import Backend, WorkerInfo
 from .core import lender_of
@@ -34,7 +35,8 @@ def open_backend(url: str, **options: Any) -> Backend:
         from .postgres import PostgresBackend  # type: ignore[import-not-found,unused-ignore]
     except ImportError as exc:
         raise ConfigurationError(
-            f"{url!r} needs the PostgreSQL backend: pip install 'sqljobs[postgres]' ({exc})"
+            f"{redact_url(url)!r} needs the PostgreSQL backend: "
+            f"pip install 'sqljobs[postgres]' ({exc})"
         ) from exc
     backend: Backend = PostgresBackend(url, **options)
     return backend

@@ -32,7 +32,7 @@ from ..stats import (
 from ..tasks import TaskInfo
 from .base import Decide, EffectRecord, WorkerInfo
 from .dialect import Claim, Dialect
-from .migrations import apply_migrations
+from .migrations import apply_migrations, up_to_date
 from .rows import claimed_jobs, effect_record, expired_job, job, result, task_info
 
 _LENT: dict[int, BackendCore] = {}
@@ -73,6 +73,8 @@ class BackendCore(Dialect):
     """Whether a delay counts from the database server's clock (PostgreSQL's setting)."""
 
     def migrate(self) -> list[str]:
+        if up_to_date(self._read, self.sql, self.migrations):
+            return []
         return apply_migrations(
             self._transaction, self._run_script, self.sql, self.migrations, self.now
         )

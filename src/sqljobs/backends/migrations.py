@@ -6,6 +6,10 @@ one applied. The whole run is one transaction that first takes the dialect's loc
 (``prepare_migrations``: SQLite's write lock, a PostgreSQL advisory lock), so runners that
 start together apply each migration exactly once, and a runner that fails half-way leaves
 nothing half-applied.
+
+A database that has every migration already is left alone: :func:`up_to_date` reads the
+record first, so opening it takes no lock and runs no DDL, and a role that may only read
+and write the tables (docs/security.md) can open an App with ``migrate=True``.
 """
 
 from __future__ import annotations
@@ -13,10 +17,30 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from ..errors import BackendError
 from .rows import result
 
 Migration = tuple[int, str, str]
 """(version, name, script)"""
+
+
+def up_to_date(
+    read: Callable[[Callable[[Any], set[int]]], set[int]],
+    sql: Mapping[str, str],
+    migrations: Sequence[Migration],
+) -> bool:
+    """Whether every one of ``migrations`` is recorded as applied. A database without the
+    record (never migrated), or one this role may not read, is not up to date: the full
+    run decides, and says why if it fails."""
+
+    def applied(conn: Any) -> set[int]:
+        return {v for (v,) in result(conn.execute(sql["applied_migrations"])).pick("version")}
+
+    try:
+        done = read(applied)
+    except BackendError:
+        return False
+    return {version for version, _, _ in migrations} <= done
 
 
 def apply_migrations(

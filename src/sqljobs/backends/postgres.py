@@ -25,7 +25,7 @@ import psycopg.errors
 import psycopg_pool
 
 from ..errors import BackendError, ConfigurationError
-from ..humanize import redact_url
+from ..humanize import redact_url, scrub_secrets
 from ..jobs import FINISHED_STATES, ClaimedJob, HeldJob, JobState, Outcome
 from ..notifiers.postgres import PostgresNotifier, channel_for
 from .base import MISSING_SCHEMA
@@ -53,6 +53,7 @@ LIMITED_KEYS = 256
 """At most this many limit keys are locked and looked at per claim (starting where the
 last claim left off, so every key gets its turn)."""
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_SCHEMES = ("postgresql", "postgres")
 _RETRYABLE = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
 _SESSION_ENDED = (
     psycopg.errors.AdminShutdown,  # 57P01: restart, shutdown, pg_terminate_backend
@@ -128,7 +129,10 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
     # -- connections -------------------------------------------------------------------
 
     def _conninfo(self) -> str:
-        return self.url.replace("postgres://", "postgresql://", 1)
+        """The URL as libpq takes it: ``postgresql://``, without SQLAlchemy's driver name
+        (``postgresql+psycopg://``), which libpq would refuse, quoting the whole URL."""
+        scheme, _, rest = self.url.partition("://")
+        return f"postgresql://{rest}" if scheme.split("+", 1)[0] in _SCHEMES else self.url
 
     def _open_pool(self) -> psycopg_pool.ConnectionPool:
         with self._lock:
@@ -151,9 +155,14 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         try:
             psycopg.connect(self._conninfo(), connect_timeout=int(self.connect_timeout)).close()
         except psycopg.Error as exc:
-            raise BackendError(
-                f"cannot connect to PostgreSQL at {redact_url(self.url)}: {str(exc).strip()}"
-            ) from exc
+            said = str(exc).strip()
+            error = BackendError(
+                f"cannot connect to PostgreSQL at {redact_url(self.url)}: "
+                f"{scrub_secrets(said, self.url)}"
+            )
+            if said != scrub_secrets(said, self.url):  # libpq quoted the password
+                raise error from None
+            raise error from exc
 
     def _configure(self, conn: psycopg.Connection[Any]) -> None:
         """Per-connection settings. Queue statements are short and planned once: JIT

@@ -77,7 +77,7 @@ from starlette.staticfiles import StaticFiles
 
 from ..app import App
 from ..browse import JobFilter
-from ..errors import ConfigurationError
+from ..errors import BackendError, ConfigurationError
 from . import actions, api, forms, metrics, render
 from .pages import BULK_VERBS, DEFAULT_ALERT_AGE, Pages, View, in_words
 from .reads import paused_at, redacted, redacted_kwargs
@@ -229,14 +229,19 @@ def create_app(
 
     def view_of(request: Request) -> View:
         identity: Identity | None = request.state.identity
-        flash = {k: request.query_params.get(k) for k in forms.FLASH}
+        given = request.query_params
+        flash = {  # only the sentences this dashboard signed: a link cannot bring its own
+            kind: given[kind]
+            for kind in ("message", "error")
+            if kind in given and guard.flash_ok(kind, given[kind], given.get("sig", ""))
+        }
         return View(
             now=time.time(),
             read_only=READ_ONLY if read_only else None,
             csrf=guard.csrf_token(request.state.session),
             logged_in=identity is not None and identity.who.startswith("login session"),
-            message=(flash["message"] or "")[: forms.MAX_FLASH] or None,
-            error=(flash["error"] or "")[: forms.MAX_FLASH] or None,
+            message=flash.get("message", "")[: forms.MAX_FLASH] or None,
+            error=flash.get("error", "")[: forms.MAX_FLASH] or None,
             back=forms.here(request),
             root=forms.root(request),
         )
@@ -251,7 +256,10 @@ def create_app(
             kind = "message" if outcome.status < 400 else "error"
             home = f"{forms.root(request)}/"
             where = back or forms.local_path(getattr(request.state, "back", None), home)
-            return RedirectResponse(forms.with_flash(where, kind, outcome.message), status_code=303)
+            sig = guard.flash_sig(kind, outcome.message)
+            return RedirectResponse(
+                forms.with_flash(where, kind, outcome.message, sig), status_code=303
+            )
         return JSONResponse(outcome.body, status_code=outcome.status)
 
     def refuse(request: Request, outcome: actions.Outcome) -> Response:
@@ -311,7 +319,10 @@ def create_app(
                 extra={"who": identity.who, "action": what, "status": refused.status},
             )  # fmt: skip
             return refuse(request, refused)
-        outcome = await run_in_threadpool(run)
+        try:
+            outcome = await run_in_threadpool(run)
+        except BackendError as exc:  # e.g. a role that may only read (docs/security.md)
+            outcome = actions.refused(500, f"the database refused this action: {exc}")
         jobs = _jobs_touched(outcome, per_job)
         log.info(
             "dashboard action %s by %s from %s: %d job(s) changed; %s",

@@ -18,7 +18,9 @@ from starlette.requests import Request
 from .api import BadParameter
 from .security import CSRF_FIELD
 
-FLASH = ("message", "error")
+FLASH = ("message", "error", "sig")
+"""The query parameters of an outcome's sentence: its kind, and ``sig``, the dashboard's
+signature of it (:meth:`~sqljobs.dashboard.security.Guard.flash_sig`)."""
 MAX_FLASH = 2000  # a sentence, not a page
 
 
@@ -59,11 +61,12 @@ def local_path(text: str | None, default: str = "/") -> str:
     return text
 
 
-def with_flash(path: str, kind: str, sentence: str) -> str:
-    """``path`` with the outcome's sentence in its query (replacing an earlier one)."""
+def with_flash(path: str, kind: str, sentence: str, sig: str) -> str:
+    """``path`` with the outcome's sentence and its signature in its query (replacing an
+    earlier one)."""
     parts = urlsplit(path)
     query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in FLASH]
-    query.append((kind, sentence))
+    query += [(kind, sentence), ("sig", sig)]
     return f"{parts.path}?{urlencode(query)}"
 
 

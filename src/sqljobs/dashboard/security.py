@@ -17,6 +17,9 @@
 - **Transport.** Cookies are marked ``Secure`` when the request came over HTTPS (behind a
   TLS proxy, uvicorn reads ``X-Forwarded-Proto`` from proxies it trusts), so a browser
   never sends them over plain HTTP.
+- **Messages.** An action's outcome comes back to the page as a sentence in the
+  redirect's query, signed (:meth:`Guard.flash_sig`): a link that carries a sentence of
+  its own ("your token expired, enter it at ...") shows nothing.
 - **DNS rebinding.** Bound to loopback, only ``localhost``, ``127.0.0.1`` and ``[::1]``
   (with the port) are accepted in the ``Host`` header: a page on ``evil.example`` whose
   name was rebound to 127.0.0.1 reaches the port with its own name as the Host.
@@ -167,6 +170,16 @@ class Guard:
 
     def auth_cookie(self, session: str) -> str:
         return self._sign("auth", session)
+
+    def flash_sig(self, kind: str, sentence: str) -> str:
+        """The signature of an outcome's sentence in a redirect's query: the page shows
+        only sentences the dashboard wrote, never text a link of someone else's carries."""
+        return self._sign("flash", f"{kind}:{sentence}")
+
+    def flash_ok(self, kind: str, sentence: str, sig: str) -> bool:
+        return bool(sig) and hmac.compare_digest(
+            sig.encode(), self.flash_sig(kind, sentence).encode()
+        )
 
     # -- authentication ---------------------------------------------------------------
 

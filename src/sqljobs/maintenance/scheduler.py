@@ -87,10 +87,14 @@ class Scheduler:
 
     def sync(self) -> None:
         """Write the app's ``@app.periodic`` definitions to the schedules table. An
-        unchanged definition keeps its place, so every replica may do this at start."""
+        unchanged definition keeps its place, so every replica may do this at start; it
+        is not written at all, so a role that may only read (docs/security.md) can list
+        the schedules of an App that defines some."""
         now = self.clock()
         for schedule in self.app.periodic_schedules.values():
-            self.backend.save_schedule(schedule, schedule.first_after(now))
+            stored = self.backend.get_schedule(schedule.name)
+            if stored is None or stored.schedule != schedule:
+                self.backend.save_schedule(schedule, schedule.first_after(now))
         self._synced = True
 
     def run_once(self) -> SchedulerPass:

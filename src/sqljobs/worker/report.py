@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import BackendError
 from ..humanize import duration, redact_url
 from ..jobs import JobState, Outcome
+from ..redaction import scrubber
 
 if TYPE_CHECKING:
     from ..backends.base import Backend
@@ -72,14 +73,15 @@ def failed_attempt(run: Running, outcome: Outcome) -> None:
     job = run.job
     what = f"job {job.id} ({job.task}) attempt {job.attempt}/{job.max_attempts}"
     extra = job_fields(run)
+    scrub = scrubber(run.task, run.args, run.kwargs)  # an error may quote a hidden argument
+    error, trace = scrub(outcome.error), scrub(outcome.traceback)
     if outcome.state is JobState.DEAD:
-        log.error("%s failed; the job is dead: %s\n%s", what, outcome.error,
-                  outcome.traceback or "", extra=extra)  # fmt: skip
+        log.error("%s failed; the job is dead: %s\n%s", what, error, trace or "", extra=extra)
         return
-    log.warning("%s failed: %s; retry in %s", what, outcome.error,
+    log.warning("%s failed: %s; retry in %s", what, error,
                 duration(outcome.delay), extra=extra)  # fmt: skip
-    if outcome.traceback:
-        log.debug("%s traceback:\n%s", what, outcome.traceback, extra=extra)
+    if trace:
+        log.debug("%s traceback:\n%s", what, trace, extra=extra)
 
 
 def unreachable(exc: BackendError) -> bool:
