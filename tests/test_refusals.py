@@ -358,3 +358,24 @@ def test_an_enqueue_by_name_elsewhere_takes_the_catalogue_defaults_and_its_names
 def test_an_apps_repr_never_shows_a_password() -> None:
     app = App("postgresql://alice:s3cret@db.example/jobs")
     assert "s3cret" not in repr(app) and "alice:***@db.example" in repr(app)
+
+
+def test_a_postgres_url_without_psycopg_names_the_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Only a missing psycopg earns the install hint; an import error inside sqljobs itself
+    surfaces as it is (the hint would send the user the wrong way)."""
+    import sys
+
+    from sqljobs.backends import open_backend
+
+    monkeypatch.delitem(sys.modules, "sqljobs.backends.postgres", raising=False)
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if not installed
+    with pytest.raises(ConfigurationError, match=r"pip install 'sqljobs\[postgres\]'"):
+        open_backend("postgresql://user:secret@127.0.0.1/db")
+    monkeypatch.undo()
+    monkeypatch.delitem(sys.modules, "sqljobs.backends.postgres", raising=False)
+    monkeypatch.setitem(sys.modules, "sqljobs.backends.postgres_parts", None)  # broken install
+    with pytest.raises(ImportError) as raised:
+        open_backend("postgresql://user@127.0.0.1/db")
+    assert not isinstance(raised.value, ConfigurationError)

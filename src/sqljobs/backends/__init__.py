@@ -34,6 +34,8 @@ def open_backend(url: str, **options: Any) -> Backend:
     try:
         from .postgres import PostgresBackend  # type: ignore[import-not-found,unused-ignore]
     except ImportError as exc:
+        if not (exc.name or "").startswith("psycopg"):
+            raise  # a broken install of sqljobs itself: installing psycopg would not help
         raise ConfigurationError(
             f"{redact_url(url)!r} needs the PostgreSQL backend: "
             f"pip install 'sqljobs[postgres]' ({exc})"
