@@ -5,16 +5,22 @@ an exhausted pool) are in test_faults_postgres.py."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
 import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import sqljobs
-from sqljobs import App, JobState, Retry
+from sqljobs import App, BackendError, JobState, Retry
 from sqljobs.worker import EventLog
 
 from .apps.faults import RAISED
-from .conftest import Runs, Spawn, wait_until, worker_thread
+from .conftest import Runs, Spawn, db_execute, wait_until, worker_thread
 
 SQLITE_ONLY = pytest.mark.parametrize("url", ["sqlite"], indirect=True)
 
@@ -137,3 +143,145 @@ def test_os_exit_under_processes_is_handed_back_and_the_supervisor_lives(
     assert proc.poll() is None, "the supervisor survived its child's os._exit"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=15) == 0
+
+
+# -- durability of each SQLite connection ------------------------------------------------
+
+SYNC_LEVELS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+
+
+@SQLITE_ONLY
+def test_each_sqlite_write_commits_at_the_synchronous_level_the_docs_give(app: App) -> None:
+    """docs/backends.md: enqueues, ``ctx.transaction()``, effect records and schedule ticks
+    commit with ``synchronous=FULL``; a worker's own state changes with ``NORMAL``. Triggers
+    read ``pragma_synchronous`` on the connection that writes, inside its transaction."""
+
+    @app.periodic(every=0.1, overlap="skip")
+    def often() -> None: ...
+
+    @app.task
+    def pay(ctx: sqljobs.JobContext, order: str) -> None:
+        with ctx.transaction() as tx:
+            tx.execute("INSERT INTO ledger VALUES (?)", (order,))
+
+    @app.task
+    def charge(ctx: sqljobs.JobContext, order: str) -> str:
+        return sqljobs.perform_once(ctx, f"{order}:charge", lambda key: key)
+
+    app.migrate()
+    level = "(SELECT synchronous FROM pragma_synchronous)"
+    db_execute(app, "CREATE TABLE ledger (entry TEXT)")
+    db_execute(app, "CREATE TABLE probe (what TEXT, level INTEGER)")
+    for trigger in (
+        "AFTER INSERT ON sqljobs_jobs BEGIN INSERT INTO probe "
+        f"SELECT 'enqueue ' || NEW.task, {level}; END",
+        "AFTER UPDATE OF state ON sqljobs_jobs WHEN NEW.state = 'done' BEGIN "
+        f"INSERT INTO probe SELECT 'done ' || NEW.task, {level}; END",
+        f"AFTER INSERT ON ledger BEGIN INSERT INTO probe SELECT 'ledger', {level}; END",
+        "AFTER UPDATE OF state ON sqljobs_effects WHEN NEW.state = 'done' BEGIN "
+        f"INSERT INTO probe SELECT 'effect', {level}; END",
+    ):
+        db_execute(app, f"CREATE TRIGGER probe_{abs(hash(trigger))} {trigger}")
+    ids = [pay.enqueue("o-1").id, charge.enqueue("o-2").id]
+    events = EventLog()
+    with worker_thread(app, concurrency=2, on_event=events):
+        for job_id in ids:
+            events.wait("finished", job_id, state="done")
+        wait_until(lambda: [j for j in app.list_jobs() if j.task == "often"], what="a tick")
+    seen = {what: SYNC_LEVELS[n] for what, n in db_execute(app, "SELECT * FROM probe")}
+    seen.pop("done often", None)  # (a tick's run may have ended too: NORMAL, as "charge")
+    assert seen == {
+        "enqueue pay": "FULL",  # the App's own connection
+        "enqueue charge": "FULL",
+        "enqueue often": "FULL",  # the worker's scheduler, on the worker's connection
+        "ledger": "FULL",  # ctx.transaction()
+        "effect": "FULL",  # perform_once's record, on the worker's connection
+        "done pay": "FULL",  # completed inside its ctx.transaction(): one commit
+        "done charge": "NORMAL",  # a worker's own outcome: a loss only re-runs the job
+    }
+
+
+# -- a disk that fills up under a SQLite queue ---------------------------------------------
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A 2 MB tmpfs of the test's own (mounting needs root): skipped where it cannot be
+    mounted, but in CI that fails."""
+    where = tmp_path / "disk"
+    where.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(where)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if mounted.returncode != 0:
+        why = f"cannot mount a small tmpfs to fill: {mounted.stderr.strip() or mounted.returncode}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(why)
+        pytest.skip(why)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def _fill(path: Path) -> None:
+    """Write ``path`` until the disk under it refuses another byte."""
+    with path.open("wb", buffering=0) as filler:
+        for size in (64 * 1024, 4096, 512, 1):
+            with contextlib.suppress(OSError):
+                while True:
+                    filler.write(b"x" * size)
+    with contextlib.suppress(OSError), path.open("ab", buffering=0) as filler:
+        filler.write(b"x")
+        raise AssertionError("the disk still had room")
+
+
+def test_a_full_disk_fails_enqueues_clearly_loses_nothing_and_the_worker_recovers(
+    small_disk: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Jobs fall due while the disk is full: the worker's claims fail, it says why and
+    retries; the enqueue that found no room is refused with a message naming the disk.
+    Once a file is deleted, everything committed runs."""
+    app = App(f"sqlite:///{small_disk / 'jobs.db'}")
+    ran: list[int] = []
+
+    @app.task
+    def note(n: int) -> None:
+        ran.append(n)
+
+    committed = [note.enqueue(i).id for i in range(20)]
+    filler = small_disk / "filler"
+    events = EventLog()
+    with worker_thread(app, concurrency=2, on_event=events):
+        for job_id in committed:
+            events.wait("finished", job_id, state="done")
+        due_later = [note.with_options(delay=0.3).enqueue(50 + i).id for i in range(5)]
+        committed += due_later
+        _fill(filler)
+        refused: BackendError | None = None
+        for i in range(2000):  # the WAL may have room for a few before it must grow
+            try:
+                committed.append(note.enqueue(100 + i).id)
+            except BackendError as exc:
+                refused = exc
+                break
+        assert refused is not None, "enqueues went on with the disk full"
+        message = str(refused)
+        assert "disk" in message and "full" in message and "jobs.db" in message, message
+        assert "free space" in message, message
+        cause = refused.__cause__
+        assert cause is not None and getattr(cause, "sqlite_errorcode", None) == 13  # FULL
+        wait_until(
+            lambda: any("disk holding" in r.getMessage() for r in caplog.records
+                        if r.name == "sqljobs.worker" and r.levelno == logging.WARNING),
+            what="the worker to meet the full disk",
+        )  # fmt: skip
+        assert all(_job(app, i).state is JobState.PENDING for i in due_later)
+        filler.unlink()  # space comes back
+        late = note.enqueue(9999).id
+        for job_id in [*committed, late]:
+            events.wait("finished", job_id, state="done", timeout=30)
+    assert app.stats().total("done") == len(committed) + 1

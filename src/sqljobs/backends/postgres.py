@@ -258,6 +258,14 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
 
         return self._run(durable, transaction=not self.synchronous_commit)
 
+    def _durable_transaction(self, work: Callable[[Any], T]) -> T:
+        def durable(conn: psycopg.Connection[Any]) -> T:
+            if not self.synchronous_commit:
+                conn.execute(self.sql["durable_transaction"])
+            return work(conn)
+
+        return self._run(durable)
+
     def _run_script(self, conn: Any, script: str) -> None:
         conn.execute(script)
 
