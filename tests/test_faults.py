@@ -10,13 +10,17 @@ import logging
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 import sqljobs
 from sqljobs import App, BackendError, JobState, Retry
+from sqljobs.maintenance import Scheduler
+from sqljobs.testing import Clock
 from sqljobs.worker import EventLog
 
 from .apps.faults import RAISED
@@ -285,3 +289,94 @@ def test_a_full_disk_fails_enqueues_clearly_loses_nothing_and_the_worker_recover
         for job_id in [*committed, late]:
             events.wait("finished", job_id, state="done", timeout=30)
     assert app.stats().total("done") == len(committed) + 1
+
+
+# -- a wall clock that jumps -------------------------------------------------------------
+
+START = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
+
+
+def _holding_worker(app: App, clock: Clock) -> tuple[sqljobs.Worker, int, threading.Event]:
+    """A stepped worker running one job whose handler waits to be released."""
+    release, began = threading.Event(), threading.Event()
+
+    @app.task(lease=30)
+    def hold() -> None:
+        began.set()
+        release.wait(20)
+
+    job_id = hold.enqueue().id
+    worker = sqljobs.Worker(app, concurrency=1, install_signal_handlers=False)
+    worker.start()
+    worker.run_until(began.is_set)
+    return worker, job_id, release
+
+
+def _peer(app: App) -> sqljobs.Worker:
+    """Another worker on the same database whose reaper is always due."""
+    peer = sqljobs.Worker(app, concurrency=1, install_signal_handlers=False, reap_interval=1e-6)
+    peer.start()
+    peer.run_once()
+    return peer
+
+
+@pytest.mark.parametrize("step", [timedelta(hours=3), -timedelta(hours=3)], ids=["ahead", "back"])
+def test_a_wall_clock_jump_expires_no_healthy_lease(tmp_path: Path, step: timedelta) -> None:
+    """Leases and worker liveness are wall-clock times (on SQLite, the App's clock). After
+    a jump forward every lease looks expired and every worker dead: a peer's reaper that
+    runs before the holder's next heartbeat would take healthy jobs as crashes. A worker
+    that sees the clock jump heartbeats at once and holds its reaper for a lease, so live
+    workers renew first. After a jump back leases look longer; the next heartbeat renews
+    them from the new time."""
+    clock = Clock(START)
+    app = App(f"sqlite:///{tmp_path / 'jobs.db'}", clock=clock)
+    holder, job_id, release = _holding_worker(app, clock)
+    peer = _peer(app)
+    try:
+        clock.set(START + step)
+        peer.run_once()  # it notices the jump first: its reaper must wait
+        holder.run_once()  # and the holder heartbeats at the new time
+        peer.run_once()
+        job = _job(app, job_id)
+        assert job.state is JobState.RUNNING and job.attempts == 1
+        assert job.lease_until is not None and clock() < job.lease_until <= clock() + 30
+        release.set()
+        holder.run_until(lambda: _job(app, job_id).state is JobState.DONE)
+    finally:
+        release.set()
+        for worker in (holder, peer):
+            worker.stop()
+            with contextlib.suppress(Exception):
+                worker.run_until(lambda w=worker: w.run_once().stopped, timeout=5)  # type: ignore[misc]
+            worker.close()
+    job = _job(app, job_id)
+    assert job.crashes == 0 and job.lease_expiries == 0 and job.history == []
+    assert holder.counters["leases_lost"] == 0
+
+
+def test_schedules_fire_once_per_slot_when_the_clock_jumps(tmp_path: Path) -> None:
+    """Forward by five hours: one catch-up run (``misfire="catch_up_once"``), not three
+    hundred. Back by three hours: nothing fires again until the clock reaches the next
+    slot not yet fired: the slots between were run already, each once."""
+    clock = Clock(START)
+    app = App(f"sqlite:///{tmp_path / 'jobs.db'}", clock=clock)
+
+    @app.periodic(every=60)
+    def minutely() -> None: ...
+
+    scheduler = Scheduler(app, app.backend, clock=clock)
+    scheduler.sync()
+    clock.advance(60)
+    assert scheduler.run_once().enqueued == 1
+    clock.advance(timedelta(hours=5))
+    assert scheduler.run_once().enqueued == 1, "one run for the missed ticks"
+    assert scheduler.run_once().enqueued == 0
+    resumed = clock()
+    clock.set(resumed - timedelta(hours=3).total_seconds())
+    for _ in range(3):
+        clock.advance(timedelta(hours=1) - timedelta(seconds=10))
+        assert scheduler.run_once().enqueued == 0, "slots already fired do not fire again"
+    clock.set(resumed + 60)
+    assert scheduler.run_once().enqueued == 1
+    keys = [j.key for j in app.list_jobs(limit=100)]
+    assert len(keys) == len(set(keys)) == 3

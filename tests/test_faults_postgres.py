@@ -1,0 +1,101 @@
+"""PostgreSQL faults (issue 16): a server that stays down, statement and lock timeouts, a
+connection pool held by slow handlers. A server is stopped only when it is this test's own
+(``private_pg``); timeouts are set on the test's own database."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from sqljobs import App, BackendError, JobState
+
+from .conftest import Runs, Spawn, fresh_pg_database, wait_until
+from .pg_cluster import PrivateCluster
+
+DOWN_FOR = float(os.environ.get("SQLJOBS_TEST_PG_DOWN", "20"))
+"""How long the outage test keeps its server down, seconds. 20 s by default, to keep the
+suite in its time budget: past the worker's backoff cap (5 s), so it shows the steady
+state of a long outage (a few attempts, each 5 s apart); set 60 for a full minute."""
+
+
+@pytest.fixture
+def url(request: pytest.FixtureRequest) -> Iterator[str]:
+    """PostgreSQL only; a test that asks for ``private_pg`` gets its database there."""
+    if "private_pg" in request.fixturenames:
+        cluster: PrivateCluster = request.getfixturevalue("private_pg")
+        App(cluster.url()).migrate()
+        yield cluster.url()
+        return
+    with fresh_pg_database(request.getfixturevalue("pg_template")) as url:
+        yield url
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU time of a process (and its waited-for children), from
+    /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
+
+
+def _done(url: str) -> int:
+    try:
+        app = App(url)
+        try:
+            return app.stats().total(JobState.DONE)
+        finally:
+            app.close()
+    except BackendError:
+        return -1
+
+
+@pytest.mark.slow
+def test_a_server_down_for_long_is_waited_for_quietly_and_work_resumes(
+    url: str, private_pg: PrivateCluster, spawn: Spawn, runs: Runs, tmp_path: Path
+) -> None:
+    """The server stops under a working worker and stays down for ``DOWN_FOR`` seconds.
+    The worker says the database is unreachable and that it retries, backs off (a few
+    attempts, little CPU: no busy loop), says when it is back, and finishes every job. An
+    enqueue during the outage is refused with a clear error."""
+    app = App(url)
+    n = 30
+    for i in range(n):
+        app.enqueue("record", args=[f"job{i}", 0.02], known=False)
+    app.close()
+    proc = spawn("--concurrency", "4", lease=5.0)
+    wait_until(lambda: len(runs.count("end")) >= 5, timeout=30, what="work under way")
+    log_path = tmp_path / "worker-0.log"
+    private_pg.stop()
+    down_at, cpu_before = time.monotonic(), _cpu_seconds(proc.pid)
+    lines_before = len(log_path.read_text().splitlines())
+
+    with pytest.raises(BackendError, match=r"PostgreSQL") as refused:
+        App(url).enqueue("record", args=["during"], known=False)
+    print("an enqueue during the outage:", refused.value)
+
+    time.sleep(max(0.0, DOWN_FOR - (time.monotonic() - down_at)))  # the outage itself
+    cpu = _cpu_seconds(proc.pid) - cpu_before
+    during = "\n".join(log_path.read_text().splitlines()[lines_before:])
+    private_pg.start()
+    assert proc.poll() is None, "the worker waited for the server"
+    assert cpu < 0.1 * DOWN_FOR, f"{cpu:.2f} s of CPU in a {DOWN_FOR:g} s outage: a busy loop?"
+    # each pass waits up to pool_timeout (10 s) for a connection, then backs off: a few
+    # lines in all, each saying what is wrong and that it retries
+    retrying = re.findall(r"database unreachable \(cannot connect to PostgreSQL.*?\); retrying in",
+                          during, re.DOTALL)  # fmt: skip
+    assert 1 <= len(retrying) <= DOWN_FOR / 2, during[-3000:]
+
+    wait_until(lambda: _done(url) == n, timeout=60, what="every job done after the outage")
+    assert set(runs.count("end")) == {f"job{i}" for i in range(n)}
+    after = log_path.read_text().splitlines()[lines_before:]
+    assert any(re.search(r"database reachable again after \d+\.\d s", ln) for ln in after), (
+        "\n".join(after[-20:])
+    )
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
