@@ -4,18 +4,22 @@ connection pool held by slow handlers. A server is stopped only when it is this 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 
+import sqljobs
 from sqljobs import App, BackendError, JobState
 
-from .conftest import Runs, Spawn, fresh_pg_database, wait_until
+from .conftest import Runs, Spawn, fresh_pg_database, wait_until, worker_thread
 from .pg_cluster import PrivateCluster
 
 DOWN_FOR = float(os.environ.get("SQLJOBS_TEST_PG_DOWN", "20"))
@@ -99,3 +103,59 @@ def test_a_server_down_for_long_is_waited_for_quietly_and_work_resumes(
     )
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
+
+
+# -- statement and lock timeouts ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("setting", ["lock_timeout", "statement_timeout"])
+def test_server_timeouts_are_clear_errors_workers_retry_and_nothing_is_lost(
+    url: str, setting: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The test's own database gets a short ``lock_timeout`` or ``statement_timeout``
+    (ALTER DATABASE: its new sessions only), and another session holds a lock on the jobs
+    table. An enqueue is refused saying which timeout and that nothing was committed; a
+    running worker's passes fail and are retried, as are those of a worker started
+    meanwhile; once the lock goes, every job committed before runs."""
+    database = url.rsplit("/", 1)[1]
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f"ALTER DATABASE {database} SET {setting} = '200ms'")
+    app = App(url)
+    ran: list[int] = []
+
+    @app.task
+    def note(n: int) -> None:
+        ran.append(n)
+
+    due = [note.with_options(delay=0.3).enqueue(i).id for i in range(10)]
+    holder = psycopg.connect(url)
+    late: list[sqljobs.Worker] = []
+    with caplog.at_level(logging.WARNING, logger="sqljobs.worker"), worker_thread(app) as worker:
+        holder.execute("SET lock_timeout = 0; SET statement_timeout = 0")
+        holder.execute("LOCK TABLE sqljobs_jobs IN ACCESS EXCLUSIVE MODE")
+        with pytest.raises(BackendError, match=setting) as refused:
+            note.enqueue(99)
+        assert "Nothing of it was committed" in str(refused.value)
+        assert "connection failed" not in str(refused.value)
+        wait_until(
+            lambda: any(setting in r.getMessage() and "retrying in" in r.getMessage()
+                        for r in caplog.records),
+            what="the running worker to meet the timeout",
+        )  # fmt: skip
+        second = sqljobs.Worker(app, concurrency=1, install_signal_handlers=False)
+        starting = threading.Thread(target=lambda: late.append(second) or second.run())
+        starting.start()
+        wait_until(
+            lambda: sum(setting in r.getMessage() for r in caplog.records) >= 3,
+            what="more failed passes",
+        )
+        assert starting.is_alive(), "a worker started during the lock waited for it"
+        holder.rollback()  # the lock goes
+        holder.close()
+        wait_until(lambda: sorted(ran) == list(range(10)), what="every committed job to run")
+        second.stop()
+        starting.join(timeout=20)
+        assert not starting.is_alive() and late == [second]
+    assert all(app.get_job(i).state is JobState.DONE for i in due)  # type: ignore[union-attr]
+    assert app.stats().total(JobState.DONE) == 10, "the refused enqueue left no job"
+    assert worker.counters["leases_lost"] == 0
