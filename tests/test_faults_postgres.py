@@ -158,3 +158,62 @@ def test_server_timeouts_are_clear_errors_workers_retry_and_nothing_is_lost(
     assert all(app.get_job(i).state is JobState.DONE for i in due)  # type: ignore[union-attr]
     assert app.stats().total(JobState.DONE) == 10, "the refused enqueue left no job"
     assert worker.counters["leases_lost"] == 0
+
+
+# -- connection pools held by slow handlers ------------------------------------------------
+
+
+def test_slow_handlers_holding_connections_starve_neither_heartbeats_nor_leases(
+    url: str,
+) -> None:
+    """Every worker slot runs a handler that sits in ``ctx.transaction()`` (a connection of
+    the worker's pool each) for longer than its lease, and two of them also hold
+    connections of the App's own small pool. The worker's pool has room beyond its
+    handlers (``concurrency + 4``), so heartbeats go on and no lease is lost; an enqueue on
+    the exhausted App pool fails within its ``pool_timeout``, saying what to raise."""
+    app = App(url, backend_options={"pool_size": 2, "pool_timeout": 0.5})
+    release = threading.Event()
+    inside = threading.Semaphore(0)
+
+    @app.task(lease=1.0)
+    def slow(ctx: sqljobs.JobContext) -> None:
+        with ctx.transaction() as tx:
+            tx.execute("SELECT 1")
+            inside.release()
+            release.wait(20)
+
+    @app.task(lease=1.0)
+    def hog(ctx: sqljobs.JobContext) -> None:
+        with ctx.transaction(), app.backend.job_transaction() as own:
+            own.execute("SELECT 1")
+            inside.release()
+            release.wait(20)
+
+    @app.task
+    def note() -> None: ...
+
+    concurrency = 8
+    ids = [slow.enqueue().id for _ in range(concurrency - 2)] + [hog.enqueue().id for _ in "ab"]
+    try:
+        with worker_thread(app, concurrency=concurrency) as worker:
+            for _ in range(concurrency):
+                assert inside.acquire(timeout=20), "every handler got its connections"
+            beats = worker.counters["heartbeats"]
+            began = time.monotonic()
+            with pytest.raises(BackendError, match=r"no free PostgreSQL connection.*pool_size"):
+                note.enqueue()
+            assert time.monotonic() - began < 5, "the enqueue failed within its pool_timeout"
+            # leases of 1 s, renewed every 1/3 s: wait out more than one lease
+            wait_until(lambda: worker.counters["heartbeats"] >= beats + 5, what="heartbeats")
+            with psycopg.connect(url) as look:  # (the App's own pool is the one held)
+                states = look.execute("SELECT state, attempts FROM sqljobs_jobs").fetchall()
+            assert states == [("running", 1)] * concurrency
+            release.set()
+            wait_until(lambda: app.stats().total(JobState.DONE) == concurrency, timeout=20)
+            assert worker.counters["leases_lost"] == 0
+        note.enqueue()  # the App's pool is free again
+    finally:
+        release.set()
+    for job_id in ids:
+        job = app.get_job(job_id)
+        assert job is not None and job.attempts == 1 and job.lease_expiries == 0
