@@ -5,6 +5,7 @@ an exhausted pool) are in test_faults_postgres.py."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
@@ -68,6 +69,33 @@ def test_an_async_handler_raising_a_base_exception_fails_its_attempt_and_the_loo
     assert [h["outcome"] for h in job.history] == ["failed", "failed"]
     assert job.last_error is not None and f"{kind}: stop" in job.last_error
     assert job.history[0]["exception"].endswith(kind)
+
+
+@SQLITE_ONLY
+def test_an_async_handler_raising_cancelled_error_itself_fails_its_attempt(app: App) -> None:
+    """``CancelledError`` is how the worker cancels an async task it gave up; one the
+    handler raises on its own (or lets out of its own cancelled subtask) was taken for
+    that and dropped: the job stayed ``running``, its lease renewed, its slot held, for
+    ever. It is the attempt's failure now."""
+
+    @app.task(retry=Retry(max_attempts=2, base=0))
+    async def cancels_itself() -> None:
+        inner = asyncio.ensure_future(asyncio.sleep(10))
+        inner.cancel()
+        await inner  # its CancelledError comes out of the handler
+
+    @app.task
+    async def fine() -> None: ...
+
+    bad = cancels_itself.enqueue().id
+    events = EventLog()
+    with worker_thread(app, concurrency=1, on_event=events):
+        events.wait("finished", bad, state="dead", timeout=10)
+        good = fine.enqueue().id
+        events.wait("finished", good, state="done")
+    job = _job(app, bad)
+    assert job.attempts == 2 and [h["outcome"] for h in job.history] == ["failed", "failed"]
+    assert job.last_error is not None and "CancelledError" in job.last_error
 
 
 @SQLITE_ONLY
