@@ -98,7 +98,13 @@ class Upkeep(WorkerState):
             held.append(HeldJob(self._suspect.id, self._suspect.token))
         if not self.config.heartbeat:
             held = []
-        renewed = backend.renew_leases(self.id, held)
+        # a job whose outcome waits to be written (the database was unreachable when its
+        # handler returned) is still ours: renewed too, or the reaper, which runs after
+        # this heartbeat, would take it back and its finished run would be run again
+        waiting = [HeldJob(o.job_id, o.token) for o in self._to_write]
+        if not self.config.heartbeat:
+            waiting = []
+        renewed = backend.renew_leases(self.id, held + waiting)
         self.counters["heartbeats"] += 1
         if self._meter.pending:  # what was tallied since the last heartbeat, one transaction
             self._meter.flush(backend)
