@@ -317,6 +317,7 @@ def test_a_full_disk_fails_enqueues_clearly_loses_nothing_and_the_worker_recover
         for job_id in [*committed, late]:
             events.wait("finished", job_id, state="done", timeout=30)
     assert app.stats().total("done") == len(committed) + 1
+    assert len(ran) == len(set(ran)) == len(committed) + 1, "each ran once"
 
 
 # -- a wall clock that jumps -------------------------------------------------------------
