@@ -77,6 +77,11 @@ class Dialect(ABC):
         backend's own commit setting (effects must never be forgotten)."""
 
     @abstractmethod
+    def _durable_transaction(self, work: Callable[[Any], T]) -> T:
+        """Like :meth:`_transaction`, committed as :meth:`_durable` commits: a schedule's
+        tick (its row moved on and its job enqueued) commits as an enqueue does."""
+
+    @abstractmethod
     def _run_script(self, conn: Any, script: str) -> None:
         """Run a script of several statements (a migration)."""
 

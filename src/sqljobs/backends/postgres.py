@@ -60,6 +60,10 @@ _SESSION_ENDED = (
     psycopg.errors.CannotConnectNow,  # 57P03: the server is starting up
     psycopg.errors.IdleSessionTimeout,  # 57P05
 )
+_CUT_SHORT = (
+    psycopg.errors.LockNotAvailable,  # 55P03: lock_timeout
+    psycopg.errors.QueryCanceled,  # 57014: statement_timeout, or pg_cancel_backend
+)
 T = TypeVar("T")
 log = logging.getLogger("sqljobs.postgres")
 
@@ -196,6 +200,8 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
                 f"{self.pool_size} pooled connections are busy; raise pool_size "
                 "(backend_options={'pool_size': N}) or lower worker concurrency"
             ) from exc
+        except _CUT_SHORT as exc:  # OperationalErrors too, but the connection is fine
+            raise BackendError(_cut_short(exc)) from exc
         except psycopg.OperationalError as exc:
             raise BackendError(f"PostgreSQL connection failed: {str(exc).strip()}") from exc
         except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
@@ -266,6 +272,14 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
             return work(conn)
 
         return self._run(durable, transaction=not self.synchronous_commit)
+
+    def _durable_transaction(self, work: Callable[[Any], T]) -> T:
+        def durable(conn: psycopg.Connection[Any]) -> T:
+            if not self.synchronous_commit:
+                conn.execute(self.sql["durable_transaction"])
+            return work(conn)
+
+        return self._run(durable)
 
     def _run_script(self, conn: Any, script: str) -> None:
         conn.execute(script)
@@ -468,6 +482,24 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
 def _plain(outcome: Outcome) -> bool:
     """A completion with nothing to add to the history: the hot path's statements."""
     return outcome.state is JobState.DONE and outcome.history is None
+
+
+def _cut_short(exc: psycopg.Error) -> str:
+    """A statement the server cancelled: say which setting did it and that nothing of it
+    was committed (a worker retries its pass; an enqueuer may retry the call)."""
+    lock = isinstance(exc, psycopg.errors.LockNotAvailable)
+    why = (
+        "it waited on a lock longer than lock_timeout (another session holds a lock on "
+        "sqljobs' tables: a long transaction, a migration, a LOCK TABLE)"
+        if lock
+        else "it ran longer than statement_timeout, or was cancelled (sqljobs' statements "
+        "are short: it likely waited on a lock, or the server is overloaded)"
+    )
+    return (
+        f"PostgreSQL cancelled a statement: {str(exc).strip()}; {why}. Nothing of it was "
+        "committed: retry it (workers do), or raise the timeout for sqljobs' role or "
+        "database (ALTER ROLE ... SET lock_timeout / statement_timeout)"
+    )
 
 
 def _dead_connection(exc: BackendError) -> bool:

@@ -4,9 +4,11 @@ A tick is one transaction: the conditional UPDATE of the schedule row (only the 
 that still finds the tick it read moves it on; on PostgreSQL its row lock makes a racing
 replica wait, then find the row moved on), the job's insert, and the note of which job it
 was. They commit together or not at all, so a replica killed half-way through loses
-nothing and another fires the tick. Different schedules are different rows, so they never
-wait for one another. A schedule that is new or resumed is announced: it may fall due
-before waiting workers would next look.
+nothing and another fires the tick; and as durably as an enqueue (``_durable_transaction``:
+a worker's own claims and outcomes may commit more cheaply, but a tick is new work).
+Different schedules are different rows, so they never wait for one another. A schedule
+that is new or resumed is announced: it may fall due before waiting workers would next
+look.
 """
 
 from __future__ import annotations
@@ -81,7 +83,7 @@ class ScheduleStore(Dialect):
             conn.execute(self.sql["record_job"], {**record, "outcome": outcome})
             return TickResult(tick.name, True, outcome, enqueued.id, enqueued.created, stored)
 
-        return self._transaction(work)
+        return self._durable_transaction(work)
 
     def run_schedule_now(self, name: str, job: NewJob) -> TickResult | None:
         now = self.now()
@@ -98,4 +100,4 @@ class ScheduleStore(Dialect):
             conn.execute(self.sql["record_job"], params)
             return TickResult(name, True, TickOutcome.RUN_NOW, enqueued.id, enqueued.created)
 
-        return self._transaction(work)
+        return self._durable_transaction(work)

@@ -52,6 +52,8 @@ LIMITED_KEYS = 256
 """At most this many limit keys are looked at per claim (starting where the last claim
 left off, so every key gets its turn)."""
 MIGRATIONS = load_migrations(_PACKAGE + ".migrations")
+DURABLE_LEVELS = ("FULL", "EXTRA")
+"""``synchronous`` levels at which a commit survives power loss (WAL synced at commit)."""
 T = TypeVar("T")
 
 
@@ -133,7 +135,7 @@ class SqliteBackend(JobBrowser, ScheduleStore):
         try:
             conn.execute(Q["begin_write"])
         except sqlite3.Error as exc:
-            raise BackendError(f"cannot start a write on {self.path!r}: {exc}") from exc
+            raise BackendError(self._explain("write", exc, "cannot start a write")) from exc
         try:
             yield conn
             conn.execute(Q["commit"])
@@ -144,11 +146,19 @@ class SqliteBackend(JobBrowser, ScheduleStore):
                 raise BackendError(self._explain("write", exc)) from exc
             raise
 
-    def _explain(self, what: str, exc: sqlite3.Error) -> str:
-        """The driver's error, with what to do when the cause is a missing schema."""
-        text = f"SQLite {what} failed on {self.path!r}: {exc}"
+    def _explain(self, what: str, exc: sqlite3.Error, failed: str = "") -> str:
+        """The driver's error, with what to do when the cause is a missing schema or a full
+        disk (SQLITE_FULL: the file or its WAL could not grow)."""
+        text = f"{failed or f'SQLite {what} failed'} on {self.path!r}: {exc}"
         if "no such table: sqljobs_" in str(exc) or "no such column" in str(exc):
             text += f"; {MISSING_SCHEMA}"
+        elif getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+            folder = os.path.dirname(os.path.abspath(self.path))
+            text += (
+                f"; the disk holding {folder} is full: free space there. Nothing of this "
+                f"{what} was committed; what was committed before is intact, and workers "
+                "retry until there is room"
+            )
         return text
 
     def now(self) -> float:
@@ -174,7 +184,28 @@ class SqliteBackend(JobBrowser, ScheduleStore):
             return work(conn)
 
     _transaction = _write  # every SQLite write is a transaction already
-    _durable = _write  # durability is the connection's synchronous level
+
+    def _durable(self, work: Callable[[Any], T]) -> T:
+        """A write committed with ``synchronous=FULL`` whatever this backend's level: a
+        worker's connection (NORMAL) switches to FULL for it and back, as SQLite allows
+        only between transactions. FULL syncs the WAL at this commit, so it also carries
+        to disk any NORMAL commit before it."""
+        if self.synchronous in DURABLE_LEVELS:
+            return self._write(work)
+        conn = self._conn()
+        self._set_synchronous(conn, "FULL")
+        try:
+            return self._write(work)
+        finally:
+            self._set_synchronous(conn, self.synchronous)
+
+    _durable_transaction = _durable
+
+    def _set_synchronous(self, conn: sqlite3.Connection, level: str) -> None:
+        try:
+            conn.execute(Q["synchronous"].replace("{level}", level))
+        except sqlite3.Error as exc:
+            raise BackendError(self._explain(f"PRAGMA synchronous = {level}", exc)) from exc
 
     def _run_script(self, conn: Any, script: str) -> None:
         for statement in split_script(script):

@@ -255,8 +255,12 @@ class AsyncRunner:
     async def _run(self, run: Running) -> None:
         try:
             outcome = await run_async(run, self._clock, self._on_start, self._hooks)
-        except asyncio.CancelledError:
-            return  # the coordinator already decided this job's fate
+        except asyncio.CancelledError as exc:
+            if run.closed:
+                return  # the coordinator cancelled it and already decided this job's fate
+            # the handler raised it itself (or let a cancellation from its own code out):
+            # a failed attempt like any other, or the job would stay running for ever
+            outcome = failure(run, exc, self._clock())
         self._report(run, outcome)
 
     def stop(self) -> None:

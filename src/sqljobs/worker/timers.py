@@ -30,6 +30,8 @@ class Timers:
     want_claim: bool = True
     want_due: bool = False
     progress: float = 0.0  # the next flush of ctx.progress() reports may go out then
+    wall: float | None = None  # the App's clock at the last pass (to notice it jumping)
+    wall_at: float = 0.0  # and the monotonic time it was read
 
     def __init__(self, now: float, heartbeat_interval: float, config: WorkerConfig) -> None:
         self.heartbeat = now + heartbeat_interval
@@ -47,3 +49,5 @@ class Timers:
         self.want_claim = True
         self.want_due = False
         self.progress = now
+        self.wall = None
+        self.wall_at = now

@@ -21,6 +21,10 @@ log = logging.getLogger("sqljobs.worker")
 
 PROGRESS_INTERVAL = 0.25
 """Seconds between two writes of handlers' ctx.progress() reports (one statement each)."""
+CLOCK_JUMP_MIN = 0.5
+"""A wall clock that moved this much more (or less) than the monotonic clock between two
+passes jumped (at least; the threshold is the heartbeat interval when that is longer: a
+smaller jump cannot expire a lease renewed on time)."""
 
 
 class Upkeep(WorkerState):
@@ -30,6 +34,7 @@ class Upkeep(WorkerState):
         if cfg.supervisor_pid is not None and os.getppid() != cfg.supervisor_pid:
             log.error("worker %s: its supervisor died; stopping", self.id)
             self.stop()
+        self._notice_clock_jump(t, now)
         if now >= t.heartbeat or self._heartbeat_requested:
             self._heartbeat_requested = False
             self._heartbeat(backend)
@@ -57,13 +62,49 @@ class Upkeep(WorkerState):
                 # next: when the next tick falls due, or the fallback poll
                 t.schedule = now + ticks.wait(self.app.clock(), cfg.poll_interval)
 
+    def _notice_clock_jump(self, t: Timers, now: float) -> None:
+        """Leases, worker liveness and schedules are wall-clock times (the App's clock;
+        on SQLite every process of the host reads the same one). When it steps forward
+        (NTP, a VM resumed), every lease looks expired and every worker dead until it
+        heartbeats again: so heartbeat at once, and hold this worker's reaper for one
+        lease, long enough for peers to renew theirs at the new time, instead of reaping
+        healthy jobs as crashes. A step back only makes leases look longer: heartbeat at
+        once, which renews them from the new time."""
+        wall, (last_wall, last_now) = self.app.clock(), (t.wall, t.wall_at)
+        t.wall, t.wall_at = wall, now
+        if last_wall is None:
+            return
+        tolerance = max(CLOCK_JUMP_MIN, t.heartbeat_interval)
+        moved = wall - last_wall
+        jump = moved - (now - last_now)
+        if moved >= -tolerance and jump <= tolerance:
+            return  # (a frozen test clock does not move: not a jump back)
+        self._heartbeat_requested = True
+        hold = 0.0
+        if jump > 0:
+            hold = max([self.app.default_lease, *self._leases.values()])
+            t.reap = max(t.reap, now + hold)
+        level = logging.WARNING if self.app.clock is time.time else logging.INFO
+        log.log(
+            level,
+            "worker %s: the wall clock jumped %+.1f s; heartbeat now%s",
+            self.id, jump if jump > 0 else moved,
+            f", reaper held {hold:g} s so live workers renew their leases first" if hold else "",
+        )  # fmt: skip
+
     def _heartbeat(self, backend: Backend) -> None:
         held = [HeldJob(r.job.id, r.job.token) for r in self.inflight.values()]
         if self._suspect is not None:
             held.append(HeldJob(self._suspect.id, self._suspect.token))
         if not self.config.heartbeat:
             held = []
-        renewed = backend.renew_leases(self.id, held)
+        # a job whose outcome waits to be written (the database was unreachable when its
+        # handler returned) is still ours: renewed too, or the reaper, which runs after
+        # this heartbeat, would take it back and its finished run would be run again
+        waiting = [HeldJob(o.job_id, o.token) for o in self._to_write]
+        if not self.config.heartbeat:
+            waiting = []
+        renewed = backend.renew_leases(self.id, held + waiting)
         self.counters["heartbeats"] += 1
         if self._meter.pending:  # what was tallied since the last heartbeat, one transaction
             self._meter.flush(backend)

@@ -52,6 +52,9 @@ CONNECT_BACKOFF_FIRST = 0.1
 CONNECT_BACKOFF_CAP = 5.0
 """A worker that cannot reach its database at start-up tries again after these pauses,
 doubling from the first to the cap, until it connects or is stopped."""
+RETRY_BACKOFF_CAP = 5.0
+"""A running worker whose pass failed on a database error (the server down, a timeout, a
+full disk) tries again after 0.1 s, doubling up to this, and says when it is back."""
 
 
 class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
@@ -146,18 +149,27 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
             if not self.start():
                 return  # stopped while it waited for the database
             try:
-                failures = 0
+                failures, failing_since = 0, 0.0
                 while True:
                     try:
                         done = self.run_once()
-                        failures = 0
                     except BackendError as exc:
+                        if not failures:
+                            failing_since = time.monotonic()
                         failures += 1
-                        pause = min(5.0, 0.05 * 2 ** min(failures, 7))
-                        log.warning("worker %s: database error (%s); retrying in %.2f s",
-                                    self.id, exc, pause)  # fmt: skip
+                        pause = min(RETRY_BACKOFF_CAP, 0.05 * 2 ** min(failures, 7))
+                        what = "unreachable" if unreachable(exc) else "error"
+                        log.warning("worker %s: database %s (%s); retrying in %.2f s",
+                                    self.id, what, exc, pause)  # fmt: skip
                         self._wake.wait(pause)
                         continue
+                    if failures:
+                        log.info(
+                            "worker %s: database reachable again after %.1f s (%d failed "
+                            "passes); resuming", self.id, time.monotonic() - failing_since,
+                            failures,
+                        )  # fmt: skip
+                        failures = 0
                     if done.stopped:
                         return
                     self._wake.wait(done.wait)
