@@ -375,7 +375,7 @@ def test_a_postgres_url_without_psycopg_names_the_extra_to_install(
         open_backend("postgresql://user:secret@127.0.0.1/db")
     monkeypatch.undo()
     monkeypatch.delitem(sys.modules, "sqljobs.backends.postgres", raising=False)
-    monkeypatch.setitem(sys.modules, "sqljobs.backends.postgres_parts", None)  # broken install
+    monkeypatch.setitem(sys.modules, "sqljobs.humanize", None)  # a broken install
     with pytest.raises(ImportError) as raised:
         open_backend("postgresql://user@127.0.0.1/db")
     assert not isinstance(raised.value, ConfigurationError)
