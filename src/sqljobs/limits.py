@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigurationError, PayloadError
+from .payload import check_text
 
 KeyFunction = Callable[..., Any]
 
@@ -131,14 +132,12 @@ class Limit:
 
 
 def _checked(task: str, key: object, where: str) -> str:
-    if not isinstance(key, str) or not key:
-        raise ConfigurationError(f"{where} of task {task!r} must be a non-empty string")
-    if len(key) > KEY_LIMIT:
+    if isinstance(key, str) and len(key) > KEY_LIMIT:
         raise PayloadError(
             f"the limit key of task {task!r} is {len(key)} characters, over {KEY_LIMIT}: "
             "key by an id, not by data"
         )
-    return key
+    return check_text(key, f"{where} of task {task!r}")
 
 
 def define_limit(

@@ -28,12 +28,23 @@ _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 """A NUL character as JSON writes it (``\\u0000`` after an even run of backslashes)."""
 
 
+NAME_LIMIT = 500
+"""The most characters in a task name, a key or a schedule name: each is indexed, and
+PostgreSQL refuses an index entry over 2704 bytes (500 characters are at most 2000)."""
+
+
 def check_text(value: object, what: str) -> str:
-    """``value`` if it is text both databases store as given, else ConfigurationError
-    naming ``what``: a non-empty string, without NUL (PostgreSQL's text refuses it, so
-    SQLite is held to the same) and valid Unicode (a lone surrogate has no UTF-8 form)."""
+    """``value`` if it is a name both databases store and index as given, else a
+    ConfigurationError naming ``what``: a non-empty string of at most :data:`NAME_LIMIT`
+    characters, without NUL (PostgreSQL's text refuses it, so SQLite is held to the same)
+    and valid Unicode (a lone surrogate has no UTF-8 form)."""
     if not isinstance(value, str) or not value:
         raise ConfigurationError(f"{what} must be a non-empty string, got {value!r}")
+    if len(value) > NAME_LIMIT:
+        raise ConfigurationError(
+            f"{what} {value[:40]!r}... is {len(value):,} characters, over {NAME_LIMIT}: "
+            "name by an id, not by data"
+        )
     if "\x00" in value:
         raise ConfigurationError(f"{what} {value[:200]!r} contains a NUL character")
     if not value.isascii():
