@@ -755,7 +755,7 @@ class App:
     def job(self, job_id: int) -> JobHandle:
         """A handle for any job id: ``refresh()``, ``result()``, ``cancel()``."""
         if isinstance(job_id, bool) or not isinstance(job_id, int) or abs(job_id) > MAX_ID:
-            raise ConfigurationError(f"a job id is a 64-bit integer, got {job_id!r}")
+            raise ConfigurationError(f"a job id is an integer (of 64 bits), got {job_id!r}")
         return JobHandle(job_id, False, self)
 
     def cancel(self, job_id: int) -> bool:

@@ -91,19 +91,17 @@ def encode(
         )
     try:
         text = _encoder.encode({"args": list(args), "kwargs": dict(kwargs)})
-        if not text.isascii():
-            text.encode()  # a lone surrogate has no UTF-8 form: no database would take it
+        # ASCII is one byte a character; other text is encoded once, which also finds a
+        # lone surrogate (no UTF-8 form: no database would take it)
+        size = len(text) if text.isascii() else len(text.encode())
     except (TypeError, ValueError, RecursionError) as exc:
         raise _name_culprit(task, args, kwargs, names, exc) from exc
-    # A character is at most 4 bytes: short payloads skip the byte count.
-    if limit is not None and len(text) * 4 > limit:
-        size = len(text.encode())
-        if size > limit:
-            raise PayloadTooLarge(
-                f"payload of task {task!r} is {size:,} bytes of JSON, over the limit of "
-                f"{limit:,} bytes: pass a reference (an id, a path, a URL) and load the data "
-                "in the task, or raise the limit with App(max_payload=...)"
-            )
+    if limit is not None and size > limit:
+        raise PayloadTooLarge(
+            f"payload of task {task!r} is {size:,} bytes of JSON, over the limit of "
+            f"{limit:,} bytes: pass a reference (an id, a path, a URL) and load the data "
+            "in the task, or raise the limit with App(max_payload=...)"
+        )
     return text
 
 
