@@ -21,6 +21,7 @@ import sqljobs.cli
 from sqljobs import App, ConfigurationError, PayloadError
 from sqljobs.backends import rows
 from sqljobs.humanize import redact_url
+from sqljobs.limits import Rate
 from sqljobs.payload import decode, encode, headers, with_headers
 from sqljobs.schedules import check_timing, define_schedule
 from sqljobs.url import parse_url
@@ -399,3 +400,21 @@ def test_the_cli_enqueue_refuses_a_payload_over_the_limit(url: str, quiet_cli: N
     assert code == 2 and "over the limit of 1,048,576 bytes" in output
     app = App(url)
     assert sum(n for counts in app.stats().counts.values() for n in counts.values()) == 1
+
+
+@given(
+    rate=st.one_of(
+        st.text(max_size=12),
+        st.builds("{}/{}".format, st.integers(-5, 10**12), st.sampled_from(["s", "m", "h", "x"])),
+        st.sampled_from(["1" * 5000 + "/s", "\u0661\u0662/s", " 5 / Second ", "5/", "/s", "0/s"]),
+    )
+)
+@FAST
+def test_a_rate_parses_or_is_refused_clearly(rate: str) -> None:
+    """``rate=`` of ``@app.task`` and ``app.limit_queue``: a 5,000-digit count was a bare
+    ValueError from int() (Python refuses such long conversions)."""
+    try:
+        parsed = Rate.parse(rate, "t")
+    except ConfigurationError:
+        return
+    assert 1 <= parsed.count <= 10_000 and parsed.window in (1.0, 60.0, 3600.0)

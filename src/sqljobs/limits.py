@@ -49,7 +49,7 @@ KEY_LIMIT = 200
 """The longest limit key, in characters (it is indexed and shown, never parsed)."""
 
 
-RATE = re.compile(r"\s*(\d+)\s*/\s*(s|sec|second|m|min|minute|h|hour)\s*", re.IGNORECASE)
+RATE = re.compile(r"\s*([0-9]{1,9})\s*/\s*(s|sec|second|m|min|minute|h|hour)\s*", re.IGNORECASE)
 UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 RATE_MOST = 10_000
 """The largest rate count (its window keeps one row per start)."""
