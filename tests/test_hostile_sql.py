@@ -277,4 +277,7 @@ def test_hostile_dashboard_filters_answer_200_or_400_and_change_nothing(app: App
         assert response.status_code in (200, 400), (page, query, response.text[:300])
 
     check()
+    for job_id in ("0", "-1", "9" * 40, "1e3", "abc", "%27%3B%20DROP%20TABLE%20x", "1%00"):
+        for page in (f"/jobs/{job_id}", f"/api/jobs/{job_id}"):
+            assert client.get(page).status_code in (400, 404), page
     assert _rows(app) == before
