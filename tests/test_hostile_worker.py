@@ -192,3 +192,22 @@ def test_a_group_member_returning_nul_fails_itself_not_the_worker(app: App) -> N
         assert group.then.result(timeout=15) == [None, "fine"]
     bad = app.job(group.ids[0]).refresh()
     assert bad.state is JobState.DEAD and "NUL character" in (bad.last_error or "")
+
+
+def test_a_group_callback_gets_its_members_results_exactly(app: App) -> None:
+    """PostgreSQL kept the collected results as parsed jsonb, which rewrote them: 1.5e300
+    reached the callback as an int, -0.0 as 0, an object with its keys sorted."""
+
+    @app.task(name="member")
+    def member(value: Any) -> Any:
+        return value
+
+    @app.task(name="merge")
+    def merge(results: list[Any]) -> list[str]:
+        return [json.dumps(r) for r in results]  # as text: the types and order show
+
+    values: list[Any] = [1.5e300, 1e16, -0.0, 0.1, {"b": 1, "a": [None, 2.0]}, None, "x"]
+    group = app.group([member.s(v) for v in values], then=merge.s())
+    with worker_thread(app, concurrency=2):
+        assert group.then is not None
+        assert group.then.result(timeout=15) == [json.dumps(v) for v in values]
