@@ -9,7 +9,6 @@ looks at it, so a job without headers costs nothing more.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,8 +23,6 @@ def _no_constant(name: str) -> Any:
 
 
 _decoder = json.JSONDecoder(parse_constant=_no_constant)
-_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
-"""A NUL character as JSON writes it (``\\u0000`` after an even run of backslashes)."""
 
 
 NAME_LIMIT = 500
@@ -227,12 +224,6 @@ def encode_result(task: str, value: Any, limit: int | None = None) -> str | None
             "stores results as JSON: return ids, strings, numbers, lists and dicts, or "
             "register the task with store_result=False"
         ) from None
-    if "\\u0000" in text and _NUL_ESCAPE.search(text):
-        raise PayloadError(
-            f"the return value of task {task!r} holds a NUL character, which PostgreSQL "
-            "cannot keep in JSON (a group collects results as jsonb): strip it, or return "
-            "binary data as base64"
-        )
     if limit is not None and len(text) * 4 > limit and len(text.encode()) > limit:
         raise PayloadError(
             f"the return value of task {task!r} is {len(text.encode()):,} bytes of JSON, over "
