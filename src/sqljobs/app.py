@@ -16,6 +16,7 @@ from . import app_async, payload
 from .backends import Backend, open_backend
 from .browse import (
     ENDED,
+    MAX_ID,
     RETRYABLE,
     UNENDED,
     JobCount,
@@ -42,6 +43,7 @@ from .limits import (
 )
 from .notifiers import LocalNotifier
 from .notifiers.base import JobEventCallback
+from .payload import check_text
 from .retention import Retention
 from .retry import Retry, seconds
 from .rollup import MetricAmount, MinuteCounts, check_window, minute_counts, minute_of
@@ -67,6 +69,8 @@ from .tasks import (
     TaskDecorator,
     TaskInfo,
     _Unchecked,
+    check_due,
+    check_priority,
     check_queue_name,
     check_queues,
     key_hold,
@@ -261,7 +265,7 @@ class App:
         the dashboard shows as ``***``."""
 
         def register(func: Callable[..., Any]) -> Task:
-            task_name = name or func.__name__
+            task_name = check_text(name or func.__name__, "task name")
             if task_name in self.tasks:
                 raise ConfigurationError(f"a task named {task_name!r} is already registered")
             task = Task(
@@ -353,8 +357,7 @@ class App:
     ) -> NewJob:
         """The row :meth:`enqueue` inserts, checked and encoded but not inserted (what
         :meth:`enqueue_async` sends on an async connection). Arguments as for enqueue."""
-        if not isinstance(task, str) or not task:
-            raise ConfigurationError(f"task name must be a non-empty string, got {task!r}")
+        check_text(task, "task name")
         if isinstance(args, str | bytes) or not isinstance(args, Sequence):
             raise PayloadError(f"args for task {task!r} must be a list, got {type(args).__name__}")
         if delay is not None and run_at is not None:
@@ -409,8 +412,11 @@ class App:
         registered here, a TaskInfo (a task a worker registered), or none (the app's)."""
         info = task.info if isinstance(task, Task) else (task or self._default_info(name))
         run_at = opts.run_at if opts.run_at is not None else now + (opts.delay or 0.0)
-        if opts.key is not None and (not isinstance(opts.key, str) or not opts.key):
-            raise ConfigurationError(f"key must be a non-empty string, got {opts.key!r}")
+        check_due(run_at, "run_at" if opts.run_at is not None else f"delay={opts.delay!r}")
+        if opts.priority is not None:
+            check_priority(opts.priority, f"the enqueue of {name!r}")
+        if opts.key is not None:
+            check_text(opts.key, "key")
         limit_key = _limit_key(name, args, kwargs, opts, task, info)
         queue = opts.queue or info.queue
         limit_max, rate_max, rate_window = info.concurrency, info.rate_max, info.rate_window
@@ -665,6 +671,8 @@ class App:
         return self.backend.metric_totals()
 
     def get_job(self, job_id: int) -> Job | None:
+        if not is_job_id(job_id):  # no job has it: and the database would not take it
+            return None
         return self.backend.get_job(job_id)
 
     def list_jobs(
@@ -746,8 +754,8 @@ class App:
 
     def job(self, job_id: int) -> JobHandle:
         """A handle for any job id: ``refresh()``, ``result()``, ``cancel()``."""
-        if isinstance(job_id, bool) or not isinstance(job_id, int):
-            raise ConfigurationError(f"a job id is an integer, got {job_id!r}")
+        if isinstance(job_id, bool) or not isinstance(job_id, int) or abs(job_id) > MAX_ID:
+            raise ConfigurationError(f"a job id is an integer (of 64 bits), got {job_id!r}")
         return JobHandle(job_id, False, self)
 
     def cancel(self, job_id: int) -> bool:
@@ -1082,7 +1090,7 @@ class App:
     def unschedule(self, name: str) -> bool:
         """Delete a stored schedule; False if there was none. (One defined with
         ``@app.periodic`` comes back when a worker starts: remove it from the code.)"""
-        return self.backend.delete_schedule(name)
+        return self.backend.delete_schedule(check_text(name, "schedule name"))
 
     def sync_schedules(self) -> None:
         """Write this app's ``@app.periodic`` definitions to the database now (workers do
@@ -1102,11 +1110,11 @@ class App:
         return self._synced_backend().list_schedules()
 
     def get_schedule(self, name: str) -> ScheduleState | None:
-        return self._synced_backend().get_schedule(name)
+        return self._synced_backend().get_schedule(check_text(name, "schedule name"))
 
     def pause_schedule(self, name: str) -> bool:
         """Stop a schedule from firing until resumed; False if there is no such schedule."""
-        return self._synced_backend().pause_schedule(name)
+        return self._synced_backend().pause_schedule(check_text(name, "schedule name"))
 
     def resume_schedule(self, name: str) -> bool:
         """Let a paused schedule fire again, from its next tick after now (ticks that fell

@@ -38,6 +38,17 @@ UNENDED = (JobState.PENDING.value, JobState.WAITING.value, JobState.RUNNING.valu
 RETRYABLE = (JobState.DEAD.value, JobState.CANCELLED.value)
 
 
+def _searchable(value: object) -> bool:
+    """Text a database can compare: a non-empty string, no NUL, valid Unicode."""
+    if not isinstance(value, str) or not value or "\x00" in value:
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def is_job_id(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= MAX_ID
 
@@ -73,9 +84,10 @@ class JobFilter:
             check_queue_name(self.queue, "JobFilter(queue=...)")
         for name in ("task", "key", "text"):
             value = getattr(self, name)
-            if value is not None and (not isinstance(value, str) or not value or "\x00" in value):
+            if value is not None and not _searchable(value):
                 raise ConfigurationError(
-                    f"JobFilter({name}={value!r}): give a non-empty string without NUL bytes"
+                    f"JobFilter({name}={value!r}): give a non-empty string without NUL bytes "
+                    "or lone surrogates"
                 )
         if self.text is not None and len(self.text) > MAX_TEXT:
             raise ConfigurationError(

@@ -382,8 +382,8 @@ def _ids_arg(text: str | None, name: str) -> list[int]:
 def _json_arg(text: str, kind: type, name: str) -> Any:
     try:
         value = json.loads(text)
-    except ValueError as exc:
-        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=name) from exc
+    except (ValueError, RecursionError) as exc:
+        raise click.BadParameter(f"not valid JSON: {exc}", param_hint=name) from None
     if not isinstance(value, kind):
         raise click.BadParameter(f"must be a JSON {kind.__name__}", param_hint=name)
     return value

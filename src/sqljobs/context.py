@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import ConfigurationError, JobCancelled, LeaseLost
 from .jobs import ClaimedJob, JobState, Outcome
+from .payload import storable
 
 if TYPE_CHECKING:
     from .backends.base import Backend
@@ -120,6 +121,8 @@ class JobContext:
                 f"ctx.progress(note=...) is {len(note)} characters, over {self.NOTE_LIMIT}: "
                 "a note is a short status line, not data"
             )
+        if note is not None:
+            note = storable(note)  # as an error message is: shown safely, never refused
         record = {"done": done, "total": total, "note": note, "at": self._backend.now()}
         with self._progress_lock:
             self._progress = json.dumps(record)

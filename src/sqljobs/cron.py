@@ -38,7 +38,7 @@ def zone(name: str) -> tzinfo:
         return UTC
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:  # OSError: a name too long
         raise ConfigurationError(
             f"unknown time zone {name!r}: use an IANA name such as 'Europe/Berlin' or 'UTC' "
             "(on a system without time zone data, install tzdata)"

@@ -111,7 +111,7 @@ def start(
     open_parents = tuple(dict.fromkeys(p for p in parents if found[p][0] not in ENDED))
     collected = None
     if collect:
-        collected = {str(p): [_value(found[p][1])] for p in parents if found[p][0] in ENDED}
+        collected = {str(p): _kept(found[p][1]) for p in parents if found[p][0] in ENDED}
     return Start("waiting" if open_parents else "pending", open_parents, None, collected)
 
 
@@ -146,9 +146,23 @@ def settle(
 
 def results_of(parents: Iterable[int], results: Mapping[int, str | None]) -> str:
     """Parents' stored results as one JSON object by parent id (what a collecting child
-    keeps until it is released), each in a list of one: merged into the child's with
-    SQLite's json_patch, a bare value that is or holds null would be dropped."""
-    return json.dumps({str(p): [_value(results.get(p))] for p in parents})
+    keeps until it is released), each as ``{"t": its JSON text}`` (``{}`` for none): kept
+    as text, PostgreSQL's jsonb cannot rewrite it (``1.5e300`` came back an int, ``-0.0``
+    as ``0``, objects with their keys sorted), and SQLite's json_patch, which drops a
+    null, finds none to drop."""
+    return json.dumps({str(p): _kept(results.get(p)) for p in parents})
+
+
+def _kept(text: str | None) -> dict[str, str]:
+    return {} if text is None else {"t": text}
+
+
+def _collected(entry: Any) -> Any:
+    """A parent's result as collected: ``{"t": text}``, or, as rows written before kept
+    text, ``[value]``."""
+    if isinstance(entry, dict):
+        return _value(entry.get("t"))
+    return entry[0] if isinstance(entry, list) and entry else None
 
 
 def with_results(task: str, payload: str, parents: Sequence[int], collected: Any) -> str:
@@ -157,7 +171,7 @@ def with_results(task: str, payload: str, parents: Sequence[int], collected: Any
     its own arguments. Its headers (a trace context) stay."""
     kept = json.loads(collected) if isinstance(collected, str) else dict(collected or {})
     args, kwargs = decode(payload)
-    results = [kept.get(str(p), [None])[0] for p in parents]
+    results = [_collected(kept.get(str(p))) for p in parents]
     return with_headers(encode(task, [results, *args], kwargs), headers(payload))
 
 

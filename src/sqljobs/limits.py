@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigurationError, PayloadError
+from .payload import check_text
 
 KeyFunction = Callable[..., Any]
 
@@ -48,7 +49,7 @@ KEY_LIMIT = 200
 """The longest limit key, in characters (it is indexed and shown, never parsed)."""
 
 
-RATE = re.compile(r"\s*(\d+)\s*/\s*(s|sec|second|m|min|minute|h|hour)\s*", re.IGNORECASE)
+RATE = re.compile(r"\s*([0-9]{1,9})\s*/\s*(s|sec|second|m|min|minute|h|hour)\s*", re.IGNORECASE)
 UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 RATE_MOST = 10_000
 """The largest rate count (its window keeps one row per start)."""
@@ -131,14 +132,12 @@ class Limit:
 
 
 def _checked(task: str, key: object, where: str) -> str:
-    if not isinstance(key, str) or not key:
-        raise ConfigurationError(f"{where} of task {task!r} must be a non-empty string")
-    if len(key) > KEY_LIMIT:
+    if isinstance(key, str) and len(key) > KEY_LIMIT:
         raise PayloadError(
             f"the limit key of task {task!r} is {len(key)} characters, over {KEY_LIMIT}: "
             "key by an id, not by data"
         )
-    return key
+    return check_text(key, f"{where} of task {task!r}")
 
 
 def define_limit(

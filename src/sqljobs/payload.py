@@ -12,10 +12,60 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .errors import PayloadError, PayloadTooLarge
+from .errors import ConfigurationError, PayloadError, PayloadTooLarge
 
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-_decoder = json.JSONDecoder()
+
+
+def _no_constant(name: str) -> Any:
+    """Python's json reads NaN and Infinity, which JSON has not and sqljobs never writes."""
+    raise ValueError(f"{name} is not JSON")
+
+
+_decoder = json.JSONDecoder(parse_constant=_no_constant)
+
+
+NAME_LIMIT = 500
+"""The most characters in a task name, a key or a schedule name: each is indexed, and
+PostgreSQL refuses an index entry over 2704 bytes (500 characters are at most 2000)."""
+
+
+def check_text(value: object, what: str) -> str:
+    """``value`` if it is a name both databases store and index as given, else a
+    ConfigurationError naming ``what``: a non-empty string of at most :data:`NAME_LIMIT`
+    characters, without NUL (PostgreSQL's text refuses it, so SQLite is held to the same)
+    and valid Unicode (a lone surrogate has no UTF-8 form)."""
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"{what} must be a non-empty string, got {value!r}")
+    if len(value) > NAME_LIMIT:
+        raise ConfigurationError(
+            f"{what} {value[:40]!r}... is {len(value):,} characters, over {NAME_LIMIT}: "
+            "name by an id, not by data"
+        )
+    if "\x00" in value:
+        raise ConfigurationError(f"{what} {value[:200]!r} contains a NUL character")
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError as exc:
+            raise ConfigurationError(
+                f"{what} {value[:200]!r} is not valid Unicode ({exc.reason})"
+            ) from None
+    return value
+
+
+def storable(text: str) -> str:
+    """Text from user code (an error message, a traceback) as a database column can hold
+    it: NUL written as ``\\x00`` and lone surrogates as ``\\udXXX`` escapes, so an odd
+    message cannot stop a worker from recording the attempt it describes."""
+    if "\x00" in text:
+        text = text.replace("\x00", "\\x00")
+    if not text.isascii():
+        try:
+            text.encode()
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode()
+    return text
 
 
 def encode(
@@ -30,19 +80,25 @@ def encode(
     ``names`` are the parameter names of the positional arguments, when known. ``limit``
     is the largest payload accepted, in bytes of UTF-8 JSON (the app's ``max_payload``).
     """
+    if kwargs and not all(type(k) is str for k in kwargs):
+        bad = next(k for k in kwargs if type(k) is not str)
+        raise PayloadError(
+            f"keyword argument name {bad!r} of task {task!r} is not a string: JSON would "
+            "store it as another name, or not at all"
+        )
     try:
         text = _encoder.encode({"args": list(args), "kwargs": dict(kwargs)})
-    except (TypeError, ValueError) as exc:
+        # ASCII is one byte a character; other text is encoded once, which also finds a
+        # lone surrogate (no UTF-8 form: no database would take it)
+        size = len(text) if text.isascii() else len(text.encode())
+    except (TypeError, ValueError, RecursionError) as exc:
         raise _name_culprit(task, args, kwargs, names, exc) from exc
-    # A character is at most 4 bytes: short payloads skip the byte count.
-    if limit is not None and len(text) * 4 > limit:
-        size = len(text.encode())
-        if size > limit:
-            raise PayloadTooLarge(
-                f"payload of task {task!r} is {size:,} bytes of JSON, over the limit of "
-                f"{limit:,} bytes: pass a reference (an id, a path, a URL) and load the data "
-                "in the task, or raise the limit with App(max_payload=...)"
-            )
+    if limit is not None and size > limit:
+        raise PayloadTooLarge(
+            f"payload of task {task!r} is {size:,} bytes of JSON, over the limit of "
+            f"{limit:,} bytes: pass a reference (an id, a path, a URL) and load the data "
+            "in the task, or raise the limit with App(max_payload=...)"
+        )
     return text
 
 
@@ -58,10 +114,11 @@ def _name_culprit(
         for i, v in enumerate(args)
     ]
     named += [(f"argument {k!r}", v) for k, v in kwargs.items()]
+    named += [(f"the name of argument {k!r}", k) for k in kwargs]  # a lone surrogate
     for label, value in named:
         try:
-            _encoder.encode(value)
-        except (TypeError, ValueError) as inner:
+            _encoder.encode(value).encode()
+        except (TypeError, ValueError, RecursionError) as inner:
             return PayloadError(
                 f"{label} of task {task!r} is not JSON-serialisable ({inner}); "
                 "sqljobs stores payloads as JSON: pass ids, strings and numbers, not objects"
@@ -111,12 +168,12 @@ def headers(payload: str) -> dict[str, str]:
     try:
         found, end = _decoder.raw_decode(tail)
         exact = end == len(tail) and payload.endswith("}")
-    except ValueError:
+    except (ValueError, RecursionError):
         exact = False
     if not exact:  # a nested "headers" key inside the arguments, or foreign text
         try:
             data = _parse(payload)
-        except ValueError:
+        except (ValueError, RecursionError):
             return {}
         found = data.get(HEADERS_KEY) if isinstance(data, dict) else None
     if not isinstance(found, dict):
@@ -129,7 +186,7 @@ def decode(payload: str) -> tuple[list[Any], dict[str, Any]]:
     try:
         data = _parse(payload)
         args, kwargs = data["args"], data["kwargs"]
-    except (ValueError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError, RecursionError) as exc:
         raise PayloadError(f"stored payload cannot be decoded ({exc}): {payload[:200]!r}") from exc
     if not isinstance(args, list) or not isinstance(kwargs, dict):
         raise PayloadError(f"stored payload has the wrong shape: {payload[:200]!r}")
@@ -148,7 +205,7 @@ def _parse(text: str) -> Any:
             return data
     except ValueError:
         pass
-    return json.loads(text)
+    return json.loads(text, parse_constant=_no_constant)
 
 
 def encode_result(task: str, value: Any, limit: int | None = None) -> str | None:
@@ -159,7 +216,9 @@ def encode_result(task: str, value: Any, limit: int | None = None) -> str | None
         return None
     try:
         text = _encoder.encode(value)
-    except (TypeError, ValueError) as exc:
+        if not text.isascii():
+            text.encode()  # a lone surrogate has no UTF-8 form: no database would take it
+    except (TypeError, ValueError, RecursionError) as exc:
         raise PayloadError(
             f"the return value of task {task!r} is not JSON-serialisable ({exc}); sqljobs "
             "stores results as JSON: return ids, strings, numbers, lists and dicts, or "

@@ -29,7 +29,7 @@ def seconds(value: float | timedelta | None, name: str) -> float | None:
         return None
     try:
         out = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         raise ConfigurationError(
             f"{name} must be seconds (a number) or a timedelta, got {value!r}"
         ) from None

@@ -34,7 +34,7 @@ from .errors import ConfigurationError
 
 __all__ = ["ROLES", "grants", "tables"]
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # fullmatch: "$" would let "\n" by
 _ROLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$-]{0,62}$")
 _TABLE = re.compile(r"^CREATE TABLE \{schema\}\.(\w+)", re.MULTILINE)
 
@@ -115,7 +115,7 @@ def grants(role: str, name: str, *, schema: str = "public") -> str:
     owner, after ``sqljobs migrate``; running it again changes nothing."""
     if role not in ROLES:
         raise ConfigurationError(f"unknown role {role!r}: choose one of {', '.join(ROLES)}")
-    if not _IDENTIFIER.match(schema):
+    if not _IDENTIFIER.fullmatch(schema):
         raise ConfigurationError(f"schema {schema!r} is not a plain SQL identifier")
     if not _ROLE_NAME.match(name):
         raise ConfigurationError(

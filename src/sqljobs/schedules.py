@@ -108,11 +108,11 @@ def define_schedule(
 ) -> Schedule:
     """Check a definition and return it; every mistake is a ConfigurationError (or a
     PayloadError for kwargs) here, at definition time, never in a worker later."""
-    if not isinstance(name, str) or not name:
-        raise ConfigurationError(f"schedule name must be a non-empty string, got {name!r}")
+    payload.check_text(name, "schedule name")
     task_name = task if isinstance(task, str) else getattr(task, "name", None)
     if not isinstance(task_name, str) or not task_name:
         raise ConfigurationError(f"schedule {name!r}: task must be a task name, got {task!r}")
+    payload.check_text(task_name, f"schedule {name!r}: task name")
     cron, interval = check_timing(cron, every, tz, where=f"schedule {name!r}")
     check_policies(overlap, misfire, where=f"schedule {name!r}")
     if not isinstance(queue, str) or not queue:
@@ -130,6 +130,10 @@ def define_schedule(
     return Schedule(
         name, task_name, arguments, cron, interval, tz, overlap, misfire, queue, priority, source
     )
+
+
+EVERY_LIMIT = 100 * 365.25 * 86400
+"""The longest interval of an ``every=`` schedule, in seconds."""
 
 
 def check_timing(
@@ -150,6 +154,10 @@ def check_timing(
         interval = seconds(every, "every")
         if interval is None or interval <= 0 or not math.isfinite(interval):
             raise ConfigurationError(f"every must be > 0 seconds, got {every!r}")
+        if interval > EVERY_LIMIT:  # its next run would be no time a database can hold
+            raise ConfigurationError(
+                f"every must be at most 100 years ({EVERY_LIMIT:,.0f} s), got {every!r}"
+            )
         return None, interval
     except ConfigurationError as exc:
         raise ConfigurationError(f"{where}: {exc}") from exc.__cause__

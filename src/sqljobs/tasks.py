@@ -127,6 +127,33 @@ def check_queue_name(name: object, where: str) -> str:
     )
 
 
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+"""A priority is a 32-bit integer (PostgreSQL's ``integer``; SQLite is held to the same)."""
+TIME_RANGE = (-62135596800.0, 253402300799.0)
+"""When a job may be due, in Unix seconds: the years 1 to 9999 (what a datetime can show;
+PostgreSQL's timestamps reach further, SQLite's REAL anywhere)."""
+
+
+def check_priority(value: object, where: str) -> int:
+    """``value`` if it is a priority both databases store, else ConfigurationError."""
+    low, high = PRIORITY_RANGE
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ConfigurationError(
+            f"priority {value!r} (in {where}) must be an integer from {low} to {high}"
+        )
+    return value
+
+
+def check_due(run_at: float, where: str) -> float:
+    """``run_at`` (from a delay or given) if it lies in :data:`TIME_RANGE`."""
+    if not TIME_RANGE[0] <= run_at <= TIME_RANGE[1]:
+        raise ConfigurationError(
+            f"{where} puts the job at Unix time {run_at!r}, outside the years 1 to 9999: "
+            "a delay is seconds from now, run_at a Unix time or an aware datetime"
+        )
+    return run_at
+
+
 def check_queues(queues: str | Sequence[str] | None, where: str) -> tuple[str, ...] | None:
     """The queues a worker takes, as a tuple of checked names; None (or empty) for all.
 
@@ -186,6 +213,8 @@ def to_epoch(value: float | datetime | None, name: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, int | float) and not isinstance(value, bool):
+        if isinstance(value, int) and abs(value) > 2**63:  # float() would overflow
+            value = math.inf if value > 0 else -math.inf
         if not math.isfinite(value):
             raise ConfigurationError(f"{name} must be a finite Unix time, got {value!r}")
         return float(value)
@@ -229,7 +258,7 @@ class Task(Generic[P, R]):
         self.queue = queue
         self.lease = float(lease)
         self.retry = retry
-        self.priority = int(priority)
+        self.priority = check_priority(priority, f"task {name!r}")
         self.timeout = timeout
         self.store_result = store_result
         self.limit = limit

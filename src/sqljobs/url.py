@@ -65,7 +65,10 @@ def parse_url(url: str) -> DatabaseURL:
             )
         return DatabaseURL(url, "sqlite", path)
     if driver in ("postgresql", "postgres"):
-        parts = urlsplit(url)
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:  # "Invalid IPv6 URL": a bracket left open
+            raise ConfigurationError(f"malformed PostgreSQL URL {url!r}: {exc}") from None
         if not parts.hostname and not parts.path.strip("/") and not parts.query:
             raise ConfigurationError(f"PostgreSQL URL {shown} names no host or database")
         return DatabaseURL(url, "postgresql", "")

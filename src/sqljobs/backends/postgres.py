@@ -52,7 +52,7 @@ _FILES = (
 LIMITED_KEYS = 256
 """At most this many limit keys are locked and looked at per claim (starting where the
 last claim left off, so every key gets its turn)."""
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # fullmatch: "$" would let "\n" by
 _SCHEMES = ("postgresql", "postgres")
 _RETRYABLE = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
 _SESSION_ENDED = (
@@ -99,7 +99,7 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         clock: Callable[[], float] = time.time,
         server_clock: bool | None = None,
     ) -> None:
-        if not _IDENTIFIER.match(schema):
+        if not isinstance(schema, str) or not _IDENTIFIER.fullmatch(schema):
             raise ConfigurationError(f"schema {schema!r} is not a plain SQL identifier")
         if pool_size < 2:
             raise ConfigurationError(f"pool_size must be >= 2, got {pool_size}")

@@ -120,22 +120,30 @@ def expired_job(names: Names, row: Row) -> ExpiredJob:
 
 def job(names: Names, row: Row) -> Job:
     """A whole job, for inspection. A payload that is not the JSON sqljobs writes is
-    shown as one argument rather than hidden; history arrives as text (SQLite) or
-    already decoded (PostgreSQL's jsonb)."""
+    shown as one argument rather than hidden, and so is a history that is not a JSON list
+    (one entry): ``jobs show`` and the dashboard show a damaged row instead of failing on
+    it. History arrives as text (SQLite) or already decoded (PostgreSQL's jsonb)."""
     values = dict(zip(JOB, picker(names, JOB)(row), strict=True))
     payload, history = values.pop("payload"), values.pop("history")
     try:
         data = json.loads(payload)
         args, kwargs = list(data.get("args", [])), dict(data.get("kwargs", {}))
-    except (ValueError, TypeError, AttributeError):
+    except (ValueError, TypeError, AttributeError, RecursionError):
         args, kwargs = [payload], {}
     values["state"] = JobState(values["state"])
-    hist = json.loads(history) if isinstance(history, str) else list(history or [])
     values["result"] = _decoded(values["result"])
     values["progress"] = progress(values["progress"])
-    parents = values["parents"]
-    values["parents"] = json.loads(parents) if isinstance(parents, str) else list(parents or [])
-    return Job(args=args, kwargs=kwargs, history=hist, **values)
+    values["parents"] = _listed(values["parents"])
+    return Job(args=args, kwargs=kwargs, history=_listed(history), **values)
+
+
+def _listed(value: Any) -> list[Any]:
+    """A stored JSON list (text, or decoded by the driver); anything else, damaged text
+    included, as a list of that one value (None: empty)."""
+    if value is None:
+        return []
+    data = _decoded(value) if isinstance(value, str) else value
+    return data if isinstance(data, list) else [data]
 
 
 def _decoded(text: str | None) -> Any:
@@ -144,7 +152,7 @@ def _decoded(text: str | None) -> Any:
         return None
     try:
         return json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return text
 
 

@@ -136,7 +136,9 @@ def queue_json(queue: QueueInfo, paused_at: float | None) -> dict[str, Any]:
     }
 
 
-def _history_entry_json(entry: dict[str, Any]) -> dict[str, Any]:
+def _history_entry_json(entry: Any) -> Any:
+    if not isinstance(entry, dict):  # a damaged row's history, shown as it is
+        return entry
     out = dict(entry)
     for name in _HISTORY_TIME_FIELDS:
         if isinstance(out.get(name), int | float):

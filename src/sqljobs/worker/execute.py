@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..context import JobContext
 from ..errors import Discard, RetryLater
 from ..jobs import ClaimedJob, JobState, Outcome
-from ..payload import encode_result
+from ..payload import encode_result, storable
 from ..tasks import Task
 
 if TYPE_CHECKING:
@@ -81,14 +81,14 @@ def success(run: Running, value: Any = None) -> Outcome:
 def failure(run: Running, exc: BaseException, now: float, outcome: str = "failed") -> Outcome:
     """An attempt failed: retry with backoff, or end ``dead`` when out of attempts or time."""
     job = run.job
-    tb = "".join(traceback.format_exception(exc))
+    tb = storable("".join(traceback.format_exception(exc)))
     entry: dict[str, Any] = {
         "attempt": job.attempt,
         "outcome": outcome,
         "started_at": run.started_wall,
         "ended_at": now,
         "error": _describe(exc),
-        "exception": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "exception": storable(f"{type(exc).__module__}.{type(exc).__qualname__}"),
         "worker": run.worker,
         "traceback": tb[-TRACEBACK_KEPT:],  # each attempt's own, its end if it is long
     }
@@ -98,7 +98,7 @@ def failure(run: Running, exc: BaseException, now: float, outcome: str = "failed
             job.id,
             job.token,
             JobState.DEAD,
-            error=f"discarded: {exc.reason}",
+            error=storable(f"discarded: {exc.reason}"),
             traceback=tb,
             history=entry,
         )
@@ -130,8 +130,12 @@ def failure(run: Running, exc: BaseException, now: float, outcome: str = "failed
 
 
 def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+    """The error as stored (``storable``: a message may hold anything)."""
+    try:
+        text = str(exc)
+    except Exception:  # a handler's own exception class may fail even at this
+        text = "<str() of the exception failed>"
+    return storable(f"{type(exc).__name__}: {text}" if text else type(exc).__name__)
 
 
 def run_sync(
