@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -148,7 +149,8 @@ def test_poll_only_mode_leaves_nothing_on_the_server_sessions(url: str) -> None:
 @pytest.mark.parametrize("url", [TRANSACTION], indirect=True)
 def test_poll_only_workers_are_woken_by_their_own_app_and_by_their_poll(url: str) -> None:
     """No LISTEN behind a transaction pooler: an enqueue wakes the workers of its own
-    process at once; a worker elsewhere finds the job at its next poll."""
+    process at once; a worker elsewhere finds the job at its next poll. In between, an
+    idle worker sleeps (it has no change counter to read every few milliseconds)."""
     app = App(url)
     assert not app.open_backend().pushes_changes
     ran: list[str] = []
@@ -157,9 +159,13 @@ def test_poll_only_workers_are_woken_by_their_own_app_and_by_their_poll(url: str
     def note(label: str) -> None:
         ran.append(label)
 
-    with worker_thread(app, poll_interval=60.0):
+    with worker_thread(app, poll_interval=60.0) as worker:
         note.enqueue("here")
         wait_until(lambda: ran == ["here"], timeout=5, what="the local wake-up")
+        before = worker.counters["loops"]
+        time.sleep(0.5)
+        woke = worker.counters["loops"] - before
+    assert woke < 10, f"an idle poll-only worker woke {woke} times in 0.5 s: it spins"
     other = App(url)  # another process, as far as wake-ups go
     with worker_thread(app, poll_interval=0.2):
         other.enqueue("note", args=["there"], known=False)
