@@ -20,7 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from sqljobs import App, ConfigurationError
+from sqljobs import App, ConfigurationError, JobContext, idempotent
 from sqljobs.url import url_options
 
 from . import (
@@ -31,7 +31,7 @@ from . import (
     test_schedules,
     test_shutdown,
 )
-from .conftest import POOLED, database_url, wait_until, worker_thread
+from .conftest import POOLED, database_url, db_execute, wait_until, worker_thread
 from .pgbouncer import SERVER_SESSIONS
 from .test_effects import bank  # noqa: F401  (a fixture of a test collected below)
 
@@ -172,6 +172,30 @@ def test_poll_only_workers_are_woken_by_their_own_app_and_by_their_poll(url: str
         wait_until(lambda: ran == ["here", "there"], timeout=5, what="the poll")
 
 
+@pytest.mark.parametrize("url", [TRANSACTION], indirect=True)
+def test_a_schema_of_its_own_is_migrated_and_used_through_the_pooler(url: str) -> None:
+    """The ``schema`` option sets no search_path: every statement names its schema, so it
+    holds behind a transaction pooler, migrations (under a transaction-scoped advisory
+    lock) and a handler's idempotency marker included."""
+    app = App(url, backend_options={"schema": "jobs"})
+    app.migrate()
+    charged: list[str] = []
+
+    @app.task
+    def pay(ctx: JobContext, order: str) -> None:
+        with ctx.transaction() as tx:
+            if idempotent(tx, f"{order}:pay"):
+                charged.append(order)
+
+    pay.enqueue("o1")
+    pay.enqueue("o1")
+    with worker_thread(app):
+        wait_until(lambda: app.stats().counts["default"]["done"] == 2, what="both runs")
+    assert charged == ["o1"]
+    assert db_execute(app, "SELECT count(*) FROM jobs.sqljobs_idempotency") == [(1,)]
+    assert db_execute(app, "SELECT count(*) FROM public.sqljobs_jobs") == [(0,)]
+
+
 @pytest.mark.parametrize("url", [SESSION], indirect=True)
 def test_session_mode_keeps_listen(url: str) -> None:
     """In session mode the listener's connection keeps its server session, so a NOTIFY
@@ -226,3 +250,25 @@ def test_the_testing_plugin_keeps_the_url_option(pg_template: str) -> None:
         app.migrate()
         assert not app.open_backend().pushes_changes
         assert app.stats().counts == {}
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        'prepared statement "_pg3_0" does not exist',
+        'prepared statement "_pg3_0" already exists',
+        'bind message supplies 3 parameters, but prepared statement "_pg3_0" requires 6',
+    ],
+)
+def test_a_prepared_statement_lost_to_a_pooler_says_what_to_do(message: str) -> None:
+    """What a transaction pooler does to psycopg's prepared statements when ``listen``
+    is left on (each seen through pgbouncer 1.18): the error names the URL option."""
+    from sqljobs.backends.postgres import described
+
+    assert described(psycopg.OperationalError(message)).endswith(
+        "add ?listen=false to the URL (poll-only mode, which keeps nothing on the session;"
+        " see docs/pgbouncer.md)"
+    )
+    assert described(psycopg.OperationalError("server closed the connection")) == (
+        "server closed the connection"
+    )

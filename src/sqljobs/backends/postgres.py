@@ -211,11 +211,11 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
                 "(backend_options={'pool_size': N}) or lower worker concurrency"
             ) from exc
         except psycopg.OperationalError as exc:
-            raise BackendError(f"PostgreSQL connection failed: {str(exc).strip()}") from exc
+            raise BackendError(f"PostgreSQL connection failed: {described(exc)}") from exc
         except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
             raise BackendError(f"PostgreSQL error: {str(exc).strip()}; {MISSING_SCHEMA}") from exc
         except psycopg.Error as exc:
-            raise BackendError(f"PostgreSQL error: {str(exc).strip()}") from exc
+            raise BackendError(f"PostgreSQL error: {described(exc)}") from exc
 
     def _run(
         self,
@@ -482,6 +482,20 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
 def _plain(outcome: Outcome) -> bool:
     """A completion with nothing to add to the history: the hot path's statements."""
     return outcome.state is JobState.DONE and outcome.history is None
+
+
+def described(exc: psycopg.Error) -> str:
+    """The server's message, and what to do when it is the mark of a transaction pooler:
+    psycopg's prepared statements (``_pg3_N``) missing, doubled or mismatched, because the
+    client connection's statements ran on another server session than before."""
+    text = str(exc).strip()
+    if 'prepared statement "_pg3_' in text:
+        text += (
+            "; this connection's statements run on changing server sessions, as behind "
+            "PgBouncer in transaction mode: add ?listen=false to the URL (poll-only mode, "
+            "which keeps nothing on the session; see docs/pgbouncer.md)"
+        )
+    return text
 
 
 def _dead_connection(exc: BackendError) -> bool:
