@@ -21,6 +21,8 @@ import psycopg
 import pytest
 
 from sqljobs import App, ConfigurationError, JobContext, idempotent
+from sqljobs.notifiers import postgres as notifiers_postgres
+from sqljobs.notifiers.postgres import PostgresNotifier
 from sqljobs.url import url_options
 
 from . import (
@@ -199,16 +201,32 @@ def test_a_schema_of_its_own_is_migrated_and_used_through_the_pooler(url: str) -
 @pytest.mark.parametrize("url", [SESSION], indirect=True)
 def test_session_mode_keeps_listen(url: str) -> None:
     """In session mode the listener's connection keeps its server session, so a NOTIFY
-    from another client reaches it."""
+    from another client reaches it, its own probe included."""
     app = App(url)
     backend = app.open_backend()
     assert backend.pushes_changes
     woken = threading.Event()
     backend.subscribe(lambda *_: woken.set())
-    assert backend.notifier.wait_listening(5)
+    notifier = backend.notifier
+    assert isinstance(notifier, PostgresNotifier) and notifier.wait_listening(5)
     woken.clear()
     App(url).enqueue("t", args=[1], known=False)
     assert woken.wait(5)
+    wait_until(lambda: notifier._probe_due is None, timeout=5, what="the probe's NOTIFY")
+
+
+@pytest.mark.parametrize("url", [TRANSACTION], indirect=True)
+def test_listen_left_on_behind_a_transaction_pooler_is_reported(
+    url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without ?listen=false, LISTEN through a transaction pooler seems to succeed and
+    then hears nothing: the listener's probe finds that out and says what to do."""
+    monkeypatch.setattr(notifiers_postgres, "PROBE_WAIT", 0.3)
+    backend = App(url_options(url)[0]).open_backend()  # the URL without ?listen=false
+    assert backend.pushes_changes
+    backend.subscribe(lambda *_: None)
+    assert backend.notifier.wait_listening(5)
+    wait_until(lambda: "add ?listen=false" in caplog.text, timeout=5, what="the warning")
 
 
 # -- the URL option ------------------------------------------------------------------------

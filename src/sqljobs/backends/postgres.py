@@ -296,9 +296,9 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
     def _array(self, values: Iterable[Any]) -> Any:
         return list(values)
 
-    def _notify(self, queues: Sequence[str]) -> None:
+    def _notify(self, queues: Sequence[str], channel: str) -> None:
         """The notifier's NOTIFY after a commit, through the pool."""
-        params = {"channel": self.notifier.channel, "notify": list(queues)}
+        params = {"channel": channel, "notify": list(queues)}
         self._change("notify", params)
 
     # -- claim, finish, lease ----------------------------------------------------------
