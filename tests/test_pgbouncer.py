@@ -60,8 +60,8 @@ def through(test: Callable[..., None], *cases: Any) -> Callable[..., None]:
 
 
 # The core. Transaction mode is where things break, so it gets all of it; session mode,
-# a server session per client connection as if direct, gets real workers woken by LISTEN,
-# a shutdown and an effect.
+# a server session per client connection as if direct, gets real worker processes, a
+# shutdown and an effect (and LISTEN, below).
 BOTH = (TRANSACTION, SESSION)
 test_claims_take_priority_then_age_and_respect_run_at_and_queue = through(
     test_claim_and_fencing.test_claims_take_priority_then_age_and_respect_run_at_and_queue,
@@ -277,6 +277,7 @@ def test_the_testing_plugin_keeps_the_url_option(pg_template: str) -> None:
         'prepared statement "_pg3_0" already exists',
         'bind message supplies 3 parameters, but prepared statement "_pg3_0" requires 6',
     ],
+    ids=["missing", "doubled", "mismatched"],
 )
 def test_a_prepared_statement_lost_to_a_pooler_says_what_to_do(message: str) -> None:
     """What a transaction pooler does to psycopg's prepared statements when ``listen``
