@@ -33,7 +33,15 @@ from . import (
     test_schedules,
     test_shutdown,
 )
-from .conftest import POOLED, database_url, db_execute, wait_until, worker_thread
+from .conftest import (
+    POOLED,
+    Runs,
+    Spawn,
+    database_url,
+    db_execute,
+    wait_until,
+    worker_thread,
+)
 from .pgbouncer import SERVER_SESSIONS
 from .test_effects import bank  # noqa: F401  (a fixture of a test collected below)
 
@@ -172,6 +180,21 @@ def test_poll_only_workers_are_woken_by_their_own_app_and_by_their_poll(url: str
     with worker_thread(app, poll_interval=0.2):
         other.enqueue("note", args=["there"], known=False)
         wait_until(lambda: ran == ["here", "there"], timeout=5, what="the poll")
+
+
+@pytest.mark.parametrize("url", [TRANSACTION], indirect=True)
+def test_a_poll_only_worker_process_finds_new_jobs_at_its_poll(
+    app: App, spawn: Spawn, runs: Runs
+) -> None:
+    """A worker process behind the pooler hears of no enqueue elsewhere: its
+    ``--poll-interval`` (5 s by default) is how soon it finds a new job."""
+    app.enqueue("record", args=["first"], known=False)
+    spawn("--concurrency", "2", "--poll-interval", "0.2")
+    wait_until(lambda: runs.count()["first"] == 1, timeout=15, what="the first job")
+    enqueued = time.monotonic()
+    app.enqueue("record", args=["second"], known=False)
+    wait_until(lambda: runs.count()["second"] == 1, timeout=5, what="the second job")
+    assert time.monotonic() - enqueued < 2.5, "found at the 0.2 s poll, not the default 5 s"
 
 
 @pytest.mark.parametrize("url", [TRANSACTION], indirect=True)
