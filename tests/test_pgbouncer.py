@@ -68,8 +68,8 @@ def through(test: Callable[..., None], *cases: Any) -> Callable[..., None]:
 
 
 # The core. Transaction mode is where things break, so it gets all of it; session mode,
-# a server session per client connection as if direct, gets real worker processes, a
-# shutdown and an effect (and LISTEN, below).
+# a server session per client connection as if direct, gets a real worker process drained
+# by SIGTERM and an effect (and LISTEN, below).
 BOTH = (TRANSACTION, SESSION)
 test_claims_take_priority_then_age_and_respect_run_at_and_queue = through(
     test_claim_and_fencing.test_claims_take_priority_then_age_and_respect_run_at_and_queue,
@@ -103,7 +103,7 @@ test_jobs_still_running_after_the_drain_are_released_uncharged = through(
 test_sigterm_finishes_in_flight_jobs_and_claims_no_more = through(
     test_shutdown.test_sigterm_finishes_in_flight_jobs_and_claims_no_more, *BOTH
 )
-test_processes_share_the_work = through(test_processes.test_processes_share_the_work, *BOTH)
+test_processes_share_the_work = through(test_processes.test_processes_share_the_work, TRANSACTION)
 
 
 def server_sessions(url: str) -> list[psycopg.Connection[tuple[object, ...]]]:
