@@ -18,6 +18,7 @@ seems to succeed and then hears nothing. ``listen=False`` is poll-only mode, for
 from __future__ import annotations
 
 import logging
+import math
 import select
 import threading
 import time
@@ -230,7 +231,8 @@ class PostgresNotifier:
         events: list[str] = []
         while (notification := pgconn.notifies()) is not None:
             if notification.relname.decode() == self._probe_channel:
-                self._probe_due = None
+                with self._lock:
+                    self._probe_due = None
                 continue
             text = notification.extra.decode("utf-8", "replace")
             if text.startswith(JOB_EVENT_PREFIX):
@@ -243,13 +245,23 @@ class PostgresNotifier:
             self._job_watchers.emit_text(text)
 
     def _probe(self) -> None:
-        """NOTIFY the listener's own channel through the pool (another connection)."""
-        self._probe_due = time.monotonic() + PROBE_WAIT
+        """NOTIFY the listener's own channel through the pool (another connection), from
+        a thread of its own: a busy pool must not keep the listener from its socket. The
+        wait for it counts from when the NOTIFY was sent."""
+        self._probe_due = math.inf
+        threading.Thread(target=self._send_probe, name="sqljobs-probe", daemon=True).start()
+
+    def _send_probe(self) -> None:
         try:
             self._send(["probe"], self._probe_channel)
         except BackendError as exc:  # nothing to learn this time
-            self._probe_due = None
+            with self._lock:
+                self._probe_due = None
             log.debug("listener probe not sent: %s", exc)
+            return
+        with self._lock:
+            if self._probe_due is not None:  # not heard yet
+                self._probe_due = time.monotonic() + PROBE_WAIT
 
     def _check_probe(self) -> None:
         if self._probe_due is not None and time.monotonic() > self._probe_due:
