@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -19,11 +20,19 @@ from typing import Any
 import pytest
 
 import sqljobs
+from sqljobs.url import url_options
 from tests import pg_cluster
 from tests.pg_cluster import PrivateCluster
+from tests.pgbouncer import PgBouncer
 
 ROOT = Path(__file__).resolve().parent.parent
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+POOLED = [
+    pytest.param(name, marks=[pytest.mark.postgres, pytest.mark.pgbouncer])
+    for name in ("pgbouncer-transaction", "pgbouncer-session")
+]
+"""The ``url`` cases through PgBouncer: not in BACKENDS, a module asks for them (see
+tests/test_pgbouncer.py). Transaction mode's URL says ``listen=false``."""
 Spawn = Callable[..., "subprocess.Popen[bytes]"]
 
 
@@ -32,13 +41,17 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark by fixture what no test should have to mark by hand: a test runs on PostgreSQL
     when it needs the template (PG-only files override ``url`` with it) or gets ``url``'s
     postgres case, also by ``parametrize("url", ["postgres"], indirect=True)``, which
-    bypasses BACKENDS' marks; a test that uses ``spawn`` starts worker processes."""
+    bypasses BACKENDS' marks; a test that goes through PgBouncer (a ``pgbouncer-*`` case)
+    also runs on PostgreSQL; a test that uses ``spawn`` starts worker processes."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         callspec = getattr(item, "callspec", None)
-        on_postgres = callspec is not None and callspec.params.get("url") == "postgres"
-        if on_postgres or "pg_template" in fixtures or "private_pg" in fixtures:
+        case = str(callspec.params.get("url", "")) if callspec is not None else ""
+        pooled = case.startswith("pgbouncer") or "pgbouncers" in fixtures
+        if case == "postgres" or pooled or "pg_template" in fixtures or "private_pg" in fixtures:
             item.add_marker(pytest.mark.postgres)
+        if pooled:
+            item.add_marker(pytest.mark.pgbouncer)
         if "spawn" in fixtures:
             item.add_marker(pytest.mark.processes)
 
@@ -47,6 +60,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     """A fresh, empty database URL on each backend: a temp SQLite file, or a new
     PostgreSQL database copied from a migrated template."""
+    with database_url(request, tmp_path) as case_url:
+        yield case_url
+
+
+@contextmanager
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """The ``url`` fixture's case ``request.param``: ``sqlite``, ``postgres``, or a fresh
+    PostgreSQL database reached through PgBouncer (``pgbouncer-transaction``, whose URL
+    asks for poll-only mode, or ``pgbouncer-session``)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'jobs.db'}"
         return
@@ -57,7 +79,13 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
         return
     template = request.getfixturevalue("pg_template")
     with fresh_pg_database(template) as pg_url:
-        yield pg_url
+        if not request.param.startswith("pgbouncer-"):
+            yield pg_url
+            return
+        mode = request.param.removeprefix("pgbouncer-")
+        bouncer = request.getfixturevalue("pgbouncers")(mode)
+        database = pg_url.rsplit("/", 1)[1]
+        yield bouncer.url(database, "listen=false" if mode == "transaction" else "")
 
 
 @pytest.fixture(autouse=True)
@@ -250,6 +278,32 @@ def private_pg() -> Iterator[PrivateCluster]:
         cluster.destroy()
 
 
+@pytest.fixture(scope="session")
+def pgbouncers(
+    pg_template: str, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Callable[[str], PgBouncer]]:
+    """PgBouncer in front of the tests' PostgreSQL, one process per pool mode, each
+    started when a test first asks for it and stopped at the end of the session; in CI a
+    missing pgbouncer fails the run."""
+    if shutil.which("pgbouncer") is None:
+        message = "pgbouncer is not installed (apt-get install pgbouncer)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"{message}; it is required in CI")
+        pytest.skip(message)
+    started: dict[str, PgBouncer] = {}
+
+    def bouncer(mode: str) -> PgBouncer:
+        if mode not in started:
+            directory = tmp_path_factory.mktemp(f"pgbouncer-{mode}")
+            started[mode] = PgBouncer(mode, PG_ADMIN_URL, directory)
+            started[mode].start()
+        return started[mode]
+
+    yield bouncer
+    for running in started.values():
+        running.stop()
+
+
 def _pg_url(database: str) -> str:
     return PG_ADMIN_URL.rsplit("/", 1)[0] + "/" + database
 
@@ -283,7 +337,7 @@ def db_execute(
     if is_pg(app):
         import psycopg
 
-        with psycopg.connect(app.url, autocommit=True) as pg:
+        with psycopg.connect(url_options(app.url)[0], autocommit=True) as pg:
             cur = pg.execute((postgres or sqlite).replace("?", "%s"), params)
             return cur.fetchall() if cur.description else []
     import sqlite3

@@ -182,6 +182,7 @@ def test_counts_and_durations_are_checked(tmp_path: Path) -> None:
         (["worker", "--concurrency", "0"], "--concurrency"),
         (["worker", "--processes", "0"], "--processes"),
         (["worker", "--drain-timeout", "-1"], "--drain-timeout"),
+        (["worker", "--poll-interval", "0"], "--poll-interval"),
         (["enqueue", "t", "--delay", "nan"], "not a finite number of seconds"),
         (["enqueue", "t", "--delay", "inf"], "not a finite number of seconds"),
         (["enqueue", "t", "--delay", "-5"], "--delay"),

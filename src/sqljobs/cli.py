@@ -250,6 +250,15 @@ def cli(
     "logged as stuck; with --processes its worker process is then replaced.",
 )
 @click.option(
+    "--poll-interval",
+    type=Seconds(positive=True),
+    default=5.0,
+    show_default=True,
+    help="Seconds between fallback claim queries (jittered by 10%); in poll-only mode "
+    "(?listen=false, behind PgBouncer in transaction mode) the only way a worker learns of "
+    "jobs enqueued by other processes.",
+)
+@click.option(
     "--log-format",
     "worker_log_format",
     type=click.Choice(["text", "json"]),
@@ -265,6 +274,7 @@ def worker(
     queues: str | None,
     drain_timeout: float | None,
     cancel_grace: float,
+    poll_interval: float,
     worker_log_format: LogFormat | None,
 ) -> None:
     """Run jobs until SIGTERM or Ctrl-C (graceful drain) or a second signal (at once).
@@ -282,6 +292,7 @@ def worker(
         processes=processes,
         drain_timeout=drain_timeout,
         cancel_grace=cancel_grace,
+        poll_interval=poll_interval,
     )
 
 

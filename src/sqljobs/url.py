@@ -13,6 +13,13 @@ from .humanize import redact_url
 DEFAULT_URL = "sqlite:///sqljobs.db"
 _PASSWORD_KEY = re.compile(r"(password\s*=\s*)\S+", re.IGNORECASE)
 
+URL_OPTIONS = ("listen",)
+"""Backend options a PostgreSQL URL may carry in its query string (``?listen=false``),
+so a worker or CLI started from a URL alone can be told it sits behind PgBouncer in
+transaction mode. sqljobs takes them out before the URL reaches libpq."""
+_FLAGS = {"true": True, "on": True, "yes": True, "1": True,
+          "false": False, "off": False, "no": False, "0": False}  # fmt: skip
+
 
 @dataclass(frozen=True)
 class DatabaseURL:
@@ -71,6 +78,7 @@ def parse_url(url: str) -> DatabaseURL:
             raise ConfigurationError(f"malformed PostgreSQL URL {url!r}: {exc}") from None
         if not parts.hostname and not parts.path.strip("/") and not parts.query:
             raise ConfigurationError(f"PostgreSQL URL {shown} names no host or database")
+        url_options(url)  # a bad value fails here, where the URL is given
         return DatabaseURL(url, "postgresql", "")
     raise ConfigurationError(
         f"unsupported database URL scheme {scheme!r} in {shown}: sqljobs supports "
@@ -97,3 +105,26 @@ def check_sqlite_directory(url: str) -> None:
             f"(sqlite:///relative.db is relative to the working directory {os.getcwd()}, "
             "sqlite:////abs/path.db is absolute)"
         )
+
+
+def url_options(url: str) -> tuple[str, dict[str, bool]]:
+    """A PostgreSQL URL split into what libpq is given (the URL without sqljobs's own
+    query options, the rest of the query kept as written) and those options."""
+    base, sep, query = url.partition("?")
+    if not sep:
+        return url, {}
+    kept: list[str] = []
+    options: dict[str, bool] = {}
+    for item in query.split("&"):
+        name, _, value = item.partition("=")
+        if name not in URL_OPTIONS:
+            kept.append(item)
+            continue
+        flag = _FLAGS.get(value.lower())
+        if flag is None:
+            raise ConfigurationError(
+                f"URL option {name}={value!r}: expected true or false "
+                f"(?{name}=false is poll-only mode, for PgBouncer in transaction mode)"
+            )
+        options[name] = flag
+    return base + ("?" + "&".join(kept) if kept else ""), options

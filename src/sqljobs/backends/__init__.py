@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from ..humanize import redact_url
-from ..url import parse_url
+from ..url import parse_url, url_options
 from .base import Backend, WorkerInfo
 from .core import lender_of
 from .core import mark_idempotent as _mark
@@ -25,7 +25,8 @@ __all__ = ["Backend", "WorkerInfo", "mark_idempotent", "open_backend", "worker_o
 
 
 def open_backend(url: str, **options: Any) -> Backend:
-    """Open the backend a URL names. Options go to the backend's constructor."""
+    """Open the backend a URL names. Options go to the backend's constructor, with those a
+    PostgreSQL URL carries (``?listen=false``); given both ways, they must agree."""
     parsed = parse_url(url)
     if parsed.scheme == "sqlite":
         from .sqlite import SqliteBackend
@@ -40,6 +41,12 @@ def open_backend(url: str, **options: Any) -> Backend:
             f"{redact_url(url)!r} needs the PostgreSQL backend: "
             f"pip install 'sqljobs[postgres]' ({exc})"
         ) from exc
+    for name, value in url_options(url)[1].items():
+        if options.setdefault(name, value) != value:
+            raise ConfigurationError(
+                f"the URL says {name}={str(value).lower()} but backend_options says "
+                f"{name}={options[name]!r}: give it one way"
+            )
     backend: Backend = PostgresBackend(url, **options)
     return backend
 

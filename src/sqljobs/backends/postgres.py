@@ -4,8 +4,15 @@ Claims are one statement (``FOR UPDATE SKIP LOCKED`` in a materialised CTE feedi
 ``UPDATE ... RETURNING``); completions, retries and heartbeats are one ``unnest`` statement
 per batch, every one fenced by state and token. Enqueues are in :mod:`.postgres_enqueue`;
 what is the same on SQLite is in :mod:`.core` and :mod:`.schedule_store`; wake-ups
-(LISTEN/NOTIFY) are :class:`sqljobs.notifiers.postgres.PostgresNotifier`. ``listen=False``
-is poll-only mode, for PgBouncer in transaction mode.
+(LISTEN/NOTIFY) are :class:`sqljobs.notifiers.postgres.PostgresNotifier`.
+
+``listen=False`` is poll-only mode, for PgBouncer in transaction mode, where one client
+connection's transactions run on whichever server session is free: nothing may rest on a
+session. So no LISTEN, no server-side prepared statements (psycopg prepares a statement
+on its fifth run, and the next run may land on a session that never saw it), and no
+session ``SET`` (it would stay on one server session, serving other clients, while ours
+move on): the worker's asynchronous commit is dropped, and JIT and bitmap scans are left
+to the server's settings (docs/pgbouncer.md shows how to set them there).
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ from ..errors import BackendError, ConfigurationError
 from ..humanize import redact_url, scrub_secrets
 from ..jobs import FINISHED_STATES, ClaimedJob, HeldJob, JobState, Outcome
 from ..notifiers.postgres import PostgresNotifier, channel_for
+from ..url import url_options
 from .base import MISSING_SCHEMA
 from .core import lending
 from .dialect import Claim
@@ -108,7 +116,9 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         self.pool_size = pool_size
         self.pool_timeout = pool_timeout
         self.connect_timeout = connect_timeout
-        self.synchronous_commit = synchronous_commit
+        # poll-only mode sets nothing on the session (see the module docstring)
+        self.session_settings = listen
+        self.synchronous_commit = synchronous_commit or not listen
         self.clock = clock
         # delays count from the server's now(), the clock claims read; a test's own clock
         # keeps its times unless told otherwise
@@ -133,10 +143,12 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
     # -- connections -------------------------------------------------------------------
 
     def _conninfo(self) -> str:
-        """The URL as libpq takes it: ``postgresql://``, without SQLAlchemy's driver name
-        (``postgresql+psycopg://``), which libpq would refuse, quoting the whole URL."""
-        scheme, _, rest = self.url.partition("://")
-        return f"postgresql://{rest}" if scheme.split("+", 1)[0] in _SCHEMES else self.url
+        """The URL as libpq takes it: sqljobs's own options (``?listen=false``) taken out,
+        and ``postgresql://`` without SQLAlchemy's driver name (``postgresql+psycopg://``),
+        which libpq would refuse, quoting the whole URL."""
+        url = url_options(self.url)[0]
+        scheme, _, rest = url.partition("://")
+        return f"postgresql://{rest}" if scheme.split("+", 1)[0] in _SCHEMES else url
 
     def _open_pool(self) -> psycopg_pool.ConnectionPool:
         with self._lock:
@@ -149,10 +161,19 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
                     timeout=self.pool_timeout,
                     open=True,
                     name="sqljobs",
-                    kwargs={"autocommit": True, "connect_timeout": int(self.connect_timeout)},
+                    kwargs=self._connect_options(),
                     configure=self._configure,
                 )
             return self._pool
+
+    def _connect_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {
+            "autocommit": True,
+            "connect_timeout": int(self.connect_timeout),
+        }
+        if not self.session_settings:
+            options["prepare_threshold"] = None  # a prepared statement is session state
+        return options
 
     def _check_connect(self) -> None:
         """Connect once up front so a wrong URL or password fails now, clearly."""
@@ -174,7 +195,10 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         A worker's own writes may skip waiting for the WAL flush (``synchronous_commit``
         False): a claim or outcome lost in a server crash only re-runs a job, and its
         fencing token makes any late write about it a no-op. Enqueues, effects and
-        ``ctx.transaction()`` stay durable."""
+        ``ctx.transaction()`` stay durable. In poll-only mode, none of it: see the
+        module docstring."""
+        if not self.session_settings:
+            return
         conn.execute(self.sql["configure"])
         conn.execute(self.sql["ordered_scans"])
         if not self.synchronous_commit:
@@ -203,11 +227,11 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         except _CUT_SHORT as exc:  # OperationalErrors too, but the connection is fine
             raise BackendError(_cut_short(exc)) from exc
         except psycopg.OperationalError as exc:
-            raise BackendError(f"PostgreSQL connection failed: {str(exc).strip()}") from exc
+            raise BackendError(f"PostgreSQL connection failed: {described(exc)}") from exc
         except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedColumn) as exc:
             raise BackendError(f"PostgreSQL error: {str(exc).strip()}; {MISSING_SCHEMA}") from exc
         except psycopg.Error as exc:
-            raise BackendError(f"PostgreSQL error: {str(exc).strip()}") from exc
+            raise BackendError(f"PostgreSQL error: {described(exc)}") from exc
 
     def _run(
         self,
@@ -296,9 +320,9 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
     def _array(self, values: Iterable[Any]) -> Any:
         return list(values)
 
-    def _notify(self, queues: Sequence[str]) -> None:
+    def _notify(self, queues: Sequence[str], channel: str) -> None:
         """The notifier's NOTIFY after a commit, through the pool."""
-        params = {"channel": self.notifier.channel, "notify": list(queues)}
+        params = {"channel": channel, "notify": list(queues)}
         self._change("notify", params)
 
     # -- claim, finish, lease ----------------------------------------------------------
@@ -500,6 +524,20 @@ def _cut_short(exc: psycopg.Error) -> str:
         "committed: retry it (workers do), or raise the timeout for sqljobs' role or "
         "database (ALTER ROLE ... SET lock_timeout / statement_timeout)"
     )
+
+
+def described(exc: psycopg.Error) -> str:
+    """The server's message, and what to do when it is the mark of a transaction pooler:
+    psycopg's prepared statements (``_pg3_N``) missing, doubled or mismatched, because the
+    client connection's statements ran on another server session than before."""
+    text = str(exc).strip()
+    if 'prepared statement "_pg3_' in text:
+        text += (
+            "; this connection's statements run on changing server sessions, as behind "
+            "PgBouncer in transaction mode: add ?listen=false to the URL (poll-only mode, "
+            "which keeps nothing on the session; see docs/pgbouncer.md)"
+        )
+    return text
 
 
 def _dead_connection(exc: BackendError) -> bool:

@@ -10,15 +10,19 @@ never left to the workers' fallback poll. The payload is the queue name (or
 
 One listener thread per backend holds a LISTEN connection and wakes the subscribers; it
 reconnects with capped backoff and wakes everyone after reconnecting, since news may have
-been missed meanwhile. ``listen=False`` is poll-only mode (PgBouncer in transaction mode).
+been missed meanwhile. Once listening, it sends a NOTIFY through the pool on a channel
+of its own and warns if that never arrives: behind PgBouncer in transaction mode LISTEN
+seems to succeed and then hears nothing. ``listen=False`` is poll-only mode, for that case.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import select
 import threading
 import time
+import uuid
 from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
@@ -39,6 +43,10 @@ log = logging.getLogger("sqljobs.postgres")
 LISTEN_WAIT = 0.1
 """How long the listener waits on its socket at a time, so ``close()`` is prompt."""
 
+PROBE_WAIT = 5.0
+"""How long the listener waits for its own test NOTIFY before it warns that notifications
+do not reach it."""
+
 
 def channel_for(schema: str) -> str:
     """The channel of the sqljobs tables in ``schema``: queues in different schemas of one
@@ -50,8 +58,8 @@ class PostgresNotifier:
     """LISTEN/NOTIFY on ``channel``.
 
     ``connect`` opens a dedicated autocommit connection for LISTEN; ``listen_sql`` is the
-    LISTEN statement (``{channel}`` is filled in here); ``send(queues)`` sends one NOTIFY
-    per queue through the backend's pool, after a commit.
+    LISTEN statement (``{channel}`` is filled in here); ``send(queues, channel)`` sends
+    one NOTIFY per queue through the backend's pool, after a commit.
     """
 
     def __init__(
@@ -62,7 +70,7 @@ class PostgresNotifier:
         window: float,
         connect: Callable[[], psycopg.Connection[Any]],
         listen_sql: str,
-        send: Callable[[Sequence[str]], None],
+        send: Callable[[Sequence[str], str], None],
     ) -> None:
         self.channel = channel
         self.listen = listen
@@ -79,6 +87,9 @@ class PostgresNotifier:
         self._closing = threading.Event()
         self._last_notify: dict[str, float] = {}
         self._trailing: dict[str, threading.Timer] = {}
+        # the listener's own channel, for the NOTIFY that tells it notifications arrive
+        self._probe_channel = f"sqljobs_probe_{uuid.uuid4().hex}"
+        self._probe_due: float | None = None  # when the probe sent is overdue
 
     # -- the protocol ------------------------------------------------------------------
 
@@ -116,7 +127,7 @@ class PostgresNotifier:
     def announce(self, queues: Collection[str] | None = None) -> None:
         """NOTIFY now, outside any enqueue (a schedule that is new or resumed)."""
         if self.listen:
-            self._send(sorted(queues) if queues else [EVERY_QUEUE])
+            self._send(sorted(queues) if queues else [EVERY_QUEUE], self.channel)
 
     def change_marker(self) -> int | None:
         """How many wake-ups the listener has delivered (None in poll-only mode)."""
@@ -172,7 +183,7 @@ class PostgresNotifier:
             self._trailing.pop(queue, None)
             self._last_notify[queue] = time.monotonic()
         try:
-            self._send([queue])
+            self._send([queue], self.channel)
         except BackendError as exc:  # the workers' fallback poll finds the jobs
             log.debug("trailing notify failed: %s", exc)
 
@@ -192,12 +203,15 @@ class PostgresNotifier:
             try:
                 with self._connect() as conn:
                     conn.execute(self._listen_sql)
+                    conn.execute(f"LISTEN {self._probe_channel}")
                     self._listening.set()
                     failures = 0
                     self._wake(None)  # anything enqueued while we were not listening
                     self._job_watchers.emit("cancel", None)  # and any job event missed
+                    self._probe()
                     while not closing.is_set():
                         self._drain(conn)
+                        self._check_probe()
             except (psycopg.Error, OSError) as exc:
                 self._listening.clear()
                 failures += 1
@@ -216,6 +230,10 @@ class PostgresNotifier:
         queues: set[str] = set()
         events: list[str] = []
         while (notification := pgconn.notifies()) is not None:
+            if notification.relname.decode() == self._probe_channel:
+                with self._lock:
+                    self._probe_due = None
+                continue
             text = notification.extra.decode("utf-8", "replace")
             if text.startswith(JOB_EVENT_PREFIX):
                 events.append(text)
@@ -225,6 +243,36 @@ class PostgresNotifier:
             self._wake(queues)
         for text in events:
             self._job_watchers.emit_text(text)
+
+    def _probe(self) -> None:
+        """NOTIFY the listener's own channel through the pool (another connection), from
+        a thread of its own: a busy pool must not keep the listener from its socket. The
+        wait for it counts from when the NOTIFY was sent."""
+        self._probe_due = math.inf
+        threading.Thread(target=self._send_probe, name="sqljobs-probe", daemon=True).start()
+
+    def _send_probe(self) -> None:
+        try:
+            self._send(["probe"], self._probe_channel)
+        except BackendError as exc:  # nothing to learn this time
+            with self._lock:
+                self._probe_due = None
+            log.debug("listener probe not sent: %s", exc)
+            return
+        with self._lock:
+            if self._probe_due is not None:  # not heard yet
+                self._probe_due = time.monotonic() + PROBE_WAIT
+
+    def _check_probe(self) -> None:
+        if self._probe_due is not None and time.monotonic() > self._probe_due:
+            self._probe_due = None
+            log.warning(
+                "LISTEN on %s heard nothing of a NOTIFY sent %.0f s ago: notifications do "
+                "not reach this connection, so workers only learn of new jobs at their poll. "
+                "Behind PgBouncer in transaction mode, add ?listen=false to the URL "
+                "(poll-only mode; see docs/pgbouncer.md)",
+                self.channel, PROBE_WAIT,
+            )  # fmt: skip
 
     def _wake(self, queues: Collection[str] | None) -> None:
         self._seen += 1

@@ -28,7 +28,7 @@ import pytest
 from ..app import App
 from ..errors import ConfigurationError
 from ..humanize import redact_url
-from ..url import parse_url
+from ..url import parse_url, url_options
 from .binding import bind
 from .clock import Clock
 from .drain import PG_CLOCK
@@ -121,11 +121,12 @@ def fresh_database(server: str) -> Iterator[str]:
     name = f"sqljobs_test_{uuid.uuid4().hex[:12]}"
     parts = urlsplit(server)
     url = urlunsplit(parts._replace(path=f"/{name}"))
-    with psycopg.connect(server, autocommit=True) as admin:
+    admin_url = url_options(server)[0]  # without sqljobs's own ?listen=false, kept in url
+    with psycopg.connect(admin_url, autocommit=True) as admin:
         admin.execute(f"CREATE DATABASE {name}")
     log.debug("created test database %s", name)
     try:
         yield url
     finally:
-        with psycopg.connect(server, autocommit=True) as admin:
+        with psycopg.connect(admin_url, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

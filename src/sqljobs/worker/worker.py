@@ -104,7 +104,7 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         self._suspect: ClaimedJob | None = None  # claimed, waiting to run alone
         self._solo: int | None = None  # id of the suspect running alone
         self._backend: Backend | None = None
-        self._backend_pushes = False
+        self._checks_changes = False
         self._threads: ThreadPool | None = None
         self._async: AsyncRunner | None = None
         self._lanes: Lanes | None = None
@@ -204,7 +204,9 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         backend.subscribe(self._wake.set)
         backend.notifier.watch_jobs(self._on_job_event)  # cancels, from any host
         self.app.watch_jobs(self._on_job_event)  # cancels from this process
-        self._backend_pushes = backend.pushes_changes
+        # a change counter to read between polls: SQLite's; PostgreSQL pushes instead,
+        # and in poll-only mode has none, so waking to read it would only spin
+        self._checks_changes = not backend.pushes_changes and backend.change_marker() is not None
         self._lanes = Lanes(
             self.config.claim_lanes or backend.claim_lanes,
             lambda trip: self._round_trip(backend, trip), self._wake.set, f"sqljobs-{self.id}",
@@ -404,7 +406,7 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
                     timers.append(due - self.app.clock())
             if t.suspect_check > now and self._suspect is None and t.want_claim:
                 timers.append(t.suspect_check - now)
-        if not self._stopping and not self._backend_pushes:
+        if not self._stopping and self._checks_changes:
             timers.append(self.config.change_check_interval)
         for run in self.inflight.values():
             if run.deadline is not None:
