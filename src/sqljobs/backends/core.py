@@ -67,9 +67,10 @@ def mark_idempotent(
     return bool(cursor.rowcount == 1)
 
 
-LIMITED_SCAN_PAUSE = 0.05
+LIMITED_SCAN_PAUSE = 0.25
 """Seconds a worker whose limited jobs hand their slots over goes without the full limited
-claim (key locks, counts), once one found no free slot (see :class:`LimitedScans`)."""
+claim (key locks, counts), once one found no free slot and nothing announced a change
+since (see :class:`LimitedScans`)."""
 
 
 class LimitedScans:
@@ -79,24 +80,28 @@ class LimitedScans:
     completion's own statement, so the key's running count stays what it was and nothing
     needs counting. That is the drain's steady state: every slot taken, each freed one
     handed on. The full claim still runs when the round trip carries no completion (an
-    idle worker, woken by an enqueue or an announced slot), carries other outcomes, when a
-    completion could not hand its slot over (no heir due: the slot is free for anyone, and
-    announced), when the last full claim found free slots (there may be more), and at
-    least every ``LIMITED_SCAN_PAUSE`` (slots freed by others, or new keys, while this
-    worker is busy; idle workers are woken for those at once)."""
+    idle worker), carries other outcomes, when a completion could not hand its slot over
+    (no heir due: the slot is free for anyone, and announced), when the last full claim
+    found free slots (there may be more), when the backend's change marker moved since
+    the last full claim (an enqueue, a slot freed elsewhere, another connection's commit
+    on SQLite), and at least every ``LIMITED_SCAN_PAUSE`` (what announces nothing: a
+    delayed job falling due, a lease the reaper ended)."""
 
     def __init__(self) -> None:
         self._skip_until = 0.0
+        self._marker: int | None = None
 
-    def may_skip(self, outcomes: Sequence[Outcome]) -> bool:
-        """Whether a round trip carrying ``outcomes`` may only hand slots over."""
-        if not outcomes or time.monotonic() >= self._skip_until:
+    def may_skip(self, outcomes: Sequence[Outcome], marker: int | None) -> bool:
+        """Whether a round trip carrying ``outcomes`` may only hand slots over, the change
+        marker reading ``marker`` before it."""
+        if not outcomes or marker != self._marker or time.monotonic() >= self._skip_until:
             return False
         return all(o.state is JobState.DONE and o.history is None for o in outcomes)
 
-    def scanned(self, claimed: int) -> None:
-        """A full claim took ``claimed`` limited jobs besides the heirs of its own
-        completions: none, skip it for a while."""
+    def scanned(self, claimed: int, marker: int | None) -> None:
+        """A full claim, begun with the change marker at ``marker``, took ``claimed``
+        limited jobs besides the heirs of its own completions: none, skip it for a while."""
+        self._marker = marker
         self._skip_until = 0.0 if claimed else time.monotonic() + LIMITED_SCAN_PAUSE
 
     def handed_over(self, limited: int, handed: int) -> None:

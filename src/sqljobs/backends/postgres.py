@@ -289,7 +289,8 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         concurrency limit are claimed first, in the transaction of :meth:`_claim_limited`."""
         if not (claim.limited and claim.start_now + claim.limited_buffer):
             return self._finish_and_claim_unlimited(outcomes, claim)
-        if self._scans.may_skip(outcomes):
+        marker = self.change_marker()
+        if self._scans.may_skip(outcomes, marker):
             return self._hand_over(outcomes, claim)
         written: list[int] = []
         if not all(_plain(o) for o in outcomes):  # retries and failures: written first
@@ -297,7 +298,7 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
             outcomes, claim = [], replace(claim, started=())
         try:
             more, jobs = self._run(
-                lambda conn: self._claim_limited(conn, outcomes, claim), transaction=False
+                lambda conn: self._claim_limited(conn, outcomes, claim, marker), transaction=False
             )
             missed = [o for o in outcomes if o.job_id not in set(more)]
             if missed:  # fenced off, or others wait for them: the careful path tells which
@@ -350,7 +351,11 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         return list(done or []), claimed_jobs(found.names, rows), limited, handed
 
     def _claim_limited(
-        self, conn: psycopg.Connection[Any], outcomes: Sequence[Outcome], claim: Claim
+        self,
+        conn: psycopg.Connection[Any],
+        outcomes: Sequence[Outcome],
+        claim: Claim,
+        marker: int | None,
     ) -> tuple[list[int], list[ClaimedJob]]:
         """One transaction: the completions first, handing their slots over (a limited
         job that just ended must not count as running), and the scan that locks the limit
@@ -370,7 +375,7 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
                 left = replace(claim, limit=wanted - len(jobs), started=(),
                                start_now=max(0, claim.start_now - len(jobs)))  # fmt: skip
                 scanned = self._scan_limited(conn, left)
-            self._scans.scanned(len(scanned))
+            self._scans.scanned(len(scanned), marker)
             jobs += scanned
             rest = replace(claim, limit=claim.limit - len(jobs), started=(),
                            start_now=max(0, claim.start_now - len(jobs)))  # fmt: skip

@@ -269,12 +269,13 @@ class SqliteBackend(JobBrowser, ScheduleStore):
     ) -> tuple[list[int], list[ClaimedJob]]:
         """One write transaction: the outcomes row by row, then the claim, one statement
         (jobs under a concurrency limit first, by their own statements)."""
+        wanted = min(claim.limit, claim.start_now + claim.limited_buffer)
+        marker = self.change_marker() if claim.limited and wanted else None
         with self._writing() as conn:
             written = self._finish(conn, outcomes, claim.started)
-            wanted = min(claim.limit, claim.start_now + claim.limited_buffer)
             jobs: list[ClaimedJob] = []
             if claim.limited and wanted:
-                jobs = self._claim_limited(conn, outcomes, written, claim)
+                jobs = self._claim_limited(conn, outcomes, written, claim, marker)
             rest = replace(claim, limit=claim.limit - len(jobs),
                            start_now=max(0, claim.start_now - len(jobs)))  # fmt: skip
             if rest.limit > 0:
@@ -292,6 +293,7 @@ class SqliteBackend(JobBrowser, ScheduleStore):
         outcomes: Sequence[Outcome],
         written: Sequence[int],
         claim: Claim,
+        marker: int | None,
     ) -> list[ClaimedJob]:
         """Jobs under a concurrency limit, in the caller's write transaction, no more than
         start at once and may wait in the buffer: first the heirs of the limited jobs
@@ -308,12 +310,12 @@ class SqliteBackend(JobBrowser, ScheduleStore):
         # every outcome counts as limited here: one that was not, or left its slot free,
         # makes the next round trip the full claim
         self._scans.handed_over(len(outcomes), len(jobs))
-        if wanted <= len(jobs) or self._scans.may_skip(outcomes):
+        if wanted <= len(jobs) or self._scans.may_skip(outcomes, marker):
             return jobs
         left = replace(claim, limit=wanted - len(jobs),
                        start_now=max(0, claim.start_now - len(jobs)))  # fmt: skip
         scanned = self._scan_limited(conn, left)
-        self._scans.scanned(len(scanned))
+        self._scans.scanned(len(scanned), marker)
         return jobs + scanned
 
     def _scan_limited(self, conn: sqlite3.Connection, claim: Claim) -> list[ClaimedJob]:
