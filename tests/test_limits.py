@@ -441,6 +441,19 @@ def test_a_claim_buffers_limited_jobs_only_when_asked_and_within_free_slots(app:
     assert marked[0][0] == 3, "all but the one that starts at once wait in the buffer"
 
 
+def test_a_key_at_its_limit_is_no_reason_to_look_again_soon(app: App) -> None:
+    """A due job waiting for a slot is claimed when a completion announces the slot, so
+    the question of when to look again does not name it (on PostgreSQL the empty rate
+    question once answered "now", and an idle worker claimed every 5 ms)."""
+
+    @app.task(concurrency=1)
+    def export(n: int) -> None: ...
+
+    export.enqueue(1), export.enqueue(2)
+    assert len(app.backend.claim_jobs("w", None, 5, limited=True)) == 1
+    assert app.backend.next_due(None, ["export"], limited=True).wait is None
+
+
 def test_a_finished_job_hands_its_slot_to_its_key_s_next_job(
     app: App, monkeypatch: pytest.MonkeyPatch
 ) -> None:

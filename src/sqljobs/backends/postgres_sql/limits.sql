@@ -188,9 +188,11 @@ CROSS JOIN ended LEFT JOIN claimed AS c ON true
 -- opened in the last 50 ms counts as opening now: it may have opened between the worker's
 -- claim and this question. Only a key with starts kept can have a full window, so the
 -- keys come from sqljobs_starts (a few rows a key), each looked up in the limited index:
--- never a read of every pending limited job, on every round trip of a drain.
-SELECT greatest(0, extract(epoch FROM min(w.started_at + make_interval(secs => k.rate_window))
-                                      - now()))::float8 AS wait
+-- never a read of every pending limited job, on every round trip of a drain. No such key:
+-- NULL (greatest() skips a NULL, so it must not see the empty min()).
+SELECT CASE WHEN count(*) > 0 THEN
+           greatest(0, extract(epoch FROM min(w.started_at + make_interval(secs => k.rate_window))
+                                          - now()))::float8 END AS wait
 FROM (SELECT DISTINCT limit_key FROM {schema}.sqljobs_starts) AS started
 CROSS JOIN LATERAL (
     SELECT limit_key, rate_max, rate_window FROM {schema}.sqljobs_jobs
