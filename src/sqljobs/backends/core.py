@@ -98,11 +98,13 @@ class LimitedScans:
             return False
         return all(o.state is JobState.DONE and o.history is None for o in outcomes)
 
-    def scanned(self, claimed: int, marker: int | None) -> None:
-        """A full claim, begun with the change marker at ``marker``, took ``claimed``
-        limited jobs besides the heirs of its own completions: none, skip it for a while."""
+    def scanned(self, claimed: int, wanted: int, marker: int | None) -> None:
+        """A full claim, begun with the change marker at ``marker``, took ``claimed`` of
+        the ``wanted`` limited jobs besides the heirs of its own completions: fewer, it
+        saw every free slot, so skip it for a while."""
         self._marker = marker
-        self._skip_until = 0.0 if claimed else time.monotonic() + LIMITED_SCAN_PAUSE
+        more = claimed >= wanted > 0
+        self._skip_until = 0.0 if more else time.monotonic() + LIMITED_SCAN_PAUSE
 
     def handed_over(self, limited: int, handed: int) -> None:
         """``limited`` limited jobs ended and ``handed`` heirs took their slots: a slot left

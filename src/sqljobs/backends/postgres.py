@@ -375,7 +375,7 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
                 left = replace(claim, limit=wanted - len(jobs), started=(),
                                start_now=max(0, claim.start_now - len(jobs)))  # fmt: skip
                 scanned = self._scan_limited(conn, left)
-            self._scans.scanned(len(scanned), marker)
+            self._scans.scanned(len(scanned), wanted - len(jobs), marker)
             jobs += scanned
             rest = replace(claim, limit=claim.limit - len(jobs), started=(),
                            start_now=max(0, claim.start_now - len(jobs)))  # fmt: skip

@@ -315,7 +315,7 @@ class SqliteBackend(JobBrowser, ScheduleStore):
         left = replace(claim, limit=wanted - len(jobs),
                        start_now=max(0, claim.start_now - len(jobs)))  # fmt: skip
         scanned = self._scan_limited(conn, left)
-        self._scans.scanned(len(scanned), marker)
+        self._scans.scanned(len(scanned), left.limit, marker)
         return jobs + scanned
 
     def _scan_limited(self, conn: sqlite3.Connection, claim: Claim) -> list[ClaimedJob]:
