@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 
 from sqljobs import App, ConfigurationError, JobState, PayloadError
+from sqljobs.backends import core
 from sqljobs.backends.base import WorkerInfo
+from sqljobs.jobs import Outcome
 from sqljobs.maintenance import Reaper
 from sqljobs.worker import EventLog
 
@@ -437,6 +439,103 @@ def test_a_claim_buffers_limited_jobs_only_when_asked_and_within_free_slots(app:
     marked = db_execute(app, "SELECT count(*) FROM sqljobs_jobs WHERE state = 'running' "
                              "AND prefetched = true")  # fmt: skip
     assert marked[0][0] == 3, "all but the one that starts at once wait in the buffer"
+
+
+def test_a_key_at_its_limit_is_no_reason_to_look_again_soon(app: App) -> None:
+    """A due job waiting for a slot is claimed when a completion announces the slot, so
+    the question of when to look again does not name it (on PostgreSQL the empty rate
+    question once answered "now", and an idle worker claimed every 5 ms)."""
+
+    @app.task(concurrency=1)
+    def export(n: int) -> None: ...
+
+    export.enqueue(1), export.enqueue(2)
+    assert len(app.backend.claim_jobs("w", None, 5, limited=True)) == 1
+    assert app.backend.next_due(None, ["export"], limited=True).wait is None
+
+
+def test_a_finished_job_hands_its_slot_to_its_key_s_next_job(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a full claim found no free slot, a limited job that ends passes its slot to
+    the next due job of its key in its completion's statement, with no key lock and no
+    count: the key's running jobs stay at its limit, never above it."""
+    monkeypatch.setattr(core, "LIMITED_SCAN_PAUSE", 60.0)  # a slow machine keeps to it
+
+    @app.task(concurrency=2, concurrency_key=lambda tenant: tenant)
+    def sync(tenant: str) -> None: ...
+
+    a = [sync.enqueue("a").id for _ in range(4)]
+    b = sync.enqueue("b").id
+    backend, leases = app.backend, {"sync": 30.0}
+    first = backend.claim_jobs("w", None, 10, leases, limited=True)
+    assert sorted(j.id for j in first) == sorted([a[0], a[1], b])
+    assert backend.claim_jobs("w", None, 10, leases, limited=True) == [], "no slot free"
+
+    def no_full_claim(*_: object) -> None:
+        raise AssertionError("the full claim ran: every slot could be handed over")
+
+    monkeypatch.setattr(backend, "_scan_limited", no_full_claim)
+    ended = [Outcome(j.id, j.token, JobState.DONE) for j in first if j.id != b]
+    written, heirs = backend.finish_and_claim(ended, "w", None, 10, leases, limited=True)
+    assert sorted(written) == [a[0], a[1]]
+    assert [j.id for j in heirs] == [a[2], a[3]], "a's slots went to a's next jobs"
+    assert _running(app) == [("sync:a", 2), ("sync:b", 1)]
+    assert all(j.attempt == 1 for j in heirs)
+
+
+def test_a_slot_is_handed_over_to_no_job_of_a_lower_limit_or_a_rate(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An heir whose limit is lower than the ended job's (a limit lowered in the code) or
+    that carries a rate goes through the full claim, which counts: a lowered limit is not
+    overrun and a rate's start is written down."""
+    monkeypatch.setattr(core, "LIMITED_SCAN_PAUSE", 60.0)
+
+    @app.task(concurrency=2)
+    def export(n: int) -> None: ...
+
+    ids = [export.enqueue(i).id for i in range(4)]
+    backend, leases = app.backend, {"export": 30.0}
+    first = backend.claim_jobs("w", None, 10, leases, limited=True)
+    assert backend.claim_jobs("w", None, 10, leases, limited=True) == []
+    db_execute(app, "UPDATE sqljobs_jobs SET limit_max = 1 WHERE id = ?", params=(ids[2],))
+    done = [Outcome(first[0].id, first[0].token, JobState.DONE)]
+    _, heirs = backend.finish_and_claim(done, "w", None, 10, leases, limited=True)
+    assert heirs == [], "one runs, and the next job allows one at a time"
+    assert _running(app) == [("export", 1)]
+
+    db_execute(app, "UPDATE sqljobs_jobs SET limit_max = 2, rate_max = 100, rate_window = 1 "
+                    "WHERE id IN (?, ?)", params=(ids[2], ids[3]))  # fmt: skip
+    done = [Outcome(first[1].id, first[1].token, JobState.DONE)]
+    _, heirs = backend.finish_and_claim(done, "w", None, 10, leases, limited=True)
+    heirs += backend.claim_jobs("w", None, 10, leases, limited=True)
+    assert sorted(j.id for j in heirs) == [ids[2], ids[3]]
+    starts = db_execute(app, "SELECT count(*) FROM sqljobs_starts")
+    assert starts[0][0] == 2, "the rate was counted: both starts are written down"
+
+
+def test_a_drain_of_short_jobs_keeps_every_key_to_its_limit(app: App) -> None:
+    """Short jobs, many per key: the worker hands slots over from job to job (its steady
+    state), and no key ever runs more than its limit."""
+    overlap = Overlap()
+
+    @app.task(concurrency=1, concurrency_key=lambda tenant, n: tenant)
+    def tick(tenant: str, n: int) -> None:
+        overlap.run(tenant, 0.0005)
+
+    handles = tick.enqueue_many([(t, i) for i in range(60) for t in "abcd"])
+    with worker_thread(app, concurrency=8):
+        for handle in handles:
+            handle.result(timeout=30)
+    assert max(overlap.most.values()) == 1
+    assert overlap.most_total > 1, "the keys ran side by side"
+
+
+def _running(app: App) -> list[Any]:
+    """Running jobs per limit key."""
+    return sorted(db_execute(app, "SELECT limit_key, count(*) FROM sqljobs_jobs "
+                                  "WHERE state = 'running' GROUP BY limit_key"))  # fmt: skip
 
 
 def test_the_pruner_deletes_starts_older_than_any_window(app: App) -> None:

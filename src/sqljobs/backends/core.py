@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, replace
 from typing import Any
 
 from .. import dependencies
-from ..jobs import ClaimedJob, Due, EnqueueResult, HeldJob, Job, NewJob, Outcome
+from ..jobs import ClaimedJob, Due, EnqueueResult, HeldJob, Job, JobState, NewJob, Outcome
 from ..limits import QueueLimit
 from ..rollup import MetricAmount
 from ..stats import (
@@ -66,11 +67,60 @@ def mark_idempotent(
     return bool(cursor.rowcount == 1)
 
 
+LIMITED_SCAN_PAUSE = 0.25
+"""Seconds a worker whose limited jobs hand their slots over goes without the full limited
+claim (key locks, counts), once one found no free slot and nothing announced a change
+since (see :class:`LimitedScans`)."""
+
+
+class LimitedScans:
+    """When a worker's limited claim may skip the full one (the scan over keys, which counts
+    each key's running jobs, and on PostgreSQL locks the keys) and only hand slots over:
+    each completed limited job passes its slot to the next due job of its key in the
+    completion's own statement, so the key's running count stays what it was and nothing
+    needs counting. That is the drain's steady state: every slot taken, each freed one
+    handed on. The full claim still runs when the round trip carries no completion (an
+    idle worker), carries other outcomes, when a completion could not hand its slot over
+    (no heir due: the slot is free for anyone, and announced), when the last full claim
+    found free slots (there may be more), when the backend's change marker moved since
+    the last full claim (an enqueue, a slot freed elsewhere, another connection's commit
+    on SQLite), and at least every ``LIMITED_SCAN_PAUSE`` (what announces nothing: a
+    delayed job falling due, a lease the reaper ended)."""
+
+    def __init__(self) -> None:
+        self._skip_until = 0.0
+        self._marker: int | None = None
+
+    def may_skip(self, outcomes: Sequence[Outcome], marker: int | None) -> bool:
+        """Whether a round trip carrying ``outcomes`` may only hand slots over, the change
+        marker reading ``marker`` before it."""
+        if not outcomes or marker != self._marker or time.monotonic() >= self._skip_until:
+            return False
+        return all(o.state is JobState.DONE and o.history is None for o in outcomes)
+
+    def scanned(self, claimed: int, wanted: int, marker: int | None) -> None:
+        """A full claim, begun with the change marker at ``marker``, took ``claimed`` of
+        the ``wanted`` limited jobs besides the heirs of its own completions: fewer, it
+        saw every free slot, so skip it for a while."""
+        self._marker = marker
+        more = claimed >= wanted > 0
+        self._skip_until = 0.0 if more else time.monotonic() + LIMITED_SCAN_PAUSE
+
+    def handed_over(self, limited: int, handed: int) -> None:
+        """``limited`` limited jobs ended and ``handed`` heirs took their slots: a slot left
+        free makes the next round trip a full claim."""
+        if handed < limited:
+            self._skip_until = 0.0
+
+
 class BackendCore(Dialect):
     """The engine-independent half of a backend."""
 
     server_clock = False
     """Whether a delay counts from the database server's clock (PostgreSQL's setting)."""
+
+    _scans: LimitedScans
+    """When this backend's limited claims may only hand slots over."""
 
     def migrate(self) -> list[str]:
         if up_to_date(self._read, self.sql, self.migrations):

@@ -37,7 +37,7 @@ from ..jobs import FINISHED_STATES, ClaimedJob, HeldJob, JobState, Outcome
 from ..notifiers.postgres import PostgresNotifier, channel_for
 from ..url import url_options
 from .base import MISSING_SCHEMA
-from .core import lending
+from .core import LimitedScans, lending
 from .dialect import Claim
 from .job_browser import JobBrowser
 from .postgres_enqueue import PostgresEnqueue
@@ -139,6 +139,7 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         self._pool: psycopg_pool.ConnectionPool | None = None
         self._lock = threading.Lock()
         self._limit_cursor = ""  # where the next limited claim starts its key scan
+        self._scans = LimitedScans()
 
     # -- connections -------------------------------------------------------------------
 
@@ -335,13 +336,16 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         concurrency limit are claimed first, in the transaction of :meth:`_claim_limited`."""
         if not (claim.limited and claim.start_now + claim.limited_buffer):
             return self._finish_and_claim_unlimited(outcomes, claim)
+        marker = self.change_marker()
+        if self._scans.may_skip(outcomes, marker):
+            return self._hand_over(outcomes, claim)
         written: list[int] = []
         if not all(_plain(o) for o in outcomes):  # retries and failures: written first
             written = self.finish_jobs(outcomes, claim.started)
             outcomes, claim = [], replace(claim, started=())
         try:
             more, jobs = self._run(
-                lambda conn: self._claim_limited(conn, outcomes, claim), transaction=False
+                lambda conn: self._claim_limited(conn, outcomes, claim, marker), transaction=False
             )
             missed = [o for o in outcomes if o.job_id not in set(more)]
             if missed:  # fenced off, or others wait for them: the careful path tells which
@@ -355,50 +359,98 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
             more, jobs = self._finish_and_claim_unlimited(outcomes, claim)
         return written + more, jobs
 
-    def _claim_limited(
-        self, conn: psycopg.Connection[Any], outcomes: Sequence[Outcome], claim: Claim
+    def _hand_over(
+        self, outcomes: Sequence[Outcome], claim: Claim
     ) -> tuple[list[int], list[ClaimedJob]]:
-        """One transaction: the completions first (a limited job that just ended must not
-        count as running) and the scan that locks the limit keys with pending jobs; then,
-        in a snapshot taken after the locks, each key's free slots are claimed (see
-        sqljobs.limits); then jobs without a limit, for what is left. (Sent as a pipeline,
-        it measured no faster: the statements' own work is what costs.)"""
-        channel = self.notifier.channel
-        wanted = claim.start_now + claim.limited_buffer
-        at_once = replace(claim, limit=min(claim.limit, wanted), started=())
-        limited_sql, limited_params = self._claim_statement("claim_limited", at_once)
+        """Complete plain outcomes, each limited one handing its slot to its key's next
+        due job, and claim jobs without a limit for the rest: one statement, no key lock
+        (see LimitedScans). A slot left free makes the next round trip the full claim."""
+        found = self._write(lambda conn: self._handing_over(conn, outcomes, claim, True))
+        written, jobs, limited, handed = found
+        self._scans.handed_over(limited, handed)
+        missed = [o for o in outcomes if o.job_id not in set(written)]
+        if missed:  # fenced off, or others wait for them: the careful path tells which
+            written += self._write(lambda conn: self._finish_parents(conn, missed))
+        return written, jobs
+
+    def _handing_over(
+        self,
+        conn: psycopg.Connection[Any],
+        outcomes: Sequence[Outcome],
+        claim: Claim,
+        unlimited: bool,
+    ) -> tuple[list[int], list[ClaimedJob], int, int]:
+        """The statement complete_and_hand_over: the outcomes written, the heirs (and, if
+        ``unlimited``, jobs without a limit for the rest of the claim), how many of the
+        jobs that ended were limited and how many heirs took their slots."""
+        sql, params = self._claim_statement("complete_and_hand_over", claim)
+        params.update(_began(claim.started))
+        params.update(_fenced(outcomes))
+        params.update(_values(outcomes))
+        params["channel"] = self.notifier.channel
+        params["hand_over"] = min(claim.limit, claim.start_now + claim.limited_buffer)
+        if not unlimited:
+            params["limit"] = 0
+        found = result(conn.execute(sql, params))
+        done, limited, handed = found.first("ids", "limited", "handed") or (None, 0, 0)
+        ids = found.pick("id")
+        rows = [row for row, (id_,) in zip(found.rows, ids, strict=True) if id_ is not None]
+        return list(done or []), claimed_jobs(found.names, rows), limited, handed
+
+    def _claim_limited(
+        self,
+        conn: psycopg.Connection[Any],
+        outcomes: Sequence[Outcome],
+        claim: Claim,
+        marker: int | None,
+    ) -> tuple[list[int], list[ClaimedJob]]:
+        """One transaction: the completions first, handing their slots over (a limited
+        job that just ended must not count as running), and the scan that locks the limit
+        keys with pending jobs; then, in a snapshot taken after the locks, each key's
+        free slots are claimed (see sqljobs.limits); then jobs without a limit, for what
+        is left. (Sent as a pipeline, it measured no faster: the statements' own work is
+        what costs.)"""
+        wanted = min(claim.limit, claim.start_now + claim.limited_buffer)
         with conn.transaction():
-            done = None
-            if outcomes:
-                params = {**_fenced(outcomes), **_began(claim.started), **_values(outcomes)}
-                done = conn.execute(self.sql["complete_jobs"], {**params, "channel": channel})
-            elif claim.started:
-                conn.execute(self.sql["mark_started"], _began(claim.started))
-            conn.execute(self.sql["limited_lock_timeout"])
-            after = self._limit_cursor
-            scan = {"after": after, "max_keys": LIMITED_KEYS}
-            scanned = conn.execute(self.sql["lock_limited_keys"], scan)
-            rows = result(scanned).pick("key", "turn", "locked")
-            later = [key for key, turn, _ in rows if turn == 0]
-            # the next claim starts after the last key of this turn (or from the start)
-            self._limit_cursor = max(later) if len(rows) >= LIMITED_KEYS and later else ""
-            keys = [key for key, _, locked in rows if locked]
+            written: list[int] = []
             jobs: list[ClaimedJob] = []
-            if keys:
-                claimed = conn.execute(limited_sql, {**limited_params, "keys": keys})
-                found = result(claimed)
-                jobs = claimed_jobs(found.names, found.rows)
+            if outcomes or claim.started:
+                written, jobs, _, _ = self._handing_over(conn, outcomes, claim, False)
+            conn.execute(self.sql["limited_lock_timeout"])
+            scanned: list[ClaimedJob] = []
+            if wanted > len(jobs):
+                left = replace(claim, limit=wanted - len(jobs), started=(),
+                               start_now=max(0, claim.start_now - len(jobs)))  # fmt: skip
+                scanned = self._scan_limited(conn, left)
+            self._scans.scanned(len(scanned), wanted - len(jobs), marker)
+            jobs += scanned
             rest = replace(claim, limit=claim.limit - len(jobs), started=(),
                            start_now=max(0, claim.start_now - len(jobs)))  # fmt: skip
             others = None
             if rest.limit > 0:
                 sql, params = self._claim_statement("claim", rest)
                 others = conn.execute(sql, {**params, **_began(())})
-        written = [] if done is None else _ids(done)
         if others is not None:
             found = result(others)
             jobs += claimed_jobs(found.names, found.rows)
         return written, jobs
+
+    def _scan_limited(self, conn: psycopg.Connection[Any], claim: Claim) -> list[ClaimedJob]:
+        """Lock the limit keys with pending jobs, then claim their free slots."""
+        after = self._limit_cursor
+        scan = {"after": after, "max_keys": LIMITED_KEYS}
+        rows = result(conn.execute(self.sql["lock_limited_keys"], scan)).pick(
+            "key", "turn", "locked"
+        )
+        later = [key for key, turn, _ in rows if turn == 0]
+        # the next claim starts after the last key of this turn (or from the start)
+        self._limit_cursor = max(later) if len(rows) >= LIMITED_KEYS and later else ""
+        keys = [key for key, _, locked in rows if locked]
+        if not keys:
+            return []
+        sql, params = self._claim_statement("claim_limited", claim)
+        found = result(conn.execute(sql, {**params, "keys": keys}))
+        return claimed_jobs(found.names, found.rows)
 
     def _finish_and_claim_unlimited(
         self, outcomes: Sequence[Outcome], claim: Claim

@@ -26,7 +26,7 @@ from ..errors import BackendError, ConfigurationError
 from ..jobs import FINISHED_STATES, ClaimedJob, EnqueueResult, HeldJob, JobState, NewJob, Outcome
 from ..notifiers.sqlite import SqliteNotifier
 from .base import MISSING_SCHEMA
-from .core import lending
+from .core import LimitedScans, lending
 from .dialect import Claim
 from .job_browser import JobBrowser
 from .rows import claimed_jobs, columns, result
@@ -89,6 +89,7 @@ class SqliteBackend(JobBrowser, ScheduleStore):
         self._local = threading.local()
         self._migrate_lock = threading.Lock()
         self._limit_cursor = ""  # where the next limited claim starts its key scan
+        self._scans = LimitedScans()
 
     # -- connections -------------------------------------------------------------------
 
@@ -299,10 +300,13 @@ class SqliteBackend(JobBrowser, ScheduleStore):
     ) -> tuple[list[int], list[ClaimedJob]]:
         """One write transaction: the outcomes row by row, then the claim, one statement
         (jobs under a concurrency limit first, by their own statements)."""
+        wanted = min(claim.limit, claim.start_now + claim.limited_buffer)
+        marker = self.change_marker() if claim.limited and wanted else None
         with self._writing() as conn:
             written = self._finish(conn, outcomes, claim.started)
-            wanted = claim.start_now + claim.limited_buffer
-            jobs = self._claim_limited(conn, claim) if claim.limited and wanted else []
+            jobs: list[ClaimedJob] = []
+            if claim.limited and wanted:
+                jobs = self._claim_limited(conn, outcomes, written, claim, marker)
             rest = replace(claim, limit=claim.limit - len(jobs),
                            start_now=max(0, claim.start_now - len(jobs)))  # fmt: skip
             if rest.limit > 0:
@@ -314,11 +318,40 @@ class SqliteBackend(JobBrowser, ScheduleStore):
                 conn.execute(Q["mark_prefetched"], {"ids": buffered})
         return written, jobs
 
-    def _claim_limited(self, conn: sqlite3.Connection, claim: Claim) -> list[ClaimedJob]:
-        """Jobs under a concurrency limit, in the caller's write transaction: for each key
-        with pending jobs, as many as it has free slots (see sqljobs.limits), and no more
-        than start at once and may wait in the buffer."""
-        claim = replace(claim, limit=min(claim.limit, claim.start_now + claim.limited_buffer))
+    def _claim_limited(
+        self,
+        conn: sqlite3.Connection,
+        outcomes: Sequence[Outcome],
+        written: Sequence[int],
+        claim: Claim,
+        marker: int | None,
+    ) -> list[ClaimedJob]:
+        """Jobs under a concurrency limit, in the caller's write transaction, no more than
+        start at once and may wait in the buffer: first the heirs of the limited jobs
+        that just ended (each takes the slot its key's ended job held), then, unless every
+        ended job handed its slot over and the last full claim found no free slot (see
+        LimitedScans), for each key with pending jobs as many as it has free slots."""
+        wanted = min(claim.limit, claim.start_now + claim.limited_buffer)
+        jobs: list[ClaimedJob] = []
+        if written:
+            sql, params = self._claim_statement("hand_over", claim)
+            params.update(ended=json.dumps(list(written)), limit=wanted)
+            cur = conn.execute(sql, params)
+            jobs = claimed_jobs(columns(cur) or (), cur.fetchall())
+        # every outcome counts as limited here: one that was not, or left its slot free,
+        # makes the next round trip the full claim
+        self._scans.handed_over(len(outcomes), len(jobs))
+        if wanted <= len(jobs) or self._scans.may_skip(outcomes, marker):
+            return jobs
+        left = replace(claim, limit=wanted - len(jobs),
+                       start_now=max(0, claim.start_now - len(jobs)))  # fmt: skip
+        scanned = self._scan_limited(conn, left)
+        self._scans.scanned(len(scanned), left.limit, marker)
+        return jobs + scanned
+
+    def _scan_limited(self, conn: sqlite3.Connection, claim: Claim) -> list[ClaimedJob]:
+        """For each key with pending jobs, as many as it has free slots (see
+        sqljobs.limits), up to ``claim.limit`` in all."""
         keys = self._limited_keys(conn)
         if not keys:
             return []

@@ -104,15 +104,95 @@ WITH slots AS (
 )
 SELECT * FROM claimed
 
+-- name: complete_and_hand_over
+-- A drain's limited round trip without a key lock or a count: each completed job under a
+-- concurrency limit hands its slot to the next due job of its key, in this statement, so
+-- the key's running count never changes and nothing needs counting. The heir is the next
+-- job in line, or none: it must carry no rate (rates are counted by claim_limited) and a
+-- limit no lower than the finished job's (a lowered limit is never overrun this way); a
+-- job that ran as a suspect held no counted slot, so it hands none over. Ended jobs whose
+-- key handed over every slot announce nothing (no slot is free); the others wake their
+-- queue's workers as complete_jobs does.
+-- Then jobs without a limit, for what is left of %(limit)s. Its picked/claimed CTEs repeat
+-- `claim` and `complete_and_claim` (queries.sql) on purpose: change them together.
+WITH began AS (
+    UPDATE {schema}.sqljobs_jobs AS j SET prefetched = false
+    FROM unnest(%(began_ids)s::bigint[], %(began_tokens)s::bigint[]) AS b(id, token)
+    WHERE j.id = b.id AND j.token = b.token AND j.state = 'running'
+    RETURNING 1
+), done AS (
+    UPDATE {schema}.sqljobs_jobs AS j
+    SET state = 'done', finished_at = now(), lease_until = NULL,
+        result = %(results)s::jsonb ->> j.id::text,
+        progress = coalesce(%(progress)s::jsonb ->> j.id::text, j.progress)
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS o(id, token)
+    WHERE j.id = o.id AND j.token = o.token AND j.state = 'running' AND j.children = 0
+    RETURNING j.id, j.waited, j.queue, j.limit_key, j.limit_max, j.rate_max, j.crashes
+), freed AS (
+    SELECT limit_key AS key, min(limit_max) AS limit_max, count(*) AS slots FROM done
+    WHERE limit_key IS NOT NULL AND limit_max IS NOT NULL AND rate_max IS NULL AND crashes < 2
+    GROUP BY limit_key
+), heirs AS MATERIALIZED (
+    SELECT h.id, h.priority, h.run_at, h.limit_key
+    FROM freed CROSS JOIN LATERAL (
+        SELECT id, priority, run_at, limit_key, limit_max, rate_max FROM {schema}.sqljobs_jobs
+        WHERE limit_key = freed.key AND state = 'pending' AND run_at <= now() AND crashes < 2
+          {queue_filter}
+          AND queue NOT IN (SELECT name FROM {schema}.sqljobs_queues WHERE paused)
+        ORDER BY priority DESC, run_at, id
+        LIMIT freed.slots
+        FOR UPDATE SKIP LOCKED
+    ) AS h
+    WHERE h.rate_max IS NULL AND h.limit_max >= freed.limit_max  -- (the next in line, or none)
+    ORDER BY h.priority DESC, h.run_at, h.id
+    LIMIT %(hand_over)s
+), kept AS (  -- keys whose every freed slot went to an heir
+    SELECT freed.key FROM freed
+    WHERE freed.slots = (SELECT count(*) FROM heirs WHERE heirs.limit_key = freed.key)
+), ended AS (
+    SELECT (SELECT count(pg_notify(%(channel)s, '#end:' || id)) FROM done WHERE waited)
+           + (SELECT count(pg_notify(%(channel)s, queue)) FROM done
+              WHERE limit_key IS NOT NULL AND limit_key NOT IN (SELECT key FROM kept))
+           AS n
+), picked AS MATERIALIZED (
+    SELECT id, priority, run_at FROM {schema}.sqljobs_jobs
+    WHERE state = 'pending' AND run_at <= now() AND crashes < 2 AND limit_key IS NULL
+      {queue_filter}
+      AND queue NOT IN (SELECT name FROM {schema}.sqljobs_queues WHERE paused)
+    ORDER BY priority DESC, run_at, id
+    LIMIT greatest(%(limit)s - (SELECT count(*) FROM heirs), 0)
+    FOR UPDATE SKIP LOCKED
+), ranked AS (
+    SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS rank
+    FROM (SELECT id, priority, run_at FROM heirs UNION ALL SELECT * FROM picked) AS both_
+), claimed AS (
+    UPDATE {schema}.sqljobs_jobs AS j
+    SET state = 'running', attempts = j.attempts + 1, token = j.token + 1,
+        worker = %(worker)s, started_at = now(), prefetched = ranked.rank > %(start_now)s,
+        lease = coalesce((%(leases)s::jsonb ->> j.task)::float8, j.lease),
+        lease_until = now() + make_interval(secs => coalesce((%(leases)s::jsonb ->> j.task)::float8,
+                                                             j.lease))
+    FROM ranked WHERE j.id = ranked.id
+    RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts AS attempt, j.token,
+              j.lease, j.max_attempts, extract(epoch FROM j.created_at)::float8 AS created_at,
+              extract(epoch FROM j.deadline_at)::float8 AS deadline_at, j.key,
+              extract(epoch FROM j.run_at)::float8 AS run_at
+)
+SELECT d.ids, d.limited, (SELECT count(*) FROM heirs) AS handed, c.*
+FROM (SELECT array_agg(id) AS ids, count(limit_key) AS limited FROM done) AS d
+CROSS JOIN ended LEFT JOIN claimed AS c ON true
+
 -- name: next_rate_opening
 -- In how many seconds the first rate-limited key with due jobs and a full window may
 -- start one: its rate_max-th most recent start leaves the window then. A window that
 -- opened in the last 50 ms counts as opening now: it may have opened between the worker's
 -- claim and this question. Only a key with starts kept can have a full window, so the
 -- keys come from sqljobs_starts (a few rows a key), each looked up in the limited index:
--- never a read of every pending limited job, on every round trip of a drain.
-SELECT greatest(0, extract(epoch FROM min(w.started_at + make_interval(secs => k.rate_window))
-                                      - now()))::float8 AS wait
+-- never a read of every pending limited job, on every round trip of a drain. No such key:
+-- NULL (greatest() skips a NULL, so it must not see the empty min()).
+SELECT CASE WHEN count(*) > 0 THEN
+           greatest(0, extract(epoch FROM min(w.started_at + make_interval(secs => k.rate_window))
+                                          - now()))::float8 END AS wait
 FROM (SELECT DISTINCT limit_key FROM {schema}.sqljobs_starts) AS started
 CROSS JOIN LATERAL (
     SELECT limit_key, rate_max, rate_window FROM {schema}.sqljobs_jobs

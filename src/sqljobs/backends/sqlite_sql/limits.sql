@@ -34,6 +34,41 @@ FROM json_each(:keys) AS k JOIN sqljobs_jobs AS j ON j.id IN (
     ORDER BY priority DESC, run_at, id
     LIMIT :most)
 
+-- name: hand_over
+-- Each job of :ended (just written, in this transaction) that held a slot under a
+-- concurrency limit hands it to the next due job of its key: the key's running count
+-- stays what it was, so nothing needs counting (see LimitedScans). The heir is the next
+-- job in line, or none: it must carry no rate (rates are counted by the full claim) and a
+-- limit no lower than the ended job's (a lowered limit is never overrun this way); a job that ran as a suspect held no counted
+-- slot, so it hands none over. At most :limit heirs, in claim order.
+WITH freed AS (
+    SELECT limit_key AS key, min(limit_max) AS limit_max, count(*) AS slots FROM sqljobs_jobs
+    WHERE id IN (SELECT value FROM json_each(:ended)) AND state <> 'running'
+      AND limit_key IS NOT NULL AND limit_max IS NOT NULL AND rate_max IS NULL AND crashes < 2
+    GROUP BY limit_key
+), heirs AS (
+    SELECT j.id, j.priority, j.run_at, j.limit_max, j.rate_max, f.slots, f.limit_max AS floor,
+           row_number() OVER (PARTITION BY j.limit_key ORDER BY j.priority DESC, j.run_at, j.id)
+               AS nth
+    FROM freed AS f JOIN sqljobs_jobs AS j ON j.id IN (
+        SELECT id FROM sqljobs_jobs
+        WHERE limit_key = f.key AND state = 'pending' AND run_at <= :now AND crashes < 2
+          {queue_filter}
+          AND queue NOT IN (SELECT name FROM sqljobs_queues WHERE paused = 1)
+        ORDER BY priority DESC, run_at, id
+        LIMIT (SELECT max(slots) FROM freed))  -- each key reads no more than it may take
+)
+UPDATE sqljobs_jobs
+SET state = 'running', attempts = attempts + 1, token = token + 1,
+    worker = :worker, started_at = :now, prefetched = :all_buffered,
+    lease = coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease),
+    lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
+WHERE id IN (SELECT id FROM heirs  -- the next in line, or none
+             WHERE nth <= slots AND rate_max IS NULL AND limit_max >= floor
+             ORDER BY priority DESC, run_at, id LIMIT :limit)
+RETURNING id, task, payload, queue, priority, attempts AS attempt, token, lease,
+          max_attempts, created_at, deadline_at, key, run_at
+
 -- name: drop_starts
 -- A rate's window has passed these starts: they count no more.
 DELETE FROM sqljobs_starts WHERE limit_key = :key AND started_at <= :since
