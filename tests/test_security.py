@@ -222,6 +222,8 @@ def test_a_worker_run_logs_nothing_of_the_password(
     app.task(name="fine")(lambda: 1)
     app.task(name="fails", retry=sqljobs.Retry(max_attempts=1))(_fail)
     caplog.set_level(logging.DEBUG)
+    # also the sqljobs logger itself: a CLI run earlier in the process may have set its level
+    caplog.set_level(logging.DEBUG, logger="sqljobs")
     with worker_thread(app, concurrency=2):
         done = app.tasks["fine"].enqueue()
         dead = app.tasks["fails"].enqueue()
