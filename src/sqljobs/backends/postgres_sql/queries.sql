@@ -90,6 +90,7 @@ WITH began AS (
     UPDATE {schema}.sqljobs_jobs AS j SET prefetched = false
     FROM unnest(%(began_ids)s::bigint[], %(began_tokens)s::bigint[]) AS b(id, token)
     WHERE j.id = b.id AND j.token = b.token AND j.state = 'running'
+      AND cardinality(%(began_ids)s::bigint[]) > 0  -- none: no scan at all
     RETURNING 1
 ), picked AS MATERIALIZED (
     SELECT id, priority, run_at FROM {schema}.sqljobs_jobs
@@ -118,7 +119,9 @@ RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts AS attempt, j
 -- The hot path in one round trip and one commit: complete a batch, claim the next.
 -- Its picked/claimed CTEs repeat `claim` on purpose (one statement, one plan): change
 -- both together. %(results)s and %(progress)s map job ids to JSON texts (or are NULL);
--- a job a caller waits on (`waited`) announces its end with a NOTIFY.
+-- a job a caller waits on (`waited`) announces its end with a NOTIFY, and a limited job's
+-- end frees a slot: it wakes the workers of its queue. Those NOTIFYs are aggregates of the
+-- last SELECT, beside the ids: a CTE of two subqueries cost each claim more planning.
 WITH done AS (
     UPDATE {schema}.sqljobs_jobs AS j
     SET state = 'done', finished_at = now(), lease_until = NULL,
@@ -127,14 +130,11 @@ WITH done AS (
     FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS o(id, token)
     WHERE j.id = o.id AND j.token = o.token AND j.state = 'running' AND j.children = 0
     RETURNING j.id, j.waited, j.queue, j.limit_key
-), ended AS (  -- and a limited job's end frees a slot: wake the workers of its queue
-    SELECT (SELECT count(pg_notify(%(channel)s, '#end:' || id)) FROM done WHERE waited)
-           + (SELECT count(pg_notify(%(channel)s, queue)) FROM done WHERE limit_key IS NOT NULL)
-           AS n
 ), began AS (
     UPDATE {schema}.sqljobs_jobs AS j SET prefetched = false
     FROM unnest(%(began_ids)s::bigint[], %(began_tokens)s::bigint[]) AS b(id, token)
     WHERE j.id = b.id AND j.token = b.token AND j.state = 'running'
+      AND cardinality(%(began_ids)s::bigint[]) > 0  -- none: no scan at all
     RETURNING 1
 ), picked AS MATERIALIZED (
     SELECT id, priority, run_at FROM {schema}.sqljobs_jobs
@@ -159,7 +159,14 @@ WITH done AS (
               extract(epoch FROM j.deadline_at)::float8 AS deadline_at, j.key,
               extract(epoch FROM j.run_at)::float8 AS run_at
 )
-SELECT d.ids, c.* FROM (SELECT array_agg(id) AS ids FROM done) AS d CROSS JOIN ended
+SELECT d.ids, c.* FROM (
+    SELECT array_agg(id) AS ids,
+           -- (FILTER: each NOTIFY is sent only for the rows it is about; kept, though never
+           -- read, because pg_notify is volatile)
+           count(pg_notify(%(channel)s, '#end:' || id)) FILTER (WHERE waited)
+           + count(pg_notify(%(channel)s, queue)) FILTER (WHERE limit_key IS NOT NULL)
+           AS notified
+    FROM done) AS d
 LEFT JOIN claimed AS c ON true
 
 -- name: claim_suspect
@@ -205,6 +212,7 @@ WITH began AS (
     UPDATE {schema}.sqljobs_jobs AS j SET prefetched = false
     FROM unnest(%(began_ids)s::bigint[], %(began_tokens)s::bigint[]) AS b(id, token)
     WHERE j.id = b.id AND j.token = b.token AND j.state = 'running'
+      AND cardinality(%(began_ids)s::bigint[]) > 0  -- none: no scan at all
     RETURNING 1
 ), done AS (
     UPDATE {schema}.sqljobs_jobs AS j
@@ -214,12 +222,12 @@ WITH began AS (
     FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS o(id, token)
     WHERE j.id = o.id AND j.token = o.token AND j.state = 'running' AND j.children = 0
     RETURNING j.id, j.waited, j.queue, j.limit_key
-), ended AS (  -- and a limited job's end frees a slot: wake the workers of its queue
-    SELECT (SELECT count(pg_notify(%(channel)s, '#end:' || id)) FROM done WHERE waited)
-           + (SELECT count(pg_notify(%(channel)s, queue)) FROM done WHERE limit_key IS NOT NULL)
-           AS n
+), notified AS (  -- as in complete_and_claim (a CTE: run once, whatever the join)
+    SELECT count(pg_notify(%(channel)s, '#end:' || id)) FILTER (WHERE waited)
+           + count(pg_notify(%(channel)s, queue)) FILTER (WHERE limit_key IS NOT NULL) AS n
+    FROM done
 )
-SELECT id FROM done CROSS JOIN ended
+SELECT id FROM done CROSS JOIN notified
 
 -- name: mark_started
 UPDATE {schema}.sqljobs_jobs AS j SET prefetched = false
