@@ -371,8 +371,8 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         params["channel"] = self.notifier.channel
         found = self._write(lambda c: result(c.execute(sql, params)))
         (done,) = found.first("ids") or (None,)
-        ids = found.pick("id")
-        rows = [row for row, (id_,) in zip(found.rows, ids, strict=True) if id_ is not None]
+        at = found.names.index("id")  # (NULL in the one row when none was claimed)
+        rows = [row for row in found.rows if row[at] is not None]
         written = list(done or [])
         ended = set(written)  # (once: in the comprehension's test it is built per outcome)
         missed = [o for o in outcomes if o.job_id not in ended]
