@@ -14,7 +14,7 @@ from sqljobs.backends import WorkerInfo
 from sqljobs.jobs import HeldJob, Outcome
 from sqljobs.maintenance import Reaper
 
-from .conftest import expire_lease
+from .conftest import db_execute, expire_lease
 
 
 def _claim_until_empty(
@@ -67,6 +67,34 @@ def test_claims_take_priority_then_age_and_respect_run_at_and_queue(app: App) ->
     assert later not in [j.id for j in claimed] and other not in [j.id for j in claimed]
     assert [j.id for j in backend.claim_jobs("w", ["default", "other"], 10)] == [other]
     assert all(j.attempt == 1 and j.token == 1 for j in claimed)
+
+
+def test_a_claim_marks_the_jobs_beyond_those_that_start_at_once_as_buffered(app: App) -> None:
+    """The claim itself marks ``prefetched`` the jobs after the first ``start_now`` in claim
+    order (a crash of the worker does not blame them), whatever order its rows come in."""
+
+    @app.task
+    def t(n: int) -> None: ...
+
+    ids = [t.with_options(priority=n % 3).enqueue(n).id for n in range(7)]
+    claimed = app.backend.claim_jobs("w", None, 5, {"t": 30.0}, start_now=2)
+    assert len(claimed) == 5 and set(j.id for j in claimed) <= set(ids)
+    marked = {
+        job_id
+        for (job_id,) in db_execute(
+            app, "SELECT id FROM sqljobs_jobs WHERE state = 'running' AND prefetched = true"
+        )
+    }
+    assert marked == {j.id for j in claimed[2:]}, "all but the first two in claim order"
+    rest = app.backend.claim_jobs("w", None, 5, {"t": 30.0}, start_now=0)
+    assert len(rest) == 2
+    marked = {
+        job_id
+        for (job_id,) in db_execute(
+            app, "SELECT id FROM sqljobs_jobs WHERE state = 'running' AND prefetched = true"
+        )
+    }
+    assert marked == {j.id for j in claimed[2:] + rest}, "start_now=0: every job buffered"
 
 
 def test_a_stale_worker_cannot_complete_fail_release_or_renew(app: App) -> None:

@@ -207,6 +207,25 @@ def test_two_workers_flushing_into_the_same_rows_lose_no_increment(url: str) -> 
     )
 
 
+def test_a_batch_of_attempts_tallies_as_one_call_per_attempt_would() -> None:
+    """``Meter.attempts`` (a written batch of completions, the worker's hot path) counts
+    what ``Meter.attempt`` would for each, however queues and tasks alternate."""
+    from sqljobs.jobs import ClaimedJob
+
+    def job(queue: str, task: str) -> ClaimedJob:
+        return ClaimedJob(1, task, "{}", queue, 0, 1, 1, 30.0, 3, 0.0, None, None)
+
+    batch = [
+        (job("a", "t"), 0.003, 0.2), (job("a", "t"), None, None), (job("b", "t"), 0.0, -1.0),
+        (job("a", "u"), 700.0, 0.01), (job("a", "t"), 0.05, 0.05),
+    ]  # fmt: skip
+    one_by_one, batched = Meter(), Meter()
+    for sampled, duration, wait in batch:
+        one_by_one.attempt(sampled.queue, sampled.task, "done", 125.0, duration, wait)
+    batched.attempts(batch, "done", 125.0)
+    assert batched.take() == one_by_one.take() != []
+
+
 def test_schedule_lag_is_how_late_a_tick_enqueued_its_job(url: str) -> None:
     clock = Clock(a_minute_ago_and_30_s())
     app = sqljobs.App(url, clock=clock)

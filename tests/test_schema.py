@@ -98,7 +98,7 @@ def _migrate_together(url: str, options: dict[str, str], runners: int) -> list[l
 def test_claims_use_the_pending_indexes(tmp_path: Path) -> None:
     backend = SqliteBackend(str(tmp_path / "jobs.db"))
     backend.migrate()
-    params = {"worker": "w", "now": 0.0, "limit": 10, "leases": "{}", "all_buffered": 0}
+    params = {"worker": "w", "now": 0.0, "limit": 10, "leases": "{}", "start_now": 10}
     for queues, index in ((["default"], "sqljobs_jobs_claim"), (None, "sqljobs_jobs_claim_any")):
         sql, extra = backend._filtered("claim", queues, None)
         plan = backend._conn().execute("EXPLAIN QUERY PLAN " + sql, {**params, **extra}).fetchall()

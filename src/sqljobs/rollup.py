@@ -29,6 +29,7 @@ from .errors import BackendError, ConfigurationError
 
 if TYPE_CHECKING:
     from .backends.base import Backend
+    from .jobs import ClaimedJob
 
 log = logging.getLogger("sqljobs.rollup")
 
@@ -203,6 +204,11 @@ class _Tally:
 Key = tuple[float, str, str, str]  # the minute's number (Unix seconds // 60), queue, task, outcome
 
 
+Sample = tuple["ClaimedJob", float | None, float | None]
+"""One attempt to tally: its job, how long its handler ran and how long it waited from its
+due time to its start (None: not known)."""
+
+
 class Meter:
     """A worker's tallies since its last flush. Used from one thread (the coordinator),
     so it takes no lock; :meth:`flush` adds them to the database and starts again."""
@@ -240,6 +246,34 @@ class Meter:
             histogram.counts[bisect_left(BUCKET_BOUNDS, wait)] += 1
             if wait > 0:
                 histogram.total += wait
+
+    def attempts(self, samples: Iterable[Sample], outcome: str, at: float) -> None:
+        """Attempts that all ended at ``at`` with ``outcome`` (a written batch of
+        completions): :meth:`attempt` for each ``(job, duration, wait)``, in one call and
+        one dictionary lookup while the queue and task stay the same."""
+        minute = at // 60
+        tallies = self._tallies
+        queue = task = ""
+        tally: _Tally | None = None
+        for job, duration, wait in samples:
+            if tally is None or job.queue != queue or job.task != task:
+                queue, task = job.queue, job.task
+                key = (minute, queue, task, outcome)
+                found = tallies.get(key)
+                if found is None:
+                    found = tallies[key] = _Tally()
+                tally = found
+            tally.attempts += 1
+            if duration is not None:
+                histogram = tally.duration
+                histogram.counts[bisect_left(BUCKET_BOUNDS, duration)] += 1
+                if duration > 0:
+                    histogram.total += duration
+            if wait is not None:
+                histogram = tally.wait
+                histogram.counts[bisect_left(BUCKET_BOUNDS, wait)] += 1
+                if wait > 0:
+                    histogram.total += wait
 
     def schedule_lag(self, queue: str, task: str, at: float, lag: float) -> None:
         """A schedule's tick, planned ``lag`` seconds before ``at``, enqueued its job."""

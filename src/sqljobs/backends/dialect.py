@@ -143,7 +143,7 @@ class Dialect(ABC):
         params["now"] = self.now()
         params["limit"] = claim.limit
         params["start_now"] = claim.start_now
-        params["all_buffered"] = int(claim.start_now == 0)  # SQLite marks them in the claim
+        params["all_buffered"] = int(claim.start_now == 0)  # (SQLite's limited claim_ids)
         params["leases"] = json.dumps(dict(claim.leases or {}))
         return sql, params
 

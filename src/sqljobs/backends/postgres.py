@@ -347,7 +347,8 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
             more, jobs = self._run(
                 lambda conn: self._claim_limited(conn, outcomes, claim, marker), transaction=False
             )
-            missed = [o for o in outcomes if o.job_id not in set(more)]
+            ended = set(more)
+            missed = [o for o in outcomes if o.job_id not in ended]
             if missed:  # fenced off, or others wait for them: the careful path tells which
                 # (its own round trip: a retry of the claim's would claim a second time)
                 more += self._write(lambda conn: self._finish_parents(conn, missed))
@@ -469,10 +470,11 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         params["channel"] = self.notifier.channel
         found = self._write(lambda c: result(c.execute(sql, params)))
         (done,) = found.first("ids") or (None,)
-        ids = found.pick("id")
-        rows = [row for row, (id_,) in zip(found.rows, ids, strict=True) if id_ is not None]
+        at = found.names.index("id")  # (NULL in the one row when none was claimed)
+        rows = [row for row in found.rows if row[at] is not None]
         written = list(done or [])
-        missed = [o for o in outcomes if o.job_id not in set(written)]
+        ended = set(written)  # (once: in the comprehension's test it is built per outcome)
+        missed = [o for o in outcomes if o.job_id not in ended]
         if missed:  # fenced off, or others wait for them: the careful path tells which
             written += self._write(lambda conn: self._finish_parents(conn, missed))
         return written, claimed_jobs(found.names, rows)
@@ -496,11 +498,13 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
             written += _ids(conn.execute(self.sql["complete_jobs"], fenced))
         elif started:
             conn.execute(self.sql["mark_started"], _began(started))
-        missed = [o for o in plain if o.job_id not in set(written)]
+        ended = set(written)
+        missed = [o for o in plain if o.job_id not in ended]
         if other:
             done = _ids(conn.execute(self.sql["finish_jobs"], _finish_params(other, channel)))
             written += done
-            missed += [o for o in other if o.job_id not in set(done) and o.state in FINISHED_STATES]
+            ended = set(done)
+            missed += [o for o in other if o.job_id not in ended and o.state in FINISHED_STATES]
         if missed:
             written += self._finish_parents(conn, missed)
         return written

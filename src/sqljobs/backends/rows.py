@@ -99,15 +99,18 @@ def picker(names: Names, wanted: Names) -> Callable[[Row], tuple[Any, ...]]:
 def claimed_jobs(names: Names, rows: list[Any]) -> list[ClaimedJob]:
     """Claimed rows as jobs, in claim order (highest priority, then oldest due, then
     oldest id): ``UPDATE ... RETURNING`` gives them in no particular order."""
-    rows.sort(key=_claim_order(names))
+    oldest_first, highest_first = _claim_order(names)
+    rows.sort(key=oldest_first)  # then a stable sort by priority: keys made in C, not
+    rows.sort(key=highest_first, reverse=True)  # a Python call per row
     get = picker(names, CLAIMED)
     return [ClaimedJob(*get(row)) for row in rows]
 
 
 @lru_cache(maxsize=64)
-def _claim_order(names: Names) -> Callable[[Row], tuple[Any, ...]]:
+def _claim_order(names: Names) -> tuple[Callable[[Row], Any], Callable[[Row], Any]]:
+    """Sort keys for claim order: (run_at, id), then priority (descending, stable)."""
     priority, run_at, id_ = (names.index(n) for n in CLAIM_ORDER)
-    return lambda row: (-row[priority], row[run_at], row[id_])
+    return itemgetter(run_at, id_), itemgetter(priority)
 
 
 def expired_job(names: Names, row: Row) -> ExpiredJob:

@@ -307,15 +307,15 @@ class SqliteBackend(JobBrowser, ScheduleStore):
             jobs: list[ClaimedJob] = []
             if claim.limited and wanted:
                 jobs = self._claim_limited(conn, outcomes, written, claim, marker)
-            rest = replace(claim, limit=claim.limit - len(jobs),
-                           start_now=max(0, claim.start_now - len(jobs)))  # fmt: skip
-            if rest.limit > 0:
+            if 0 < claim.start_now < len(jobs):  # (all or none buffered: marked in the claim)
+                buffered = json.dumps([j.id for j in jobs[claim.start_now :]])
+                conn.execute(Q["mark_prefetched"], {"ids": buffered})
+            if claim.limit > len(jobs):  # the claim marks its own buffered jobs
+                rest = replace(claim, limit=claim.limit - len(jobs),
+                               start_now=max(0, claim.start_now - len(jobs)))  # fmt: skip
                 sql, params = self._claim_statement("claim", rest)
                 cur = conn.execute(sql, params)
                 jobs += claimed_jobs(columns(cur) or (), cur.fetchall())
-            if 0 < claim.start_now < len(jobs):  # (all or none buffered: marked above)
-                buffered = json.dumps([j.id for j in jobs[claim.start_now :]])
-                conn.execute(Q["mark_prefetched"], {"ids": buffered})
         return written, jobs
 
     def _claim_limited(

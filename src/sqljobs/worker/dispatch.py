@@ -201,34 +201,36 @@ class Dispatching(WorkerState):
         written = set(written)  # a backend may answer with a list: one lookup per outcome
         finishing = self._finishing  # filled only for events and unusual ends
         metered, meter = self._metered, self._meter
+        done_state = JobState.DONE
         done = 0
+        completed: list[Sample] = []  # tallied for the metrics rollup in one call
         for outcome in batch:
-            job = finishing.pop(outcome.job_id, None) if finishing else None
-            taken = metered.pop(outcome.job_id, None)
-            if outcome.job_id not in written:
+            job_id, state = outcome.job_id, outcome.state
+            job = finishing.pop(job_id, None) if finishing else None
+            taken = metered.pop(job_id, None)
+            if job_id not in written:
                 self.counters["stale_results"] += 1
                 if job is not None:
-                    self._event("discarded", job, outcome.state.value,
+                    self._event("discarded", job, state.value,
                                          "no longer held when written")  # fmt: skip
                 log.warning(
                     "job %s: outcome %s discarded: the job is no longer held by this "
                     "worker (lease lost or cancelled)",
-                    outcome.job_id,
-                    outcome.state,
+                    job_id,
+                    state,
                 )
                 continue
-            if taken is not None:  # the attempt's end, for the metrics rollup
-                state = outcome.state
-                if state is JobState.DONE:
-                    counted: str = AttemptOutcome.DONE
-                else:
-                    counted = attempt_outcome(outcome) or ""
-                if counted:
+            if state is done_state:
+                if taken is not None:
+                    completed.append(taken)
+                if job is None:
+                    done += 1  # the common case: counted once for the batch
+                    continue
+            elif taken is not None:  # the attempt's end, for the metrics rollup
+                counted = attempt_outcome(outcome)
+                if counted is not None:
                     meter.attempt(taken[0].queue, taken[0].task, counted, wall, taken[1], taken[2])
-            if outcome.state is JobState.DONE and job is None:
-                done += 1  # the common case: counted once for the batch
-                continue
-            self.counters[outcome.state.value] += 1
+            self.counters[state.value] += 1
             if job is not None:
                 kind: EventKind = "released" if outcome.uncharge else "finished"
                 self._event(kind, job, outcome.state.value, outcome.error)
@@ -239,6 +241,8 @@ class Dispatching(WorkerState):
                 t.retry_due = retry_at if t.retry_due is None else min(t.retry_due, retry_at)
         if done:
             self.counters[JobState.DONE.value] += done
+        if completed:
+            meter.attempts(completed, AttemptOutcome.DONE, wall)
 
 
 def _unregistered(*_args: Any, **_kwargs: Any) -> None:

@@ -12,6 +12,8 @@ import threading
 from collections.abc import Collection
 from typing import TYPE_CHECKING
 
+from .. import rollup
+
 if TYPE_CHECKING:
     from ..app import App
     from ..backends.base import Backend
@@ -26,7 +28,7 @@ if TYPE_CHECKING:
     from .timers import Timers
 
 
-Sample = tuple["ClaimedJob", float | None, float | None]
+Sample = rollup.Sample
 """A finished attempt to tally once its outcome is written: the job, how long its handler
 ran and how long it waited from its due time to its start (None: it never started)."""
 

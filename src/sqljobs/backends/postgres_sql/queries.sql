@@ -7,6 +7,12 @@
 -- hashed subplan, read once per statement, and leaves the claim's ordered index scan
 -- alone (`<> ALL(ARRAY(...))` made the planner expect one row and sort 100k on disk).
 -- Jobs under a concurrency limit are claimed by limits.sql's statements, not these.
+-- The hot path's fenced writes (done, began, mark_started) match each job to its token as
+-- `id = ANY(ids) AND token = tokens[array_position(ids, id)]`, not by joining
+-- unnest(ids, tokens): as a join, on the table statistics a queue has (few running rows),
+-- the planner's generic plan was a nested loop that walked every running row and, for
+-- each, the whole unnest, building a whole-row copy of every pair for EvalPlanQual:
+-- running x batch rows a statement, a third of the server's work per job in a drain.
 
 -- name: insert_jobs
 -- A batch arrives as one JSON array of [queue, task, payload, key, priority, run_at,
@@ -88,8 +94,9 @@ SELECT key, id FROM {schema}.sqljobs_jobs WHERE key = ANY(%(keys)s::text[])
 -- `began` clears the mark of buffered jobs that have started since the last round trip.
 WITH began AS (
     UPDATE {schema}.sqljobs_jobs AS j SET prefetched = false
-    FROM unnest(%(began_ids)s::bigint[], %(began_tokens)s::bigint[]) AS b(id, token)
-    WHERE j.id = b.id AND j.token = b.token AND j.state = 'running'
+    WHERE j.id = ANY(%(began_ids)s::bigint[]) AND j.state = 'running'
+      AND j.token = (%(began_tokens)s::bigint[])[array_position(%(began_ids)s::bigint[], j.id)]
+      AND cardinality(%(began_ids)s::bigint[]) > 0  -- none: no scan at all
     RETURNING 1
 ), picked AS MATERIALIZED (
     SELECT id, priority, run_at FROM {schema}.sqljobs_jobs
@@ -118,23 +125,22 @@ RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts AS attempt, j
 -- The hot path in one round trip and one commit: complete a batch, claim the next.
 -- Its picked/claimed CTEs repeat `claim` on purpose (one statement, one plan): change
 -- both together. %(results)s and %(progress)s map job ids to JSON texts (or are NULL);
--- a job a caller waits on (`waited`) announces its end with a NOTIFY.
+-- a job a caller waits on (`waited`) announces its end with a NOTIFY, and a limited job's
+-- end frees a slot: it wakes the workers of its queue. Those NOTIFYs are aggregates of the
+-- last SELECT, beside the ids: a CTE of two subqueries cost each claim more planning.
 WITH done AS (
     UPDATE {schema}.sqljobs_jobs AS j
     SET state = 'done', finished_at = now(), lease_until = NULL,
         result = %(results)s::jsonb ->> j.id::text,
         progress = coalesce(%(progress)s::jsonb ->> j.id::text, j.progress)
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS o(id, token)
-    WHERE j.id = o.id AND j.token = o.token AND j.state = 'running' AND j.children = 0
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = 'running' AND j.children = 0
+      AND j.token = (%(tokens)s::bigint[])[array_position(%(ids)s::bigint[], j.id)]
     RETURNING j.id, j.waited, j.queue, j.limit_key
-), ended AS (  -- and a limited job's end frees a slot: wake the workers of its queue
-    SELECT (SELECT count(pg_notify(%(channel)s, '#end:' || id)) FROM done WHERE waited)
-           + (SELECT count(pg_notify(%(channel)s, queue)) FROM done WHERE limit_key IS NOT NULL)
-           AS n
 ), began AS (
     UPDATE {schema}.sqljobs_jobs AS j SET prefetched = false
-    FROM unnest(%(began_ids)s::bigint[], %(began_tokens)s::bigint[]) AS b(id, token)
-    WHERE j.id = b.id AND j.token = b.token AND j.state = 'running'
+    WHERE j.id = ANY(%(began_ids)s::bigint[]) AND j.state = 'running'
+      AND j.token = (%(began_tokens)s::bigint[])[array_position(%(began_ids)s::bigint[], j.id)]
+      AND cardinality(%(began_ids)s::bigint[]) > 0  -- none: no scan at all
     RETURNING 1
 ), picked AS MATERIALIZED (
     SELECT id, priority, run_at FROM {schema}.sqljobs_jobs
@@ -159,7 +165,14 @@ WITH done AS (
               extract(epoch FROM j.deadline_at)::float8 AS deadline_at, j.key,
               extract(epoch FROM j.run_at)::float8 AS run_at
 )
-SELECT d.ids, c.* FROM (SELECT array_agg(id) AS ids FROM done) AS d CROSS JOIN ended
+SELECT d.ids, c.* FROM (
+    SELECT array_agg(id) AS ids,
+           -- (FILTER: each NOTIFY is sent only for the rows it is about; kept, though never
+           -- read, because pg_notify is volatile)
+           count(pg_notify(%(channel)s, '#end:' || id)) FILTER (WHERE waited)
+           + count(pg_notify(%(channel)s, queue)) FILTER (WHERE limit_key IS NOT NULL)
+           AS notified
+    FROM done) AS d
 LEFT JOIN claimed AS c ON true
 
 -- name: claim_suspect
@@ -203,28 +216,29 @@ SELECT (SELECT extract(epoch FROM run_at - now())::float8 FROM {schema}.sqljobs_
 -- name: complete_jobs
 WITH began AS (
     UPDATE {schema}.sqljobs_jobs AS j SET prefetched = false
-    FROM unnest(%(began_ids)s::bigint[], %(began_tokens)s::bigint[]) AS b(id, token)
-    WHERE j.id = b.id AND j.token = b.token AND j.state = 'running'
+    WHERE j.id = ANY(%(began_ids)s::bigint[]) AND j.state = 'running'
+      AND j.token = (%(began_tokens)s::bigint[])[array_position(%(began_ids)s::bigint[], j.id)]
+      AND cardinality(%(began_ids)s::bigint[]) > 0  -- none: no scan at all
     RETURNING 1
 ), done AS (
     UPDATE {schema}.sqljobs_jobs AS j
     SET state = 'done', finished_at = now(), lease_until = NULL,
         result = %(results)s::jsonb ->> j.id::text,
         progress = coalesce(%(progress)s::jsonb ->> j.id::text, j.progress)
-    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS o(id, token)
-    WHERE j.id = o.id AND j.token = o.token AND j.state = 'running' AND j.children = 0
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state = 'running' AND j.children = 0
+      AND j.token = (%(tokens)s::bigint[])[array_position(%(ids)s::bigint[], j.id)]
     RETURNING j.id, j.waited, j.queue, j.limit_key
-), ended AS (  -- and a limited job's end frees a slot: wake the workers of its queue
-    SELECT (SELECT count(pg_notify(%(channel)s, '#end:' || id)) FROM done WHERE waited)
-           + (SELECT count(pg_notify(%(channel)s, queue)) FROM done WHERE limit_key IS NOT NULL)
-           AS n
+), notified AS (  -- as in complete_and_claim (a CTE: run once, whatever the join)
+    SELECT count(pg_notify(%(channel)s, '#end:' || id)) FILTER (WHERE waited)
+           + count(pg_notify(%(channel)s, queue)) FILTER (WHERE limit_key IS NOT NULL) AS n
+    FROM done
 )
-SELECT id FROM done CROSS JOIN ended
+SELECT id FROM done CROSS JOIN notified
 
 -- name: mark_started
 UPDATE {schema}.sqljobs_jobs AS j SET prefetched = false
-FROM unnest(%(began_ids)s::bigint[], %(began_tokens)s::bigint[]) AS b(id, token)
-WHERE j.id = b.id AND j.token = b.token AND j.state = 'running'
+WHERE j.id = ANY(%(began_ids)s::bigint[]) AND j.state = 'running'
+  AND j.token = (%(began_tokens)s::bigint[])[array_position(%(began_ids)s::bigint[], j.id)]
 
 -- name: finish_jobs
 WITH finished AS (

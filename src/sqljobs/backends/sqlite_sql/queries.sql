@@ -24,18 +24,23 @@ SELECT id FROM sqljobs_jobs WHERE key = ?
 -- filter_tasks: it claims only the tasks it has registered. The fragments are at the end.
 -- Jobs of a paused queue (sqljobs_queues) are never claimed; the subquery is read once.
 -- Jobs under a concurrency limit are claimed by limits.sql's statements, not this one.
+-- The first :start_now jobs (in claim order) start at once; the rest wait in the worker's
+-- buffer, marked `prefetched` here (a crash of the worker does not blame them), not by a
+-- second statement.
 UPDATE sqljobs_jobs
 SET state = 'running', attempts = attempts + 1, token = token + 1,
-    worker = :worker, started_at = :now, prefetched = :all_buffered,
+    worker = :worker, started_at = :now, prefetched = picked.rank > :start_now,
     lease = coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease),
     lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
-WHERE id IN (
-    SELECT id FROM sqljobs_jobs
-    WHERE state = 'pending' AND run_at <= :now AND crashes < 2 AND limit_key IS NULL
-      {queue_filter}
-      AND queue NOT IN (SELECT name FROM sqljobs_queues WHERE paused = 1)
-    ORDER BY priority DESC, run_at, id
-    LIMIT :limit)
+FROM (
+    SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS rank
+    FROM (SELECT id, priority, run_at FROM sqljobs_jobs
+          WHERE state = 'pending' AND run_at <= :now AND crashes < 2 AND limit_key IS NULL
+            {queue_filter}
+            AND queue NOT IN (SELECT name FROM sqljobs_queues WHERE paused = 1)
+          ORDER BY priority DESC, run_at, id
+          LIMIT :limit)) AS picked
+WHERE sqljobs_jobs.id = picked.id
 RETURNING id, task, payload, queue, priority, attempts AS attempt, token, lease,
           max_attempts, created_at, deadline_at, key, run_at
 
@@ -105,8 +110,8 @@ WHERE id = :id AND token = :token AND state = 'running'
 RETURNING children
 
 -- name: mark_prefetched
--- Claimed jobs beyond those that start at once wait in the worker's buffer: a crash of
--- the worker does not blame them.
+-- Limited jobs (claimed by limits.sql's claim_ids) beyond those that start at once wait
+-- in the worker's buffer: a crash of the worker does not blame them.
 UPDATE sqljobs_jobs SET prefetched = 1 WHERE id IN (SELECT value FROM json_each(:ids))
 
 -- name: mark_started
