@@ -11,6 +11,7 @@ what the URL option does. See docs/pgbouncer.md.
 from __future__ import annotations
 
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -245,11 +246,12 @@ def test_listen_left_on_behind_a_transaction_pooler_is_reported(
     """Without ?listen=false, LISTEN through a transaction pooler seems to succeed and
     then hears nothing: the listener's probe finds that out and says what to do."""
     monkeypatch.setattr(notifiers_postgres, "PROBE_WAIT", 0.3)
+    caplog.set_level(logging.DEBUG, logger="sqljobs")  # a probe not sent says so at DEBUG
     backend = App(url_options(url)[0]).open_backend()  # the URL without ?listen=false
     assert backend.pushes_changes
     backend.subscribe(lambda *_: None)
     assert backend.notifier.wait_listening(5)
-    wait_until(lambda: "add ?listen=false" in caplog.text, timeout=5, what="the warning")
+    wait_until(lambda: "add ?listen=false" in caplog.text, timeout=10, what="the warning")
 
 
 # -- the URL option ------------------------------------------------------------------------

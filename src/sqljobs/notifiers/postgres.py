@@ -252,13 +252,16 @@ class PostgresNotifier:
         threading.Thread(target=self._send_probe, name="sqljobs-probe", daemon=True).start()
 
     def _send_probe(self) -> None:
-        try:
-            self._send(["probe"], self._probe_channel)
-        except BackendError as exc:  # nothing to learn this time
-            with self._lock:
-                self._probe_due = None
-            log.debug("listener probe not sent: %s", exc)
-            return
+        for attempt in range(3):  # a pool busy at start-up may refuse the first try
+            try:
+                self._send(["probe"], self._probe_channel)
+                break
+            except BackendError as exc:
+                log.debug("listener probe not sent (try %d of 3): %s", attempt + 1, exc)
+                if attempt == 2 or self._closing.wait(0.5):  # nothing to learn this time
+                    with self._lock:
+                        self._probe_due = None
+                    return
         with self._lock:
             if self._probe_due is not None:  # not heard yet
                 self._probe_due = time.monotonic() + PROBE_WAIT
