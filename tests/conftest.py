@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import shutil
 import signal
@@ -86,6 +87,18 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str
         bouncer = request.getfixturevalue("pgbouncers")(mode)
         database = pg_url.rsplit("/", 1)[1]
         yield bouncer.url(database, "listen=false" if mode == "transaction" else "")
+
+
+@pytest.fixture(autouse=True)
+def restore_logging() -> Iterator[None]:
+    """A command run in-process sets the ``sqljobs`` logger's level (``lab`` to ERROR) and
+    a handler on the root logger: put both back, so no later test loses its records."""
+    ours, root = logging.getLogger("sqljobs"), logging.getLogger()
+    levels, handlers = (ours.level, root.level), list(root.handlers)
+    yield
+    ours.setLevel(levels[0])
+    root.setLevel(levels[1])
+    root.handlers[:] = handlers
 
 
 @pytest.fixture(autouse=True)
