@@ -222,6 +222,8 @@ def run(plan: Plan, keep: bool = False) -> Report:
     report = Report(plan=plan, scratch=str(scratch))
     db = _Database(plan.backend, scratch)
     started = time.monotonic()
+    fleet: _Fleet | None = None
+    producers: list[subprocess.Popen[bytes]] = []
     try:
         prepare(db.url)
         env = dict(
@@ -242,6 +244,14 @@ def run(plan: Plan, keep: bool = False) -> Report:
         report.problems.append(f"the run itself failed: {type(exc).__name__}: {exc}")
     finally:
         report.seconds = time.monotonic() - started
+        for proc in producers:  # after a failure, nothing of the run is left running
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        if fleet is not None:
+            for proc, _ in fleet.live:
+                proc.kill()
+                proc.wait()
         db.close()
         if report.problems or keep:
             report.scratch = str(scratch)
