@@ -254,8 +254,9 @@ def run(plan: Plan, out_dir: Path, progress: Callable[[str], None] = lambda _m: 
         producer.thread.start()
         began = time.monotonic()
         last = time.time()
-        while (elapsed := time.monotonic() - began) < plan.seconds:
+        while time.monotonic() - began < plan.seconds:
             time.sleep(plan.sample_every)  # the sampling period itself
+            elapsed = time.monotonic() - began
             if producer.error is not None:
                 raise producer.error
             dead = [w.pid for w in workers if w.poll() is not None]
