@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+import sqljobs
 from sqljobs import App, JobState
 from sqljobs.backends.core import BackendCore
 from sqljobs.maintenance import Pruner
@@ -277,3 +278,22 @@ def test_capped_counts_read_as_lower_bounds_wherever_they_are_shown() -> None:
     by_name = {c.header: c.cells for c in queues_columns([queue], {}, 0.0)}
     assert by_name["done"] == [f"{COUNT_CAP}+"] and by_name["pending"] == ["3"]
     assert count(COUNT_CAP, "done").endswith("+</span>") and count(5, "dead") == "5"
+
+
+def test_the_pruner_keeps_up_with_more_expired_markers_than_one_run_deletes(url: str) -> None:
+    """A soak found it: each run deleted one batch of idempotency markers, so a steady
+    stream of more markers than that grew the table for ever. A run now takes several
+    batches, and says when it left some, so its worker runs it again soon."""
+    now = [1_000_000.0]
+    app = App(url, clock=lambda: now[0])
+    with app.backend.job_transaction() as tx:
+        for i in range(25):
+            assert sqljobs.idempotent(tx, f"marker-{i}", ttl=1)
+    now[0] += 10
+    pruner = Pruner(app.backend, app.retention, batch=4)
+    left = []
+    for _ in range(3):
+        pruner.run_once(max_batches=3)  # 12 markers a run at most
+        (count,) = db_execute(app, "SELECT count(*) FROM sqljobs_idempotency")[0]
+        left.append((count, pruner.behind))
+    assert left == [(13, True), (1, True), (0, False)]

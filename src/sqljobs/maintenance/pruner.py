@@ -10,6 +10,7 @@ goes on where it left off.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
 
 from ..backends.base import Backend
@@ -32,18 +33,35 @@ class Pruner:
         self.backend = backend
         self.retention = Retention.of(retention)
         self.batch = batch
+        self.behind = False
+        """Whether the last run left rows it could have deleted (see :meth:`run_once`)."""
 
     def run_once(self, max_batches: int = 10) -> int:
-        """Delete up to ``max_batches`` batches per state; return how many jobs went."""
+        """Delete up to ``max_batches`` batches of each kind (idempotency markers, rate
+        starts, the jobs of each ended state); return how many jobs went. ``behind`` says
+        whether a kind had more than that: its owner runs the pruner again soon, so a
+        steady stream of more than ``max_batches`` x ``batch`` rows an interval is kept
+        up with, a short delete at a time."""
         now = self.backend.now()
-        self.backend.prune_idempotency(now, self.batch)
-        self.backend.prune_starts(now - STARTS_KEPT, self.batch)
+        self.behind = False
+        self._batches(lambda: self.backend.prune_idempotency(now, self.batch), max_batches)
+        self._batches(lambda: self.backend.prune_starts(now - STARTS_KEPT, self.batch), max_batches)
         self.backend.prune_metric_minutes(now - MINUTES_KEPT, ROLLUP_MINUTES_PER_RUN)
         total = 0
         for state, age in self.retention.ages().items():
-            for _ in range(max_batches):
-                n = self.backend.prune_finished(now - age, self.batch, state)
-                total += n
-                if n < self.batch:
-                    break
+
+            def prune_state(before: float = now - age, state: str = state) -> int:
+                return self.backend.prune_finished(before, self.batch, state)
+
+            total += self._batches(prune_state, max_batches)
+        return total
+
+    def _batches(self, delete: Callable[[], int], max_batches: int) -> int:
+        total = 0
+        for _ in range(max_batches):
+            n = delete()
+            total += n
+            if n < self.batch:
+                return total
+        self.behind = True  # every batch came back full: there is more
         return total

@@ -50,7 +50,9 @@ class Upkeep(WorkerState):
             t.reap = now + (cfg.reap_interval or t.heartbeat_interval)
         if now >= t.prune:
             self._pruner.run_once()
-            t.prune = now + cfg.prune_interval
+            # behind a steady stream: again in a second, not a whole interval later
+            behind = self._pruner.behind
+            t.prune = now + (min(1.0, cfg.prune_interval) if behind else cfg.prune_interval)
         if self._scheduler is not None and not self._stopping:
             if t.marker != t.schedule_marker:  # others committed: a schedule may be new
                 t.schedule = min(t.schedule, t.schedule_last + cfg.schedule_interval)
