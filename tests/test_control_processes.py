@@ -17,8 +17,8 @@ from sqljobs import App, JobCancelled, JobState
 from .conftest import Runs, Spawn, wait_until
 
 LEASE = 1.5
-"""Short leases: a SQLite worker, which nothing pushes to, learns of a cancel at its next
-heartbeat (every lease/3 s)."""
+"""Short leases: a worker that no announcement reaches (a SQLite file whose folder takes
+no socket) learns of a cancel at its next heartbeat (every lease/3 s)."""
 
 
 def _phases(runs: Runs, label: str) -> list[str]:
@@ -72,6 +72,22 @@ def test_cancelling_a_running_task_in_a_worker_process(
     follow = app.enqueue("double", args=[4], known=False)  # the worker goes on working
     assert follow.result(timeout=20) == 8
     assert handle.refresh().state is JobState.CANCELLED, "a late outcome was discarded"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == 0
+
+
+def test_a_cancel_reaches_a_worker_process_through_the_notifier_not_its_heartbeat(
+    app: App, spawn: Spawn, runs: Runs
+) -> None:
+    """A 60 s lease: the worker's heartbeat comes every 20 s, so a handler told of its
+    cancel within 5 s heard it through the notifier (NOTIFY, or a datagram on SQLite)."""
+    handle = app.enqueue("cooperative", args=["cooperative", 60.0], known=False)
+    proc = spawn("--concurrency", "2", lease=60)
+    wait_until(lambda: "start" in _phases(runs, "cooperative"), timeout=20, what="the start")
+    cancelled_at = time.monotonic()
+    assert handle.cancel() is True
+    wait_until(lambda: "cancelled" in _phases(runs, "cooperative"), timeout=5, what="the cancel")
+    print(f"the handler saw its cancel {1000 * (time.monotonic() - cancelled_at):.0f} ms later")
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=15) == 0
 

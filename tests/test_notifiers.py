@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import sqlite3
 import subprocess
 import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
 
 import sqljobs
-from sqljobs.notifiers import EVERY_QUEUE, LocalNotifier
+import sqljobs.notifiers.sqlite
+from sqljobs.notifiers import EVERY_QUEUE, LocalNotifier, datagram
 
-from .conftest import is_pg, wait_until
+from .conftest import is_pg, wait_until, worker_thread
 
 
 class Calls:
@@ -79,13 +85,14 @@ def test_an_enqueue_wakes_the_workers_of_its_own_app_at_once(url: str) -> None:
 
 
 def test_a_commit_in_another_process_reaches_a_waiting_subscriber(url: str) -> None:
-    """A backend that pushes calls its subscribers; one that does not moves its
-    change_marker, the cheap check a waiting worker polls. Either way the news arrives
-    without a claim, and nothing moves while nothing commits."""
+    """Both backends push: PostgreSQL by LISTEN/NOTIFY, SQLite by a datagram from the
+    process that committed. The change marker moves too, the cheap check a woken worker
+    reads before it spends a claim; nothing moves while nothing commits."""
     backend = sqljobs.App(url).open_backend()
     woken = Calls()
     backend.subscribe(woken)
-    if backend.pushes_changes:
+    assert backend.pushes_changes
+    if is_pg(url):
         assert woken.wait(), "a listener wakes everyone once it listens: it may have missed news"
     before = backend.change_marker()
     assert before is not None
@@ -93,19 +100,17 @@ def test_a_commit_in_another_process_reaches_a_waiting_subscriber(url: str) -> N
 
     enqueue_in_another_process(url)
 
-    if backend.pushes_changes:
-        assert woken.wait(), "the subscriber was woken by the other process's enqueue"
+    assert woken.wait(), "the subscriber was woken by the other process's enqueue"
     wait_until(lambda: backend.change_marker() != before, what="the change marker to move")
-    assert backend.pushes_changes == is_pg(url)
 
 
-@pytest.mark.parametrize("url", ["postgres"], indirect=True)  # SQLite does not push
 def test_a_subscriber_to_some_queues_is_woken_for_those_only(url: str) -> None:
     backend = sqljobs.App(url).open_backend()
     mail, any_queue = Calls(), Calls()
     backend.subscribe(mail, queues=["mail"])  # subscribed first, so woken first
     backend.subscribe(any_queue)
-    assert any_queue.wait() and mail.wait(), "everyone is woken once the listener listens"
+    if is_pg(url):
+        assert any_queue.wait() and mail.wait(), "everyone is woken once the listener listens"
 
     producer = sqljobs.App(url)
     producer.enqueue("t", known=False, queue="reports")
@@ -120,12 +125,11 @@ def test_a_new_schedule_is_announced_to_every_subscriber(url: str) -> None:
     backend = sqljobs.App(url).open_backend()
     mail = Calls()
     backend.subscribe(mail, queues=["mail"])
-    if backend.pushes_changes:
+    if is_pg(url):
         assert mail.wait()
     before = backend.change_marker()
     sqljobs.App(url).schedule("nightly", every=3600, task="t", queue="reports", known=False)
-    if backend.pushes_changes:
-        assert mail.wait(), "schedules concern every queue"
+    assert mail.wait(), "schedules concern every queue"
     wait_until(lambda: backend.change_marker() != before, what="the change marker to move")
 
 
@@ -133,14 +137,15 @@ def test_a_closed_notifier_listens_again_when_used_again(url: str) -> None:
     backend = sqljobs.App(url).open_backend()
     woken = Calls()
     backend.subscribe(woken)
-    if backend.pushes_changes:
+    if is_pg(url):
         assert woken.wait()
     backend.close()
     backend.close()
     before = backend.change_marker()  # in use again
-    if backend.pushes_changes:
+    if is_pg(url):
         assert woken.wait(), "a new listener, and its first wake-up"
     enqueue_in_another_process(url)
+    assert woken.wait(), "the other process's enqueue reached the new listener"
     wait_until(lambda: backend.change_marker() != before, what="the change marker to move")
 
 
@@ -150,3 +155,125 @@ def test_poll_only_mode_pushes_nothing_and_has_no_marker(url: str) -> None:
     backend = sqljobs.App(url, backend_options={"listen": False}).open_backend()
     backend.subscribe(Calls())
     assert not backend.pushes_changes and backend.change_marker() is None
+
+
+# -- SQLite: datagrams between the processes of one host ------------------------------------
+
+
+@pytest.mark.parametrize("url", ["sqlite"], indirect=True)
+def test_sqlite_poll_only_mode_binds_no_socket_and_workers_read_the_counter(url: str) -> None:
+    """``?listen=false`` on a SQLite URL: no socket beside the file; a worker falls back
+    to reading the change counter every few milliseconds."""
+    app = sqljobs.App(url + "?listen=false")
+    app.task(name="t")(lambda: None)
+    backend = app.open_backend()
+    backend.subscribe(Calls())
+    assert not backend.pushes_changes and backend.change_marker() is not None
+    folder = datagram.folder_for(backend.path)  # type: ignore[attr-defined]
+    assert not os.path.exists(folder) or not os.listdir(folder)
+    with worker_thread(app) as worker:
+        wait_until(lambda: worker.counters["claims"] >= 1, what="the first claim")
+        assert worker._checks_changes
+
+
+@pytest.mark.parametrize("url", ["sqlite"], indirect=True)
+def test_a_database_deep_in_a_tree_is_woken_through_the_folders_descriptor(
+    url: str, tmp_path: Path
+) -> None:
+    """A socket path holds at most 103 bytes: deeper folders are reached, on Linux,
+    through /proc/self/fd/N/name, in the listener and in every sender."""
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    deep_url = f"sqlite:///{deep}/jobs.db"
+    backend = sqljobs.App(deep_url).open_backend()
+    woken = Calls()
+    backend.subscribe(woken)
+    assert backend.pushes_changes
+    assert len(os.fsencode(backend.notifier._listener.path)) > datagram.MAX_ADDRESS  # type: ignore[attr-defined]
+    enqueue_in_another_process(deep_url)
+    assert woken.wait(), "the other process's datagram reached the deep folder"
+
+
+@pytest.mark.parametrize("url", ["sqlite"], indirect=True)
+def test_without_a_socket_address_workers_fall_back_to_the_counter(
+    url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No way to address the folder (a path too long and no /proc, as on macOS): nothing
+    is pushed, and waiting workers read the change counter every few milliseconds."""
+    monkeypatch.setattr(datagram, "FD_FOLDERS", str(tmp_path / "no-proc"))
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    deep.mkdir(parents=True)
+    backend = sqljobs.App(f"sqlite:///{deep}/jobs.db").open_backend()
+    backend.subscribe(Calls())
+    assert not backend.pushes_changes
+    assert backend.change_marker() is not None
+
+
+@pytest.mark.parametrize("url", ["sqlite"], indirect=True)
+def test_the_socket_of_a_killed_listener_is_removed_by_the_next_announcement(url: str) -> None:
+    """A SIGKILLed process leaves its socket file; the first sender that finds nobody
+    behind it removes it, and the living listeners still hear."""
+    backend = sqljobs.App(url).open_backend()
+    woken = Calls()
+    backend.subscribe(woken)
+    folder = datagram.folder_for(backend.path)  # type: ignore[attr-defined]
+    code = (
+        "import sqljobs, sys, time; b = sqljobs.App(sys.argv[1]).open_backend(); "
+        "b.subscribe(lambda: None); print('bound', flush=True); time.sleep(60)"
+    )
+    child = subprocess.Popen([sys.executable, "-c", code, url], stdout=subprocess.PIPE)
+    assert child.stdout is not None and child.stdout.readline().strip() == b"bound"
+    assert len(os.listdir(folder)) == 2
+    child.send_signal(signal.SIGKILL)
+    child.wait(10)
+    child.stdout.close()
+    assert len(os.listdir(folder)) == 2, "nobody removed the killed process's socket"
+
+    sqljobs.App(url).enqueue("t", known=False)
+
+    assert woken.wait(), "the living listener heard the enqueue"
+    assert os.listdir(folder) == [os.path.basename(backend.notifier._listener.path)]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("url", ["sqlite"], indirect=True)
+def test_an_enqueue_in_the_callers_transaction_is_seen_without_an_announcement(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Nothing can announce a commit the caller makes later: the listener's look at the
+    change counter, every UNANNOUNCED_CHECK seconds, wakes the subscribers instead."""
+    monkeypatch.setattr(sqljobs.notifiers.sqlite, "UNANNOUNCED_CHECK", 0.05)
+    backend = sqljobs.App(url).open_backend()
+    woken = Calls()
+    backend.subscribe(woken)
+    producer = sqljobs.App(url)
+    producer.migrate()
+    conn = sqlite3.connect(backend.path, isolation_level=None)  # type: ignore[attr-defined]
+    conn.execute("BEGIN IMMEDIATE")
+    producer.enqueue("t", known=False, connection=conn)
+    heard = backend.notifier.heard()  # type: ignore[attr-defined]
+    conn.execute("COMMIT")
+    assert woken.wait(), "the look at data_version woke the subscriber"
+    assert backend.notifier.heard() == heard, "no datagram was sent for it"  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("url", ["sqlite"], indirect=True)
+def test_an_idle_sqlite_worker_sleeps_until_a_timer_or_a_wake_up(url: str) -> None:
+    """With the datagram listener a waiting worker is not woken every few milliseconds
+    to read the change counter: over an idle second it passes its loop a few times (its
+    timers), where the 2 ms check made it pass about 500 times."""
+    app = sqljobs.App(url)
+    ran = threading.Event()
+
+    @app.task
+    def t() -> None:
+        ran.set()
+
+    with worker_thread(app) as worker:
+        wait_until(lambda: worker.counters["claims"] >= 1, what="the first claim")
+        assert not worker._checks_changes
+        loops = worker.counters["loops"]
+        time.sleep(1.0)  # the idle window measured, not a wait for anything
+        idle_loops = worker.counters["loops"] - loops
+        enqueue_in_another_process(url, "default")
+        assert ran.wait(10), "a job enqueued by another process woke the worker"
+    assert idle_loops <= 10, f"{idle_loops} passes over an idle second"

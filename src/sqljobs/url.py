@@ -14,9 +14,11 @@ DEFAULT_URL = "sqlite:///sqljobs.db"
 _PASSWORD_KEY = re.compile(r"(password\s*=\s*)\S+", re.IGNORECASE)
 
 URL_OPTIONS = ("listen",)
-"""Backend options a PostgreSQL URL may carry in its query string (``?listen=false``),
-so a worker or CLI started from a URL alone can be told it sits behind PgBouncer in
-transaction mode. sqljobs takes them out before the URL reaches libpq."""
+"""Backend options a URL may carry in its query string (``?listen=false``), so a worker
+or CLI started from a URL alone can be told not to listen: on PostgreSQL behind PgBouncer
+in transaction mode (no LISTEN), on SQLite where sockets beside the file are unwanted
+(workers read its change counter every few milliseconds instead). sqljobs takes them out
+before the URL reaches libpq."""
 _FLAGS = {"true": True, "on": True, "yes": True, "1": True,
           "false": False, "off": False, "no": False, "0": False}  # fmt: skip
 
@@ -70,6 +72,7 @@ def parse_url(url: str) -> DatabaseURL:
                 f"SQLite URL {shown} names no file: workers and enqueuers share the queue "
                 "through a file, e.g. sqlite:///jobs.db"
             )
+        url_options(url)  # a bad value fails here, where the URL is given
         return DatabaseURL(url, "sqlite", path)
     if driver in ("postgresql", "postgres"):
         try:
@@ -124,7 +127,8 @@ def url_options(url: str) -> tuple[str, dict[str, bool]]:
         if flag is None:
             raise ConfigurationError(
                 f"URL option {name}={value!r}: expected true or false "
-                f"(?{name}=false is poll-only mode, for PgBouncer in transaction mode)"
+                f"(?{name}=false is poll-only mode: no LISTEN on PostgreSQL, as behind "
+                "PgBouncer in transaction mode; no wake-up sockets on SQLite)"
             )
         options[name] = flag
     return base + ("?" + "&".join(kept) if kept else ""), options

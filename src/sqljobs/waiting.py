@@ -46,7 +46,7 @@ class JobWatcher:
         self._waiting: dict[int, list[Wake]] = {}
         self._thread: threading.Thread | None = None
         self._closing = threading.Event()
-        self._pushes = backend.notifier.pushes
+        self._pushes = backend.notifier.pushes_job_events
         if self._pushes:
             backend.notifier.watch_jobs(self._on_event)
 

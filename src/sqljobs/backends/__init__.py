@@ -25,9 +25,15 @@ __all__ = ["Backend", "WorkerInfo", "mark_idempotent", "open_backend", "worker_o
 
 
 def open_backend(url: str, **options: Any) -> Backend:
-    """Open the backend a URL names. Options go to the backend's constructor, with those a
-    PostgreSQL URL carries (``?listen=false``); given both ways, they must agree."""
+    """Open the backend a URL names. Options go to the backend's constructor, with those
+    the URL carries (``?listen=false``); given both ways, they must agree."""
     parsed = parse_url(url)
+    for name, value in url_options(url)[1].items():
+        if options.setdefault(name, value) != value:
+            raise ConfigurationError(
+                f"the URL says {name}={str(value).lower()} but backend_options says "
+                f"{name}={options[name]!r}: give it one way"
+            )
     if parsed.scheme == "sqlite":
         from .sqlite import SqliteBackend
 
@@ -41,12 +47,6 @@ def open_backend(url: str, **options: Any) -> Backend:
             f"{redact_url(url)!r} needs the PostgreSQL backend: "
             f"pip install 'sqljobs[postgres]' ({exc})"
         ) from exc
-    for name, value in url_options(url)[1].items():
-        if options.setdefault(name, value) != value:
-            raise ConfigurationError(
-                f"the URL says {name}={str(value).lower()} but backend_options says "
-                f"{name}={options[name]!r}: give it one way"
-            )
     backend: Backend = PostgresBackend(url, **options)
     return backend
 

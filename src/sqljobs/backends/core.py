@@ -34,7 +34,7 @@ from ..tasks import TaskInfo
 from .base import Decide, EffectRecord, WorkerInfo
 from .dialect import Claim, Dialect
 from .migrations import apply_migrations, up_to_date
-from .rows import claimed_jobs, effect_record, expired_job, job, result, task_info
+from .rows import Result, claimed_jobs, effect_record, expired_job, job, result, task_info
 
 _LENT: dict[int, BackendCore] = {}
 log = logging.getLogger("sqljobs.dependencies")
@@ -287,18 +287,25 @@ class BackendCore(Dialect):
         counted up to ``COUNT_CAP`` per queue, and the counts that stopped there are named
         (``Stats.capped``); see :mod:`sqljobs.stats`."""
         now = self.now()
-        counted = self._query("count_by_queue_state", {"cap": COUNT_CAP})
-        pending = self._query("pending_by_queue", {"now": now}).pick("queue", "pending", "age")
+        return self._snapshot(lambda conn: self._stats_on(conn, now))
+
+    def _stats_on(self, conn: Any, now: float) -> Stats:
+        def query(name: str, params: Mapping[str, Any] | None = None) -> Result:
+            return result(conn.execute(self.sql[name], params or {}))
+
+        counted = query("count_by_queue_state", {"cap": COUNT_CAP})
+        pending = query("pending_by_queue", {"now": now}).pick("queue", "pending", "age")
         rows = counted.pick("queue", "state", "jobs") + [(q, "pending", n) for q, n, _ in pending]
         counts, capped = capped_counts(rows, COUNT_CAP)
         ages = oldest_due_ages((queue, age) for queue, _, age in pending)
-        live = [json.loads(t) for (t,) in self._query("live_workers", {"now": now}).pick("tasks")]
-        unserved = unserved_tasks(self._query("pending_by_task").pick("task", "pending"), live)
-        paused = sorted(name for name, (on, _) in self.queue_states().items() if on)
+        live = [json.loads(t) for (t,) in query("live_workers", {"now": now}).pick("tasks")]
+        unserved = unserved_tasks(query("pending_by_task").pick("task", "pending"), live)
+        states = query("queue_states").pick("name", "paused")
+        paused = sorted(name for name, on in states if on)
         oldest = max(ages.values()) if ages else None
         columns = ("key", "queue", "waiting", "limit_max", "rate_max", "rate_window")
-        waiting = self._query("limit_backlog", {"now": now, "most": LIMITS_SHOWN}).pick(*columns)
-        running = self._query("limit_running_all").pick("key", "queue", "running", *columns[3:])
+        waiting = query("limit_backlog", {"now": now, "most": LIMITS_SHOWN}).pick(*columns)
+        running = query("limit_running_all").pick("key", "queue", "running", *columns[3:])
         limits = limit_usages(waiting, running)
         return Stats(counts, oldest, ages, len(live), unserved, paused, capped, COUNT_CAP, limits)
 
@@ -322,6 +329,7 @@ class BackendCore(Dialect):
         """Run a cancel statement and settle the children of the jobs it cancelled, in
         the caller's transaction; return how many it cancelled."""
         cancelled = result(conn.execute(self.sql[statement], params)).pick("id", "children")
+        self._made_events("cancel", [i for i, _ in cancelled])
         self.settle_children(conn, [(i, "cancelled") for i, children in cancelled if children])
         return len(cancelled)
 
@@ -442,6 +450,7 @@ class BackendCore(Dialect):
                 all_parents = json.loads(all_parents)
             text = dependencies.with_results(task, payload, all_parents, collected)
             conn.execute(self.sql["rewrite_payload"], {"id": child, "payload": text})
+        self._made_work(None)
         log.info("job %s released: its parents have ended", child)
 
     def open_parents(self, job_id: int, parents: Sequence[int]) -> list[int]:

@@ -81,6 +81,11 @@ class Dialect(ABC):
         """Like :meth:`_transaction`, committed as :meth:`_durable` commits: a schedule's
         tick (its row moved on and its job enqueued) commits as an enqueue does."""
 
+    def _snapshot(self, work: Callable[[Any], T]) -> T:
+        """Reads that must agree with each other, all from one snapshot of the database
+        (a job moving from pending to running between two counts is in exactly one)."""
+        return self._read(work)
+
     @abstractmethod
     def _run_script(self, conn: Any, script: str) -> None:
         """Run a script of several statements (a migration)."""
@@ -129,6 +134,16 @@ class Dialect(ABC):
         """In how many seconds the first rate-limited key that has due jobs and a full
         window may start one (None: no rate holds any back)."""
         return None
+
+    def _made_work(self, queues: Collection[str] | None) -> None:
+        """The transaction in progress made jobs claimable in ``queues`` (None: in any):
+        an engine whose statements do not NOTIFY announces them after its commit."""
+        return None  # PostgreSQL's statements NOTIFY
+
+    def _made_events(self, kind: str, job_ids: Sequence[int]) -> None:
+        """The transaction in progress made job events (``"cancel"``): an engine whose
+        statements do not NOTIFY announces them after its commit."""
+        return None  # PostgreSQL's statements NOTIFY
 
     def _event_channel(self) -> str | None:
         """Where statements that end or cancel jobs NOTIFY those concerned (None: the

@@ -288,6 +288,13 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
     def _transaction(self, work: Callable[[Any], T]) -> T:
         return self._run(work)
 
+    def _snapshot(self, work: Callable[[Any], T]) -> T:
+        def consistent(conn: psycopg.Connection[Any]) -> T:
+            conn.execute(self.sql["snapshot"])
+            return work(conn)
+
+        return self._run(consistent)
+
     def _durable(self, work: Callable[[Any], T]) -> T:
         """One statement that must survive a server crash, whatever this pool's setting."""
 

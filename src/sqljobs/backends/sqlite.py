@@ -70,6 +70,7 @@ class SqliteBackend(JobBrowser, ScheduleStore):
         synchronous: str = "FULL",
         busy_timeout: float = 30.0,
         clock: Callable[[], float] = time.time,
+        listen: bool = True,
     ) -> None:
         if path in ("", ":memory:") or path.startswith("file::memory:"):
             raise ConfigurationError(
@@ -85,7 +86,8 @@ class SqliteBackend(JobBrowser, ScheduleStore):
         self.clock = clock
         self.sql = Q
         self.migrations = MIGRATIONS
-        self.notifier = SqliteNotifier(self._data_version)
+        self._wakeups = SqliteNotifier(self._data_version, path, push=listen)
+        self.notifier = self._wakeups
         self._local = threading.local()
         self._migrate_lock = threading.Lock()
         self._limit_cursor = ""  # where the next limited claim starts its key scan
@@ -132,11 +134,16 @@ class SqliteBackend(JobBrowser, ScheduleStore):
 
     @contextmanager
     def _writing(self) -> Iterator[sqlite3.Connection]:
+        """A write transaction; what it made claimable (:meth:`_made_work`) is announced
+        to the workers of every process once it committed."""
         conn = self._conn()
         try:
             conn.execute(Q["begin_write"])
         except sqlite3.Error as exc:
             raise BackendError(self._explain("write", exc, "cannot start a write")) from exc
+        made: list[Collection[str] | None] = []
+        events: list[tuple[str, Sequence[int]]] = []
+        self._local.made, self._local.events = made, events
         try:
             yield conn
             conn.execute(Q["commit"])
@@ -146,6 +153,23 @@ class SqliteBackend(JobBrowser, ScheduleStore):
             if isinstance(exc, sqlite3.Error):
                 raise BackendError(self._explain("write", exc)) from exc
             raise
+        finally:
+            self._local.made = self._local.events = None
+        if made:
+            everywhere = any(queues is None for queues in made)
+            self.notifier.announce(None if everywhere else {q for qs in made for q in qs or ()})
+        for kind, job_ids in events:
+            self._wakeups.announce_events(kind, job_ids)
+
+    def _made_work(self, queues: Collection[str] | None) -> None:
+        made = getattr(self._local, "made", None)
+        if made is not None:  # in our own transaction (not a caller's, committed later)
+            made.append(queues)
+
+    def _made_events(self, kind: str, job_ids: Sequence[int]) -> None:
+        events = getattr(self._local, "events", None)
+        if events is not None and job_ids:
+            events.append((kind, job_ids))
 
     def _explain(self, what: str, exc: sqlite3.Error, failed: str = "") -> str:
         """The driver's error, with what to do when the cause is a missing schema or a full
@@ -183,6 +207,17 @@ class SqliteBackend(JobBrowser, ScheduleStore):
     def _write(self, work: Callable[[Any], T]) -> T:
         with self._writing() as conn:
             return work(conn)
+
+    def _snapshot(self, work: Callable[[Any], T]) -> T:
+        conn = self._conn()
+        try:
+            conn.execute(Q["begin_read"])
+            try:
+                return work(conn)
+            finally:
+                conn.execute(Q["commit"])
+        except sqlite3.Error as exc:
+            raise BackendError(self._explain("read", exc)) from exc
 
     _transaction = _write  # every SQLite write is a transaction already
 
@@ -255,6 +290,7 @@ class SqliteBackend(JobBrowser, ScheduleStore):
             )
 
     def _insert(self, conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
+        self._made_work({job.queue for job in jobs})
         now = self.now()
         insert, by_key, release = Q["insert_job"], Q["job_id_by_key"], Q["release_key"]
         out = []

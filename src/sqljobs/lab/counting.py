@@ -17,6 +17,11 @@ class CountingBackend:
         self._inner = inner
         self.calls: collections.Counter[str] = collections.Counter()
 
+    @property
+    def inner(self) -> Backend:
+        """The backend counted."""
+        return self._inner
+
     def __getattr__(self, name: str) -> Any:
         value = getattr(self._inner, name)
         if not callable(value):

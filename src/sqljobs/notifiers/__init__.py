@@ -10,9 +10,12 @@ nothing. One protocol (:class:`~sqljobs.notifiers.base.Notifier`), three impleme
   NOTIFY inside their own statement (the SQL is in the backend's ``.sql`` files), at most
   once per queue per short window, with a trailing NOTIFY so the last job of a burst is
   never left to the fallback poll.
-- :mod:`.sqlite`: no push. ``PRAGMA data_version``, a counter in shared memory that moves
-  when another connection commits, is the cheap "something changed" check workers run
-  every few milliseconds before they spend a claim.
+- :mod:`.sqlite` (with :mod:`.datagram`): the processes sharing a SQLite file share a
+  host, so the one that committed sends a datagram to each waiting process's Unix socket
+  in a folder beside the database; a listener thread reads ``PRAGMA data_version`` (a
+  counter in shared memory that moves when another connection commits) every 0.1 s for
+  commits nobody announced. Where no socket can be bound, workers read that counter every
+  few milliseconds before they spend a claim.
 
 A jittered poll in the worker is the fallback under all of them.
 """

@@ -40,6 +40,11 @@ class Notifier(Protocol):
         """True if subscribers are called for every announcement, from any process, so
         those waiting need not poll :meth:`change_marker`."""
 
+    @property
+    def pushes_job_events(self) -> bool:
+        """True if :meth:`watch_jobs` callbacks are called for job events from any
+        process, so those waiting on a job need not poll :meth:`change_marker`."""
+
     def subscribe(self, callback: Callback, queues: Collection[str] | None = None) -> None:
         """Have ``callback`` called (from any thread; it must be quick, e.g. an Event's
         ``set``) when work may have arrived in one of ``queues`` (None: any queue)."""

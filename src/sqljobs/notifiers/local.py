@@ -17,6 +17,7 @@ class LocalNotifier:
     """Subscribers in this process, called synchronously by :meth:`announce`."""
 
     pushes = True
+    pushes_job_events = True
 
     def __init__(self) -> None:
         self._subscribers = Subscribers()

@@ -98,6 +98,11 @@ class PostgresNotifier:
         """True when a LISTEN thread wakes subscribers, so they need not check for changes."""
         return self.listen
 
+    @property
+    def pushes_job_events(self) -> bool:
+        """True when the LISTEN thread hears ``#end:ID`` and ``#cancel:ID``."""
+        return self.listen
+
     def subscribe(self, callback: Callback, queues: Collection[str] | None = None) -> None:
         """Call ``callback`` (from the listener thread) when jobs may have been enqueued."""
         self._subscribers.add(callback, queues)

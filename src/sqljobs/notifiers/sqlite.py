@@ -1,50 +1,182 @@
-"""SQLite change detection: ``PRAGMA data_version`` instead of a push.
+"""SQLite wake-ups: a datagram from the process that committed, ``PRAGMA data_version``
+for what nobody announced.
 
-SQLite has no channel between processes, but each connection can read, from the
-database's shared memory and without touching a table, a counter that moves whenever
-*another* connection commits. A worker reads it every few milliseconds and spends a claim
-only when it moved: near-instant pick-up at the cost of a memory read. The commit is the
-announcement, so there is nothing to send; an App still wakes its own process's workers
-through :mod:`.local`.
+The processes sharing a SQLite file share a host, so the one that committed an enqueue
+tells the others itself: one datagram to each waiting process's socket in the folder
+beside the database (:mod:`.datagram`), after the commit. A waiting worker blocks until
+then and costs nothing while idle.
+
+Some commits cannot be announced: an enqueue inside the caller's own ``sqlite3``
+transaction commits when the caller decides, and another program may write the file. For
+those, the listener thread reads ``PRAGMA data_version`` (a counter in shared memory that
+moves when another connection commits) every :data:`UNANNOUNCED_CHECK` seconds and wakes
+everyone when it moved. Where no socket can be bound (no Unix sockets, a path too long
+for one, a folder that cannot be written), nothing is pushed and workers read that
+counter every few milliseconds instead, as before.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
 from collections.abc import Callable, Collection
 
-from .base import Callback, JobEventCallback
+from ..errors import BackendError
+from . import datagram
+from .base import (
+    EVERY_QUEUE,
+    JOB_EVENT_PREFIX,
+    Callback,
+    JobEventCallback,
+    JobWatchers,
+    Subscribers,
+)
+
+log = logging.getLogger("sqljobs")
+
+EVENTS_NAMED = 50
+"""Up to this many job events go by id in one datagram; more go as one for any job."""
+
+UNANNOUNCED_CHECK = 0.1
+"""Seconds between the listener's looks at ``data_version`` for commits nobody announced
+(an enqueue in the caller's transaction): their longest wait for a worker."""
 
 
 class SqliteNotifier:
-    """``change_marker`` reads ``data_version`` on the calling thread's connection (the
-    backend's ``read_version``); nothing is pushed, so subscribers are never called."""
+    """Datagrams between the processes of the database's host; ``change_marker`` is
+    ``data_version`` on the calling thread's connection (the backend's ``read_version``).
+    Job events (ends, cancels) are not pushed: waiters read the change marker."""
 
-    pushes = False
+    pushes_job_events = False
 
-    def __init__(self, read_version: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        read_version: Callable[[], int],
+        database: str,
+        *,
+        push: bool = True,
+        unannounced_check: float | None = None,
+    ) -> None:
         self._read_version = read_version
+        self.folder = datagram.folder_for(database)
+        self._can_push = push and datagram.usable(self.folder)
+        self._unannounced_check = unannounced_check or UNANNOUNCED_CHECK
+        self._sender = datagram.Sender(self.folder)
+        self._subscribers = Subscribers()
+        self._job_watchers = JobWatchers()
+        self._lock = threading.Lock()
+        self._listener: datagram.Listener | None = None
+        self._listener_pid = 0
+        self._version: int | None = None  # data_version at the listener's last look
+        self._heard = 0
+        self.looks = 0
+        """How many times the listener has read ``data_version`` (its idle cost)."""
+
+    @property
+    def pushes(self) -> bool:
+        """True while this process listens: subscribers are then called for every
+        announcement, and within :data:`UNANNOUNCED_CHECK` of any other commit."""
+        with self._lock:
+            return self._listener is not None and self._listener_pid == os.getpid()
 
     def subscribe(self, callback: Callback, queues: Collection[str] | None = None) -> None:
-        """Nothing to subscribe to: waiting workers watch :meth:`change_marker`."""
+        self._subscribers.add(callback, queues)
+        self._ensure_listener()
 
     def unsubscribe(self, callback: Callback) -> None:
-        """Nothing was subscribed."""
+        self._subscribers.remove(callback)
+        if not len(self._subscribers):
+            self._stop_listener()
 
     def announce(self, queues: Collection[str] | None = None) -> None:
-        """Nothing to send: the commit itself moves every other connection's
-        ``data_version``."""
+        """After a commit: a datagram naming ``queues`` (None: all) to every listener of
+        this database, this process's included."""
+        if self._can_push:
+            self._sender.send(datagram.encode(queues))
 
     def change_marker(self) -> int | None:
+        if self._listener is None and len(self._subscribers):  # used again after close()
+            self._ensure_listener()
         return self._read_version()
 
+    def heard(self) -> int:
+        """How many announcements this process's listener has received."""
+        return self._heard
+
+    def announce_events(self, kind: str, job_ids: Collection[int]) -> None:
+        """After a commit: job events (``"cancel"``) to every listener, so a worker in
+        another process holding one of the jobs hears it at once; many at a time go as
+        one event for any job."""
+        if not self._can_push or not job_ids:
+            return
+        targets = [str(i) for i in job_ids] if len(job_ids) <= EVENTS_NAMED else ["*"]
+        self._sender.send(datagram.encode([f"{JOB_EVENT_PREFIX}{kind}:{t}" for t in targets]))
+
     def watch_jobs(self, callback: JobEventCallback) -> None:
-        """Nothing is pushed: those waiting on a job watch :meth:`change_marker` and look."""
+        """Call ``callback`` on the cancels announced from any process (job ends are not
+        pushed: those waiting on a result read :meth:`change_marker`)."""
+        self._job_watchers.add(callback)
 
     def unwatch_jobs(self, callback: JobEventCallback) -> None:
-        """Nothing was watched."""
+        self._job_watchers.remove(callback)
 
     def wait_listening(self, timeout: float) -> bool:
-        return False
+        """The socket is bound before :meth:`subscribe` returns: True while listening."""
+        return self.pushes
 
     def close(self) -> None:
-        """Nothing to release: the backend owns the connections."""
+        self._stop_listener()
+        self._sender.close()
+
+    # -- the listener ------------------------------------------------------------------
+
+    def _ensure_listener(self) -> None:
+        with self._lock:
+            if not self._can_push:
+                return
+            if self._listener is not None and self._listener_pid == os.getpid():
+                return
+            self._listener = None  # (a forked child: the parent's thread is not here)
+            self._version = None
+            try:
+                self._listener = datagram.Listener(
+                    self.folder, self._on_message, self._on_tick, self._unannounced_check
+                )
+            except OSError as exc:
+                self._can_push = False
+                log.info(
+                    "no wake-up socket in %s (%s): workers check the database for changes "
+                    "every few milliseconds instead", self.folder, exc,
+                )  # fmt: skip
+                return
+            self._listener_pid = os.getpid()
+
+    def _stop_listener(self) -> None:
+        with self._lock:
+            listener, self._listener = self._listener, None
+            mine = self._listener_pid == os.getpid()
+        if listener is not None and mine:
+            listener.close()
+
+    def _on_message(self, names: list[str]) -> None:
+        self._heard += 1
+        queues = [n for n in names if not n.startswith(JOB_EVENT_PREFIX)]
+        if queues:
+            self._subscribers.wake(None if EVERY_QUEUE in queues else queues)
+        for name in names:
+            if name.startswith(JOB_EVENT_PREFIX):
+                self._job_watchers.emit_text(name)
+
+    def _on_tick(self) -> None:
+        """Wake everyone if another connection committed since the last look: it may
+        have been an enqueue that nobody announced."""
+        self.looks += 1
+        try:
+            version = self._read_version()
+        except BackendError as exc:  # the next look tries again; workers still poll
+            log.debug("data_version not read: %s", exc)
+            return
+        if self._version is not None and version != self._version:
+            self._subscribers.wake(None)
+        self._version = version

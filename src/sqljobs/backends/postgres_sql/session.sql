@@ -20,3 +20,7 @@ SET synchronous_commit = off
 -- name: durable_transaction
 -- Enqueues, effects and ctx.transaction() stay durable whatever the pool's setting.
 SET LOCAL synchronous_commit = on
+
+-- name: snapshot
+-- Several reads that must agree (stats): one snapshot for the whole transaction.
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY

@@ -29,3 +29,7 @@ ROLLBACK
 -- A counter in shared memory that moves when another connection commits (no table
 -- access): the change check of sqljobs.notifiers.sqlite.
 PRAGMA data_version
+
+-- name: begin_read
+-- Several reads that must agree (stats): one snapshot, and no write lock taken.
+BEGIN DEFERRED
