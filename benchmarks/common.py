@@ -6,6 +6,7 @@ systems interleaved round by round so noise hits them alike, each on a fresh dat
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import importlib
 import importlib.util
@@ -222,7 +223,18 @@ TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU time of a live process, from /proc (None elsewhere)."""
+    """CPU time of a live process, summed over its threads from the scheduler's own
+    nanosecond counts (/proc/PID/task/*/schedstat): the clock-tick counts of /proc/PID/stat
+    round an idle worker's few milliseconds a second to 0. None where /proc has neither."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+        total = 0
+        for task in tasks:
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                total += int((task / "schedstat").read_text().split()[0])
+        return total / 1e9
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except OSError:

@@ -236,12 +236,13 @@ def test_the_socket_of_a_killed_listener_is_removed_by_the_next_announcement(url
 
 
 @pytest.mark.parametrize("url", ["sqlite"], indirect=True)
-def test_an_enqueue_in_the_callers_transaction_is_seen_without_an_announcement(
+def test_an_enqueue_in_the_callers_transaction_is_found_when_the_caller_commits(
     url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Nothing can announce a commit the caller makes later: the listener's look at the
-    change counter, every UNANNOUNCED_CHECK seconds, wakes the subscribers instead."""
-    monkeypatch.setattr(sqljobs.notifiers.sqlite, "UNANNOUNCED_CHECK", 0.05)
+    """Nothing can announce a commit the caller makes later: the enqueue says one is
+    coming, and the listener reads the change counter every 2 ms until it moves. The
+    once-a-second look is pushed out of the way, so only that watch can explain it."""
+    monkeypatch.setattr(sqljobs.notifiers.sqlite, "UNANNOUNCED_CHECK", 60.0)
     backend = sqljobs.App(url).open_backend()
     woken = Calls()
     backend.subscribe(woken)
@@ -250,10 +251,29 @@ def test_an_enqueue_in_the_callers_transaction_is_seen_without_an_announcement(
     conn = sqlite3.connect(backend.path, isolation_level=None)  # type: ignore[attr-defined]
     conn.execute("BEGIN IMMEDIATE")
     producer.enqueue("t", known=False, connection=conn)
-    heard = backend.notifier.heard()  # type: ignore[attr-defined]
+    wait_until(lambda: backend.notifier.heard() == 1, what="the coming datagram")  # type: ignore[attr-defined]
+    assert not woken.event.is_set(), "nothing to claim before the caller commits"
     conn.execute("COMMIT")
+    assert woken.wait(1.5), "the watch found the commit within its window"
+    conn.close()
+
+
+@pytest.mark.parametrize("url", ["sqlite"], indirect=True)
+def test_a_write_by_another_program_is_found_by_the_listeners_look(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job inserted by something that is not sqljobs announces nothing: the listener's
+    look at the change counter (every UNANNOUNCED_CHECK seconds) wakes the subscribers."""
+    monkeypatch.setattr(sqljobs.notifiers.sqlite, "UNANNOUNCED_CHECK", 0.05)
+    sqljobs.App(url).migrate()
+    backend = sqljobs.App(url).open_backend()
+    woken = Calls()
+    backend.subscribe(woken)
+    conn = sqlite3.connect(backend.path, isolation_level=None)  # type: ignore[attr-defined]
+    conn.execute("CREATE TABLE another_programs_table (x)")  # a commit, nothing more
     assert woken.wait(), "the look at data_version woke the subscriber"
-    assert backend.notifier.heard() == heard, "no datagram was sent for it"  # type: ignore[attr-defined]
+    assert backend.notifier.heard() == 0, "no datagram was sent for it"  # type: ignore[attr-defined]
+    conn.close()
 
 
 @pytest.mark.parametrize("url", ["sqlite"], indirect=True)

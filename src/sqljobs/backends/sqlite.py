@@ -108,6 +108,7 @@ class SqliteBackend(JobBrowser, ScheduleStore):
             raise BackendError(f"SQLite database {self.path!r} refused WAL mode (got {mode})")
         conn.execute(Q["synchronous"].replace("{level}", synchronous or self.synchronous))
         conn.execute(Q["foreign_keys"])
+        conn.execute(Q["temp_store"])
         return conn
 
     def _wal(self, conn: sqlite3.Connection) -> str:
@@ -163,8 +164,10 @@ class SqliteBackend(JobBrowser, ScheduleStore):
 
     def _made_work(self, queues: Collection[str] | None) -> None:
         made = getattr(self._local, "made", None)
-        if made is not None:  # in our own transaction (not a caller's, committed later)
+        if made is not None:  # in our own transaction: announced once it committed
             made.append(queues)
+        else:  # in the caller's, committed when the caller decides: watch for it
+            self._wakeups.announce_coming(queues or ["*"])
 
     def _made_events(self, kind: str, job_ids: Sequence[int]) -> None:
         events = getattr(self._local, "events", None)
@@ -340,6 +343,8 @@ class SqliteBackend(JobBrowser, ScheduleStore):
         marker = self.change_marker() if claim.limited and wanted else None
         with self._writing() as conn:
             written = self._finish(conn, outcomes, claim.started)
+            if claim.limited and written:  # slots may have come free for other processes
+                self._made_work(claim.queues)
             jobs: list[ClaimedJob] = []
             if claim.limited and wanted:
                 jobs = self._claim_limited(conn, outcomes, written, claim, marker)
@@ -482,6 +487,8 @@ class SqliteBackend(JobBrowser, ScheduleStore):
                     parents.append((o.job_id, o.state.value))
         if parents:
             self.settle_children(conn, parents)
+        if any(o.state is JobState.PENDING and not o.delay for o in outcomes):
+            self._made_work(None)  # handed back (a drain, a reaped lease): others may run it
         if started:
             held = json.dumps([[h.id, h.token] for h in started])
             conn.execute(Q["mark_started"], {"held": held})

@@ -190,9 +190,9 @@ class Listener:
     """A bound socket in the folder and the thread that reads it.
 
     ``on_message(names)`` is called on the thread for each datagram (as :func:`decode`
-    gives them); ``on_tick()`` once before the constructor returns and then
-    every ``tick`` seconds, however many datagrams come, for the caller's check of commits
-    nobody announced.
+    gives them); ``on_tick()`` once before the constructor returns and then every
+    ``tick()`` seconds (asked again after each datagram, which may change it), however
+    many datagrams come, for the caller's check of commits nobody announced.
     """
 
     def __init__(
@@ -200,7 +200,7 @@ class Listener:
         folder: str,
         on_message: Callable[[list[str]], None],
         on_tick: Callable[[], None],
-        tick: float,
+        tick: Callable[[], float],
     ) -> None:
         self.folder = folder
         os.makedirs(folder, exist_ok=True)
@@ -239,9 +239,9 @@ class Listener:
     def _run(self, ready: threading.Event) -> None:
         self._guarded(self._on_tick)
         ready.set()
-        check_at = time.monotonic() + self._tick
+        ticked = time.monotonic()
         while not self._closing.is_set():
-            self._socket.settimeout(max(0.001, check_at - time.monotonic()))
+            self._socket.settimeout(max(0.001, ticked + self._tick() - time.monotonic()))
             message = None
             try:
                 message = self._socket.recv(MAX_MESSAGE + 1)
@@ -256,9 +256,9 @@ class Listener:
                 return
             if message is not None:
                 self._guarded(functools.partial(self._on_message, decode(message)))
-            if time.monotonic() >= check_at:  # on time, however busy the socket is
+            if time.monotonic() >= ticked + self._tick():  # on time, however busy
                 self._guarded(self._on_tick)
-                check_at = time.monotonic() + self._tick
+                ticked = time.monotonic()
 
     def _guarded(self, call: Callable[[], None]) -> None:
         try:

@@ -6,13 +6,13 @@ tells the others itself: one datagram to each waiting process's socket in the fo
 beside the database (:mod:`.datagram`), after the commit. A waiting worker blocks until
 then and costs nothing while idle.
 
-Some commits cannot be announced: an enqueue inside the caller's own ``sqlite3``
-transaction commits when the caller decides, and another program may write the file. For
-those, the listener thread reads ``PRAGMA data_version`` (a counter in shared memory that
-moves when another connection commits) every :data:`UNANNOUNCED_CHECK` seconds and wakes
-everyone when it moved. Where no socket can be bound (no Unix sockets, a path too long
-for one, a folder that cannot be written), nothing is pushed and workers read that
-counter every few milliseconds instead, as before.
+An enqueue inside the caller's own ``sqlite3`` transaction commits when the caller
+decides: it sends "a commit is coming" instead, and the listeners read ``PRAGMA
+data_version`` (a counter in shared memory that moves when another connection commits)
+every 2 ms for the next two seconds, waking their subscribers when it moves. Another
+program writing the file is caught by the same look once a second. Where no socket can be
+bound (no Unix sockets, a folder that cannot be written), nothing is pushed and workers
+read that counter every few milliseconds instead, as before.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Collection
 
 from ..errors import BackendError
@@ -38,9 +39,19 @@ log = logging.getLogger("sqljobs")
 EVENTS_NAMED = 50
 """Up to this many job events go by id in one datagram; more go as one for any job."""
 
-UNANNOUNCED_CHECK = 0.1
+UNANNOUNCED_CHECK = 1.0
 """Seconds between the listener's looks at ``data_version`` for commits nobody announced
-(an enqueue in the caller's transaction): their longest wait for a worker."""
+(another program writing the file): their longest wait for a worker."""
+
+COMING_WATCH = 2.0
+"""After an enqueue in a caller's transaction says a commit is coming, how long the
+listener reads ``data_version`` every :data:`COMING_CHECK` seconds."""
+
+COMING_CHECK = 0.002
+
+COMING_PREFIX = "?"
+"""Marks "a commit is coming" for the queues named after it (``?mail``): not allowed in
+a queue name, so it cannot clash."""
 
 
 class SqliteNotifier:
@@ -69,6 +80,7 @@ class SqliteNotifier:
         self._listener: datagram.Listener | None = None
         self._listener_pid = 0
         self._version: int | None = None  # data_version at the listener's last look
+        self._watch_until = 0.0  # monotonic time until which a commit may be coming
         self._heard = 0
         self.looks = 0
         """How many times the listener has read ``data_version`` (its idle cost)."""
@@ -103,6 +115,13 @@ class SqliteNotifier:
     def heard(self) -> int:
         """How many announcements this process's listener has received."""
         return self._heard
+
+    def announce_coming(self, queues: Collection[str]) -> None:
+        """Before a commit this process does not control (an enqueue in the caller's
+        transaction): listeners read ``data_version`` closely for a while and wake their
+        subscribers when it moves, so the caller's commit is found within milliseconds."""
+        if self._can_push and queues:
+            self._sender.send(datagram.encode([f"{COMING_PREFIX}{q}" for q in queues]))
 
     def announce_events(self, kind: str, job_ids: Collection[int]) -> None:
         """After a commit: job events (``"cancel"``) to every listener, so a worker in
@@ -141,7 +160,7 @@ class SqliteNotifier:
             self._version = None
             try:
                 self._listener = datagram.Listener(
-                    self.folder, self._on_message, self._on_tick, self._unannounced_check
+                    self.folder, self._on_message, self._on_tick, self._tick
                 )
             except OSError as exc:
                 self._can_push = False
@@ -161,12 +180,20 @@ class SqliteNotifier:
 
     def _on_message(self, names: list[str]) -> None:
         self._heard += 1
+        if any(n.startswith(COMING_PREFIX) for n in names):
+            self._watch_until = time.monotonic() + COMING_WATCH
+            names = [n for n in names if not n.startswith(COMING_PREFIX)]
         queues = [n for n in names if not n.startswith(JOB_EVENT_PREFIX)]
         if queues:
             self._subscribers.wake(None if EVERY_QUEUE in queues else queues)
         for name in names:
             if name.startswith(JOB_EVENT_PREFIX):
                 self._job_watchers.emit_text(name)
+
+    def _tick(self) -> float:
+        """Seconds between looks at ``data_version``: short while a commit is coming."""
+        coming = time.monotonic() < self._watch_until
+        return COMING_CHECK if coming else self._unannounced_check
 
     def _on_tick(self) -> None:
         """Wake everyone if another connection committed since the last look: it may
