@@ -147,11 +147,24 @@ def latency(runs: int) -> list[Row]:
     ]  # fmt: skip
 
 
+def startup(runs: int) -> list[Row]:
+    """A worker process from run_worker() to its first job, and to the end of the
+    article's workload enqueued before it started."""
+    r = collect(DB, "worker start-up", runs, {"sqljobs": in_db("startup", sq.startup)})
+    return [
+        r.row("sqljobs", "run_worker() -> first job", "first_job_ms", "ms", Target("<", 15),
+              "a fresh process: connect, register, first claim"),
+        r.row("sqljobs", "run_worker() -> article done", "article_from_start_ms", "ms",
+              Target("<", 80), "200 jobs of 2 ms enqueued before the worker started"),
+    ]  # fmt: skip
+
+
 BENCHMARKS: dict[str, Callable[[int], list[Row]]] = {
     "drain": drain,
     "enqueue": enqueue,
     "article": article,
     "latency": latency,
+    "startup": startup,
 }
 
 

@@ -145,6 +145,23 @@ def article(url: str, n: int = 200, work: float = 0.002, concurrency: int = 8) -
             "total_ms": (committed - started) * 1000}  # fmt: skip
 
 
+def startup(url: str) -> Sample:
+    """Two fresh processes (``startup_probe.py``): ``run_worker()`` to the first job's
+    handler, and to the end of the article's 200 jobs of 2 ms enqueued beforehand."""
+    sample: Sample = {}
+    for mode, figure in (("first", "first_job_ms"), ("article", "article_from_start_ms")):
+        out = subprocess.run(
+            [sys.executable, str(HERE / "startup_probe.py"), url, mode],
+            capture_output=True, text=True, timeout=WAIT_LIMIT, cwd=HERE,
+        )  # fmt: skip
+        if out.returncode != 0 or not out.stdout.strip():
+            raise RuntimeError(
+                f"startup_probe {mode} failed ({out.returncode}):\n{out.stderr[-2000:]}"
+            )
+        sample[figure] = float(out.stdout.split()[0])
+    return sample
+
+
 # -- a worker subprocess -------------------------------------------------------------------
 
 

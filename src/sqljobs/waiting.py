@@ -113,7 +113,7 @@ class JobWatcher:
         looked = 0.0
         try:
             while not self._closing.wait(self._change_check):
-                current = self._backend.change_marker()  # before the snapshot: an end
+                current = self._backend.notifier.commit_counter()  # before the snapshot: an end
                 with self._lock:  # between the two is then seen as a change next time
                     watched = set(self._waiting)
                     if not watched:

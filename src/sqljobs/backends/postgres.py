@@ -154,17 +154,22 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
     def _open_pool(self) -> psycopg_pool.ConnectionPool:
         with self._lock:
             if self._pool is None:
-                self._check_connect()
-                self._pool = psycopg_pool.ConnectionPool(
+                pool = psycopg_pool.ConnectionPool(
                     self._conninfo(),
                     min_size=1,
                     max_size=self.pool_size,
                     timeout=self.pool_timeout,
-                    open=True,
+                    open=True,  # its first connection opens meanwhile, in its own thread
                     name="sqljobs",
                     kwargs=self._connect_options(),
                     configure=self._configure,
                 )
+                try:
+                    self._check_connect()
+                except BaseException:
+                    pool.close(timeout=0)
+                    raise
+                self._pool = pool
             return self._pool
 
     def _connect_options(self) -> dict[str, Any]:

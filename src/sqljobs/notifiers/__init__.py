@@ -12,10 +12,10 @@ nothing. One protocol (:class:`~sqljobs.notifiers.base.Notifier`), three impleme
   never left to the fallback poll.
 - :mod:`.sqlite` (with :mod:`.datagram`): the processes sharing a SQLite file share a
   host, so the one that committed sends a datagram to each waiting process's Unix socket
-  in a folder beside the database; a listener thread reads ``PRAGMA data_version`` (a
-  counter in shared memory that moves when another connection commits) every 0.1 s for
-  commits nobody announced. Where no socket can be bound, workers read that counter every
-  few milliseconds before they spend a claim.
+  in a folder beside the database. An enqueue in the caller's own transaction says a
+  commit is coming, and the listeners read ``PRAGMA data_version`` (a counter in shared
+  memory that moves when another connection commits) every 2 ms for a while. Where no
+  socket can be bound, workers read that counter every few milliseconds instead.
 
 A jittered poll in the worker is the fallback under all of them.
 """

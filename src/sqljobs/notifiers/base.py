@@ -60,6 +60,11 @@ class Notifier(Protocol):
         """A number that changes when another connection commits, if there is a cheap one
         to read (None: there is not, rely on :meth:`subscribe`)."""
 
+    def commit_counter(self) -> int | None:
+        """A number that moves whenever another connection commits anything, if there is
+        a cheap one (None: there is not): what those waiting on a job's end watch where
+        job events are not pushed."""
+
     def watch_jobs(self, callback: JobEventCallback) -> None:
         """Have ``callback`` called (from any thread, quickly) on job events, where the
         notifier can push them; a notifier that cannot never calls it."""

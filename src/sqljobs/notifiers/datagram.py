@@ -191,8 +191,8 @@ class Listener:
 
     ``on_message(names)`` is called on the thread for each datagram (as :func:`decode`
     gives them); ``on_tick()`` once before the constructor returns and then every
-    ``tick()`` seconds (asked again after each datagram, which may change it), however
-    many datagrams come, for the caller's check of commits nobody announced.
+    ``tick()`` seconds (asked again after each datagram, which may change it; None: no
+    ticks, the thread blocks until a datagram comes), however many datagrams come.
     """
 
     def __init__(
@@ -200,7 +200,7 @@ class Listener:
         folder: str,
         on_message: Callable[[list[str]], None],
         on_tick: Callable[[], None],
-        tick: Callable[[], float],
+        tick: Callable[[], float | None],
     ) -> None:
         self.folder = folder
         os.makedirs(folder, exist_ok=True)
@@ -241,7 +241,11 @@ class Listener:
         ready.set()
         ticked = time.monotonic()
         while not self._closing.is_set():
-            self._socket.settimeout(max(0.001, ticked + self._tick() - time.monotonic()))
+            interval = self._tick()
+            if interval is None:
+                self._socket.settimeout(None)  # nothing to look at: block
+            else:
+                self._socket.settimeout(max(0.001, ticked + interval - time.monotonic()))
             message = None
             try:
                 message = self._socket.recv(MAX_MESSAGE + 1)
@@ -256,7 +260,9 @@ class Listener:
                 return
             if message is not None:
                 self._guarded(functools.partial(self._on_message, decode(message)))
-            if time.monotonic() >= ticked + self._tick():  # on time, however busy
+            if interval is None:
+                ticked = time.monotonic()  # a watch that starts now looks first in interval
+            elif time.monotonic() >= ticked + interval:  # on time, however busy
                 self._guarded(self._on_tick)
                 ticked = time.monotonic()
 

@@ -39,6 +39,9 @@ class LocalNotifier:
         """How many announcements this process has made."""
         return self._marker
 
+    def commit_counter(self) -> int | None:
+        return self._marker
+
     def watch_jobs(self, callback: JobEventCallback) -> None:
         self._job_watchers.add(callback)
 

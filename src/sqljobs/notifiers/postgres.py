@@ -141,6 +141,10 @@ class PostgresNotifier:
         self._ensure_listener()
         return self._seen
 
+    def commit_counter(self) -> int | None:
+        """The wake-ups heard (None in poll-only mode): PostgreSQL has no cheaper count."""
+        return self.change_marker()
+
     def close(self) -> None:
         closing, self._closing = self._closing, threading.Event()
         closing.set()

@@ -1,18 +1,18 @@
-"""SQLite wake-ups: a datagram from the process that committed, ``PRAGMA data_version``
-for what nobody announced.
+"""SQLite wake-ups: a datagram from the process that committed.
 
 The processes sharing a SQLite file share a host, so the one that committed an enqueue
 tells the others itself: one datagram to each waiting process's socket in the folder
 beside the database (:mod:`.datagram`), after the commit. A waiting worker blocks until
-then and costs nothing while idle.
+then, and so does the listener: an idle worker costs nothing.
 
 An enqueue inside the caller's own ``sqlite3`` transaction commits when the caller
 decides: it sends "a commit is coming" instead, and the listeners read ``PRAGMA
 data_version`` (a counter in shared memory that moves when another connection commits)
-every 2 ms for the next two seconds, waking their subscribers when it moves. Another
-program writing the file is caught by the same look once a second. Where no socket can be
-bound (no Unix sockets, a folder that cannot be written), nothing is pushed and workers
-read that counter every few milliseconds instead, as before.
+every 2 ms for the next two seconds, waking their subscribers when it moves. What no
+sqljobs call made (another program inserting jobs, a transaction held open longer than
+that) is found by the workers' fallback poll. Where no socket can be bound (no Unix
+sockets, a folder that cannot be written) or with ``listen=False``, nothing is pushed to
+this process and its workers read that counter every few milliseconds instead, as before.
 """
 
 from __future__ import annotations
@@ -39,10 +39,6 @@ log = logging.getLogger("sqljobs")
 EVENTS_NAMED = 50
 """Up to this many job events go by id in one datagram; more go as one for any job."""
 
-UNANNOUNCED_CHECK = 1.0
-"""Seconds between the listener's looks at ``data_version`` for commits nobody announced
-(another program writing the file): their longest wait for a worker."""
-
 COMING_WATCH = 2.0
 """After an enqueue in a caller's transaction says a commit is coming, how long the
 listener reads ``data_version`` every :data:`COMING_CHECK` seconds."""
@@ -67,12 +63,11 @@ class SqliteNotifier:
         database: str,
         *,
         push: bool = True,
-        unannounced_check: float | None = None,
     ) -> None:
         self._read_version = read_version
         self.folder = datagram.folder_for(database)
-        self._can_push = push and datagram.usable(self.folder)
-        self._unannounced_check = unannounced_check or UNANNOUNCED_CHECK
+        self._can_send = datagram.usable(self.folder)
+        self._can_push = push and self._can_send  # (listen=False: send, never bind)
         self._sender = datagram.Sender(self.folder)
         self._subscribers = Subscribers()
         self._job_watchers = JobWatchers()
@@ -82,13 +77,14 @@ class SqliteNotifier:
         self._version: int | None = None  # data_version at the listener's last look
         self._watch_until = 0.0  # monotonic time until which a commit may be coming
         self._heard = 0
+        self._wakes = 0  # wake-ups delivered: datagrams, and commits a watch found
         self.looks = 0
         """How many times the listener has read ``data_version`` (its idle cost)."""
 
     @property
     def pushes(self) -> bool:
         """True while this process listens: subscribers are then called for every
-        announcement, and within :data:`UNANNOUNCED_CHECK` of any other commit."""
+        announcement."""
         with self._lock:
             return self._listener is not None and self._listener_pid == os.getpid()
 
@@ -104,12 +100,23 @@ class SqliteNotifier:
     def announce(self, queues: Collection[str] | None = None) -> None:
         """After a commit: a datagram naming ``queues`` (None: all) to every listener of
         this database, this process's included."""
-        if self._can_push:
+        if self._can_send:
             self._sender.send(datagram.encode(queues))
 
     def change_marker(self) -> int | None:
+        """While this process listens: how many wake-ups the listener has delivered (as on
+        PostgreSQL: a commit that announced nothing, such as another worker's heartbeat,
+        is no reason to claim). Otherwise ``data_version``, read by waiting workers every
+        few milliseconds."""
         if self._listener is None and len(self._subscribers):  # used again after close()
             self._ensure_listener()
+        if self.pushes:
+            return self._wakes
+        return self._read_version()
+
+    def commit_counter(self) -> int | None:
+        """``data_version``: it moves whenever another connection commits (for those
+        waiting on a job's end, which is not announced)."""
         return self._read_version()
 
     def heard(self) -> int:
@@ -120,14 +127,14 @@ class SqliteNotifier:
         """Before a commit this process does not control (an enqueue in the caller's
         transaction): listeners read ``data_version`` closely for a while and wake their
         subscribers when it moves, so the caller's commit is found within milliseconds."""
-        if self._can_push and queues:
+        if self._can_send and queues:
             self._sender.send(datagram.encode([f"{COMING_PREFIX}{q}" for q in queues]))
 
     def announce_events(self, kind: str, job_ids: Collection[int]) -> None:
         """After a commit: job events (``"cancel"``) to every listener, so a worker in
         another process holding one of the jobs hears it at once; many at a time go as
         one event for any job."""
-        if not self._can_push or not job_ids:
+        if not self._can_send or not job_ids:
             return
         targets = [str(i) for i in job_ids] if len(job_ids) <= EVENTS_NAMED else ["*"]
         self._sender.send(datagram.encode([f"{JOB_EVENT_PREFIX}{kind}:{t}" for t in targets]))
@@ -181,23 +188,26 @@ class SqliteNotifier:
     def _on_message(self, names: list[str]) -> None:
         self._heard += 1
         if any(n.startswith(COMING_PREFIX) for n in names):
+            # the first look compares with the last one taken, however old: a commit
+            # that came before this datagram was read still wakes everyone
             self._watch_until = time.monotonic() + COMING_WATCH
             names = [n for n in names if not n.startswith(COMING_PREFIX)]
         queues = [n for n in names if not n.startswith(JOB_EVENT_PREFIX)]
         if queues:
+            self._wakes += 1
             self._subscribers.wake(None if EVERY_QUEUE in queues else queues)
         for name in names:
             if name.startswith(JOB_EVENT_PREFIX):
                 self._job_watchers.emit_text(name)
 
-    def _tick(self) -> float:
-        """Seconds between looks at ``data_version``: short while a commit is coming."""
-        coming = time.monotonic() < self._watch_until
-        return COMING_CHECK if coming else self._unannounced_check
+    def _tick(self) -> float | None:
+        """Seconds between looks at ``data_version`` while a commit is coming; None (no
+        looks: the listener blocks) otherwise."""
+        return COMING_CHECK if time.monotonic() < self._watch_until else None
 
     def _on_tick(self) -> None:
         """Wake everyone if another connection committed since the last look: it may
-        have been an enqueue that nobody announced."""
+        have been the enqueue a caller's commit made visible."""
         self.looks += 1
         try:
             version = self._read_version()
@@ -205,5 +215,6 @@ class SqliteNotifier:
             log.debug("data_version not read: %s", exc)
             return
         if self._version is not None and version != self._version:
+            self._wakes += 1
             self._subscribers.wake(None)
         self._version = version

@@ -176,8 +176,10 @@ async def run_async(
 
 
 class ThreadPool:
-    """A fixed set of threads fed from one queue. A handler that is given up keeps its
-    thread until it returns (a thread cannot be killed), so no more than ``size`` run."""
+    """Up to ``size`` threads fed from one queue, started as jobs need them (one at once:
+    starting all of them up front cost a worker's start-up 4 ms before its first job). A
+    handler that is given up keeps its thread until it returns (a thread cannot be
+    killed), so no more than ``size`` run."""
 
     def __init__(
         self,
@@ -194,19 +196,25 @@ class ThreadPool:
         self._hooks = hooks
         self._clock = clock
         self._name = name
+        self._size = size
+        self._lock = threading.Lock()
         self._started = 0
-        for _ in range(size):
-            self.add_thread()
+        self._waiting = 0  # threads blocked on the queue, ready for a job
+        self.add_thread()
 
     def add_thread(self) -> None:
-        self._started += 1
-        thread = threading.Thread(
-            target=self._loop, name=f"{self._name}-{self._started}", daemon=True
-        )
+        with self._lock:
+            self._started += 1
+            number = self._started
+        thread = threading.Thread(target=self._loop, name=f"{self._name}-{number}", daemon=True)
         thread.start()
 
     def submit(self, run: Running) -> None:
         self._queue.put(run)
+        with self._lock:
+            more = self._started < self._size and self._queue.qsize() > self._waiting
+        if more:
+            self.add_thread()
 
     def take_queued(self) -> list[Running]:
         """Remove and return the jobs no thread has started yet."""
@@ -222,14 +230,23 @@ class ThreadPool:
             taken.append(item)
 
     def _loop(self) -> None:
-        while (run := self._queue.get()) is not None:
+        while True:
+            with self._lock:
+                self._waiting += 1
+            run = self._queue.get()
+            with self._lock:
+                self._waiting -= 1
+            if run is None:
+                return
             if run.closed:  # given up before it started (lease lost, timed out): skip it
                 self._report(run, success(run))  # discarded by the coordinator; frees the slot
                 continue
             self._report(run, run_sync(run, self._clock, self._on_start, self._hooks))
 
     def stop(self) -> None:
-        for _ in range(self._started):
+        with self._lock:
+            started = self._started
+        for _ in range(started):
             self._queue.put(None)
 
 

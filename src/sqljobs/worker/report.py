@@ -4,7 +4,6 @@ attempt that failed, and which database errors mean "not reachable yet"."""
 from __future__ import annotations
 
 import logging
-from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from ..errors import BackendError
@@ -21,10 +20,11 @@ log = logging.getLogger("sqljobs.worker")
 
 
 def version() -> str:
-    try:
-        return metadata.version("sqljobs")
-    except metadata.PackageNotFoundError:  # run from a source tree without installing
-        return "unknown"
+    """The package's version, as ``sqljobs.__version__`` says (no metadata lookup: the
+    banner is logged on a worker's way to its first job)."""
+    from .. import __version__
+
+    return __version__
 
 
 def banner(worker: Worker, backend: Backend, heartbeat_interval: float) -> str:

@@ -34,7 +34,7 @@ class Timers:
     wall_at: float = 0.0  # and the monotonic time it was read
 
     def __init__(self, now: float, heartbeat_interval: float, config: WorkerConfig) -> None:
-        self.heartbeat = now + heartbeat_interval
+        self.heartbeat = now + heartbeat_interval  # registering was the first
         self.reap = now
         self.prune = now + config.prune_interval
         self.schedule = now

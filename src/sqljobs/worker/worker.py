@@ -123,6 +123,7 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         self._progress_dirty: set[int] = set()
         self._progress_signalled = False
         self.replace_requested = False
+        self._banner_due = False
 
     # -- control -----------------------------------------------------------------------
 
@@ -201,7 +202,7 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         self._backend = backend
         if self._limited:  # (the heartbeat counts them again; --processes start together)
             self._alone = self.config.supervisor_pid is None and backend.live_workers() <= 1
-        backend.subscribe(self._wake.set)
+        backend.subscribe(self._wake.set, self.config.queues)  # None: every queue
         backend.notifier.watch_jobs(self._on_job_event)  # cancels, from any host
         self.app.watch_jobs(self._on_job_event)  # cancels from this process
         # a change counter to read between polls: SQLite's; PostgreSQL pushes instead,
@@ -227,7 +228,7 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
             self._async = AsyncRunner(self._report, self.app.clock, started, self._hooks)
         self._timers = Timers(time.monotonic(), heartbeat_interval, self.config)
         self.app.add_wakeup(self._wake)
-        log.info("%s", banner(self, backend, heartbeat_interval))
+        self._banner_due = True  # logged once the first claim went out (it reads the db)
         if self._hooks is not None:
             self._hooks.start(self.config.queues, self.config.concurrency)
         return True
@@ -256,6 +257,9 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
             stopped = self._drain_step(backend, now)
         else:
             self._claim_step(backend, t, now)  # carries outcomes with its claim
+        if self._banner_due:
+            self._banner_due = False
+            log.info("%s", banner(self, backend, t.heartbeat_interval))
         if not stopped:
             self._write_outcomes(backend, t)  # whatever no claim carried
         return Pass(
@@ -331,8 +335,14 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         """From the notifier's thread: a job was cancelled. The next pass runs a heartbeat
         (one statement), which finds out whether it was ours and tells its handler; asked
         for every cancel, since the job may be in a claim on its way back."""
-        if kind == "cancel" and self._backend is not None:
+        if kind == "cancel" and self._backend is not None and self._holds_jobs():
             self.request_heartbeat()
+
+    def _holds_jobs(self) -> bool:
+        """Whether a cancel could concern this worker: not before its first claim went
+        out (the listener's "anything may have changed" as it starts, which would put a
+        heartbeat before the first claim)."""
+        return self.counters["claims"] > 0
 
     def _event(
         self, kind: EventKind, job: ClaimedJob, state: str | None = None, detail: str | None = None
