@@ -205,10 +205,10 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         module docstring."""
         if not self.session_settings:
             return
-        conn.execute(self.sql["configure"])
-        conn.execute(self.sql["ordered_scans"])
+        settings = [self.sql["configure"], self.sql["ordered_scans"]]
         if not self.synchronous_commit:
-            conn.execute(self.sql["asynchronous_commit"])
+            settings.append(self.sql["asynchronous_commit"])
+        conn.execute("; ".join(settings))  # one round trip (no parameters: simple query)
 
     def _listen_connection(self) -> psycopg.Connection[Any]:
         """A connection of its own for the notifier's LISTEN (a pooled one would be

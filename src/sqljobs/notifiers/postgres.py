@@ -43,6 +43,10 @@ log = logging.getLogger("sqljobs.postgres")
 LISTEN_WAIT = 0.1
 """How long the listener waits on its socket at a time, so ``close()`` is prompt."""
 
+PROBE_DELAY = 0.5
+"""How long after LISTEN the probe NOTIFY waits: it borrows a pooled connection, which a
+worker starting up wants for its first claim."""
+
 PROBE_WAIT = 5.0
 """How long the listener waits for its own test NOTIFY before it warns that notifications
 do not reach it."""
@@ -261,6 +265,8 @@ class PostgresNotifier:
         threading.Thread(target=self._send_probe, name="sqljobs-probe", daemon=True).start()
 
     def _send_probe(self) -> None:
+        if self._closing.wait(PROBE_DELAY):  # not in a starting worker's way to its first job
+            return
         for attempt in range(3):  # a pool busy at start-up may refuse the first try
             try:
                 self._send(["probe"], self._probe_channel)

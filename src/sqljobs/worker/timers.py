@@ -6,6 +6,11 @@ from dataclasses import dataclass
 
 from .config import WorkerConfig
 
+FIRST_LOOK = 0.05
+"""Seconds after start-up before a worker first looks for jobs from crashed workers and
+for limited jobs its code lacks (two statements): its first claim, which neither could
+change, goes first."""
+
 
 @dataclass
 class Timers:
@@ -41,7 +46,7 @@ class Timers:
         self.schedule_last = now
         self.schedule_marker = None
         self.poll = now
-        self.suspect_check = now
+        self.suspect_check = now + FIRST_LOOK
         self.heartbeat_interval = heartbeat_interval
         self.due = None
         self.retry_due = None

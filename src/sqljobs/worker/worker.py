@@ -251,6 +251,8 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         self._take_trips(backend, t)
         now = time.monotonic()
         self._expire_timeouts(now)
+        if self.counters["loops"] == 1 and not self._stopping:
+            self._claim_step(backend, t, now)  # the first jobs start before any upkeep
         self._maintain(backend, t, now)
         stopped = False
         if self._stopping:
