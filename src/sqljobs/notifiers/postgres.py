@@ -211,7 +211,7 @@ class PostgresNotifier:
                 self._listener.start()
 
     def _listen(self, closing: threading.Event) -> None:
-        failures = 0
+        failures, connected_before = 0, False
         while not closing.is_set():
             try:
                 with self._connect() as conn:
@@ -220,7 +220,9 @@ class PostgresNotifier:
                     self._listening.set()
                     failures = 0
                     self._wake(None)  # anything enqueued while we were not listening
-                    self._job_watchers.emit("cancel", None)  # and any job event missed
+                    if connected_before:  # and any job event missed while the line was down
+                        self._job_watchers.emit("cancel", None)
+                    connected_before = True
                     self._probe()
                     while not closing.is_set():
                         self._drain(conn)
