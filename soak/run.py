@@ -79,7 +79,7 @@ class Report:
 class _Target:
     """The soak's database and what can be measured of it."""
 
-    def __init__(self, backend: str, scratch: Path) -> None:
+    def __init__(self, backend: str, scratch: Path, seconds: float = 1800.0) -> None:
         self.cluster: Any = None
         if backend == "sqlite":
             self.path = scratch / "soak.db"
@@ -87,7 +87,10 @@ class _Target:
         else:
             from tests.pg_cluster import PrivateCluster
 
-            self.cluster = PrivateCluster()
+            # WAL is recycled at checkpoints (every 5 min by default): a shorter run
+            # would see it only grow, so its server checkpoints several times a run
+            checkpoint = max(30, min(300, int(seconds / 8)))
+            self.cluster = PrivateCluster([f"checkpoint_timeout = '{checkpoint}s'"])
             self.url = self.cluster.url()
 
     def query(self, sql: str) -> list[tuple[Any, ...]]:
@@ -224,7 +227,7 @@ def run(plan: Plan, out_dir: Path, progress: Callable[[str], None] = lambda _m: 
     """Run ``plan``, write ``soak-<backend>.csv`` and ``.png`` into ``out_dir``."""
     report = Report(plan)
     scratch = Path(tempfile.mkdtemp(prefix=f"sqljobs-soak-{plan.backend}-"))
-    target = _Target(plan.backend, scratch)
+    target = _Target(plan.backend, scratch, plan.seconds)
     workers: list[subprocess.Popen[bytes]] = []
     producer: _Producer | None = None
     try:

@@ -17,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 
@@ -51,7 +52,8 @@ def _free_port() -> int:
 class PrivateCluster:
     """One PostgreSQL server: ``start``, ``stop``, ``restart``, and ``url(database)``."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: Sequence[str] = ()) -> None:
+        """``settings``: more ``postgresql.conf`` lines (``"checkpoint_timeout = 30s"``)."""
         bindir = _bindir()
         if bindir is None:
             raise RuntimeError(available() or "no PostgreSQL binaries")
@@ -84,6 +86,7 @@ class PrivateCluster:
             "full_page_writes = off",
             "max_connections = 200",
             "shared_buffers = 64MB",
+            *settings,
         ]
         with (self.data / "postgresql.conf").open("a") as conf:
             conf.write("\n".join(settings) + "\n")
