@@ -296,3 +296,26 @@ def test_an_idle_sqlite_worker_sleeps_until_a_timer_or_a_wake_up(url: str) -> No
         enqueue_in_another_process(url, "default")
         assert ran.wait(10), "a job enqueued by another process woke the worker"
     assert idle_loops <= 10, f"{idle_loops} passes over an idle second"
+
+
+@pytest.mark.parametrize("url", ["postgres"], indirect=True)
+def test_a_poll_only_worker_claims_when_its_own_app_enqueues(url: str) -> None:
+    """Poll-only mode has no change marker: the App's own count of wake-ups is what tells
+    a stepped worker that an enqueue of its process made work (else it waited for its
+    poll, here 60 s)."""
+    app = sqljobs.App(url, backend_options={"listen": False})
+    app.task(name="t")(lambda: None)
+    worker = sqljobs.Worker(app, install_signal_handlers=False, poll_interval=60.0)
+    assert worker.start()
+    try:
+        for _ in range(3):  # the first claim, the question of what is due, and idle
+            worker.run_once()
+        assert worker.counters["claimed"] == 0
+        app.enqueue("t")
+        step = worker.run_once()
+        assert step.claimed == 1, "the local wake-up made the worker claim"
+    finally:
+        worker.stop()
+        while not worker.run_once().stopped:
+            pass
+        worker.close()

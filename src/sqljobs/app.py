@@ -644,6 +644,12 @@ class App:
     def unwatch_jobs(self, callback: JobEventCallback) -> None:
         self._wakeups.unwatch_jobs(callback)
 
+    def local_marker(self) -> int:
+        """How many times this app has woken its own process's workers: a worker that sees
+        it move claims (where nothing else would tell it, as in poll-only mode)."""
+        marker = self._wakeups.change_marker()
+        return marker or 0
+
     def wake_local_workers(self) -> None:
         """Wake this process's workers: call it after a commit that may have made work."""
         self._wakeups.announce()

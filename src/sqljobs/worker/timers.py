@@ -32,6 +32,7 @@ class Timers:
     due: float | None = None
     retry_due: float | None = None
     marker: int | None = None
+    local_marker: int = 0  # the App's count of its own process's wake-ups, last seen
     want_claim: bool = True
     want_due: bool = False
     progress: float = 0.0  # the next flush of ctx.progress() reports may go out then
@@ -51,6 +52,7 @@ class Timers:
         self.due = None
         self.retry_due = None
         self.marker = None
+        self.local_marker = 0
         self.want_claim = True
         self.want_due = False
         self.progress = now
