@@ -147,7 +147,8 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
             worker_thread(remote, queues=("lab-e8-signal",)),
             worker_thread(local, queues=("lab-e8-local",)),
         ):
-            more, window = drive(load, idle, [send_ours], 0.3, ours, half[1])
+            # a second for the last jobs of the load to be written (slower on a busy machine)
+            more, window = drive(load, idle, [send_ours], 1.0, ours, half[1])
     finally:
         stop.set()
         for t in threads:
