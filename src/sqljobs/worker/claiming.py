@@ -43,9 +43,10 @@ class Claiming(WorkerState):
         current = backend.change_marker()
         if current != t.marker:
             t.marker, t.want_claim = current, True
-        local = self.app.local_marker()  # an enqueue of this process
-        if local != t.local_marker:
-            t.local_marker, t.want_claim = local, True
+        if not self._pushed:  # poll-only: nothing else says this process enqueued
+            local = self.app.local_marker()
+            if local != t.local_marker:
+                t.local_marker, t.want_claim = local, True
         wall = self.app.clock()
         if t.due is not None and wall >= t.due:
             t.want_claim, t.due = True, None

@@ -62,6 +62,7 @@ class WorkerState:
     _suspect: ClaimedJob | None  # claimed, waiting to run alone
     _solo: int | None  # id of the suspect running alone
     _backend: Backend | None
+    _pushed: bool  # the notifier pushes (else an own enqueue is seen by the App's count)
     _checks_changes: bool  # wakes every change_check_interval to read the change counter
     _threads: ThreadPool | None
     _async: AsyncRunner | None

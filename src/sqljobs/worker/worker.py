@@ -105,6 +105,7 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         self._solo: int | None = None  # id of the suspect running alone
         self._backend: Backend | None = None
         self._checks_changes = False
+        self._pushed = False
         self._threads: ThreadPool | None = None
         self._async: AsyncRunner | None = None
         self._lanes: Lanes | None = None
@@ -208,6 +209,7 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         # a change counter to read between polls: SQLite's; PostgreSQL pushes instead,
         # and in poll-only mode has none, so waking to read it would only spin
         self._checks_changes = not backend.pushes_changes and backend.change_marker() is not None
+        self._pushed = backend.pushes_changes
         self._lanes = Lanes(
             self.config.claim_lanes or backend.claim_lanes,
             lambda trip: self._round_trip(backend, trip), self._wake.set, f"sqljobs-{self.id}",
