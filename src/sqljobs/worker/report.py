@@ -41,6 +41,7 @@ def banner(worker: Worker, backend: Backend, heartbeat_interval: float) -> str:
         f"queues {queues}, concurrency {cfg.concurrency}, {len(tasks)} tasks ({shown}); "
         f"shortest lease {worker.shortest_lease:g} s, heartbeat every "
         f"{heartbeat_interval:.3g} s, drain timeout {worker.drain_timeout:g} s; "
+        f"wake-ups {'pushed' if backend.pushes_changes else 'by polling'}; "
         f"retention {app.retention.describe()}"
     )
 

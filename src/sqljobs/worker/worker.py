@@ -339,14 +339,8 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         """From the notifier's thread: a job was cancelled. The next pass runs a heartbeat
         (one statement), which finds out whether it was ours and tells its handler; asked
         for every cancel, since the job may be in a claim on its way back."""
-        if kind == "cancel" and self._backend is not None and self._holds_jobs():
+        if kind == "cancel" and self._backend is not None:
             self.request_heartbeat()
-
-    def _holds_jobs(self) -> bool:
-        """Whether a cancel could concern this worker: not before its first claim went
-        out (the listener's "anything may have changed" as it starts, which would put a
-        heartbeat before the first claim)."""
-        return self.counters["claims"] > 0
 
     def _event(
         self, kind: EventKind, job: ClaimedJob, state: str | None = None, detail: str | None = None
