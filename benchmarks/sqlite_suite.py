@@ -16,6 +16,7 @@ DRAIN_JOBS = 10_000
 ENQUEUE_JOBS = 10_000
 LOOP_JOBS = 2_000  # single commits: the rate does not depend on the count
 ARTICLE_JOBS = 200
+SCALING_JOBS = 10_000  # stats() counts up to 10,000 a state: drain_processes reads them
 LATENCY_JOBS = 200
 IDLE_SECONDS = 3.0
 
@@ -142,12 +143,42 @@ def startup(runs: int) -> list[Row]:
     ]  # fmt: skip
 
 
+def scaling(runs: int) -> list[Row]:
+    """Beyond one thread pool: ``async def`` no-op jobs beside thread ones (in this
+    process), and ``sqljobs worker --processes 2`` beside ``--processes 1`` (subprocesses)."""
+    n = SCALING_JOBS
+
+    def procs(p: int) -> Case:
+        def body(url: str) -> Sample:
+            with scratch_dir() as folder:
+                return sq.drain_processes(url, n, p, folder)
+
+        return on_file(body)
+
+    r = collect(DB, "scaling, c=8", runs, {
+        "thread": on_file(lambda url: sq.drain(url, n)),
+        "async": on_file(lambda url: sq.drain(url, n, task="anoop")),
+        "1 process": procs(1),
+        "2 processes": procs(2),
+    })  # fmt: skip
+    thread = r.row("thread", "drain, def no-op", note=f"{n:,} jobs; in-process Worker")
+    asyncs = r.row("async", "drain, async def no-op", note="on the worker's event loop")
+    one = r.row("1 process", "CLI --processes 1", note="rate between 10% and 90% done")
+    two = r.row("2 processes", "CLI --processes 2", note="2 cores on this machine")
+    return [
+        thread, asyncs, one, two,
+        r.ratio("async / thread", asyncs, thread, target=Target(">=", 1.0)),
+        r.ratio("2 processes / 1", two, one, target=Target(">=", 1.6)),
+    ]  # fmt: skip
+
+
 BENCHMARKS: dict[str, Callable[[int], list[Row]]] = {
     "drain": drain,
     "enqueue": enqueue,
     "article": article,
     "latency": latency,
     "startup": startup,
+    "scaling": scaling,
 }
 
 

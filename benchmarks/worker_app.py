@@ -29,10 +29,16 @@ def _record(delay: float) -> None:
 
 
 def register(app: sqljobs.App, on_noop: Callable[[], None] | None = None) -> None:
-    """Register ``noop`` and ``stamp`` on ``app``; ``on_noop`` counts in-process calls."""
+    """Register ``noop`` (and ``anoop``, its ``async def`` twin), ``stamp`` and ``echo`` on
+    ``app``; ``on_noop`` counts in-process calls."""
 
     @app.task(name="noop")
     def noop(i: int) -> None:
+        if on_noop is not None:
+            on_noop()
+
+    @app.task(name="anoop")
+    async def anoop(i: int) -> None:
         if on_noop is not None:
             on_noop()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import logging
 import os
@@ -203,6 +204,18 @@ def runs(tmp_path: Path) -> Runs:
     return Runs(tmp_path / "runs.log")
 
 
+def die_with_parent() -> None:
+    """In a child before exec: SIGKILL it when the test process dies, so a pytest killed
+    mid-run (no teardown) leaves no worker draining the test database. Linux only; the
+    supervisor's own children notice their orphaning (``supervisor_pid``)."""
+    if sys.platform == "linux":
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+PR_SET_PDEATHSIG = 1
+
+
 @pytest.fixture
 def spawn(url: str, runs: Runs, tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     """Start ``sqljobs worker`` subprocesses on the test database; kill leftovers at the end.
@@ -231,6 +244,7 @@ def spawn(url: str, runs: Runs, tmp_path: Path) -> Iterator[Callable[..., subpro
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,  # so teardown can kill a supervisor's children too
+                preexec_fn=die_with_parent,  # and a killed pytest leaves none behind
             )
         procs.append(proc)
         return proc

@@ -5,7 +5,6 @@ crashed workers, run alone."""
 from __future__ import annotations
 
 import logging
-import random
 import time
 
 from ..backends.base import Backend
@@ -73,7 +72,7 @@ class Claiming(WorkerState):
                         limited_buffer=self._limited_buffer(size, idle))  # fmt: skip
             self._to_write = []
             t.want_claim = False  # until the batch comes back full, or something changes
-            t.poll = time.monotonic() + cfg.poll_interval * random.uniform(0.9, 1.1)
+            t.poll = time.monotonic() + cfg.poll_interval * self.rng.uniform(0.9, 1.1)
             self.counters["claims"] += 1
             lanes.send(trip, inline=not self.inflight and not lanes.busy)
             self._take_trips(backend, t)  # an inline trip is back already

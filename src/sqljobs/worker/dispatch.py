@@ -68,14 +68,16 @@ class Dispatching(WorkerState):
                 priority=0,
                 timeout=None,
             )
-            run = Running(job, stand_in, ctx, args, kwargs, wall, worker=self.id)
+            run = Running(job, stand_in, ctx, args, kwargs, wall, worker=self.id, rng=self.rng)
             error = LookupError(f"task {job.task!r} is not registered here (worker {self.id})")
             self._to_write.append(failure(run, error, wall))
             self._finishing[job.id] = job
             self._metered[job.id] = job, None, None
             log.error("job %s: %s", job.id, error)
             return
-        run = Running(job, task, ctx, args, kwargs, wall, prefetched=prefetched, worker=self.id)
+        run = Running(
+            job, task, ctx, args, kwargs, wall, prefetched=prefetched, worker=self.id, rng=self.rng
+        )
         if task.timeout is not None:
             run.deadline = run.started + task.timeout
         self.inflight[job.id] = run

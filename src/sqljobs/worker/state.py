@@ -8,6 +8,7 @@ except where a field says otherwise.
 from __future__ import annotations
 
 import collections
+import random
 import threading
 from collections.abc import Collection
 from typing import TYPE_CHECKING
@@ -44,6 +45,7 @@ class WorkerState:
     runtime: float | None  # moving average of handler run time, seconds
     inflight: dict[int, Running]  # claimed jobs this worker holds, started or buffered
     counters: collections.Counter[str]
+    rng: random.Random  # jitter for polls and retries, apart from the global generator
     stopped: threading.Event
     _leases: dict[str, float]  # the lease each task gets; its keys: what we can run
     _limited: bool  # some task has a concurrency limit: claims look for limited jobs too

@@ -16,6 +16,7 @@ import collections
 import contextlib
 import logging
 import os
+import random
 import socket
 import threading
 import time
@@ -91,6 +92,9 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         self._abandoned: set[Running] = set()  # given up, but their threads still run them
         self.stopped = threading.Event()
         self.counters: collections.Counter[str] = collections.Counter()
+        # Jitter (poll times, retry delays) draws from the worker's own generator: the
+        # global one belongs to the program (a seeded simulation, Hypothesis' draws).
+        self.rng = random.Random()
         self._results: collections.deque[tuple[Running, Outcome]] = collections.deque()
         self._to_write: list[Outcome] = []
         self._finishing: dict[int, ClaimedJob] = {}
