@@ -120,7 +120,7 @@ class Results:
     def ratio(self, measure: str, top: Row, bottom: Row, unit: str = "x",
               target: Target | None = None, note: str = "") -> Row:  # fmt: skip
         """``top / bottom`` of two medians; ``unit`` "%" shows it as a percentage."""
-        value = top.value / bottom.value if top.value and bottom.value else None
+        value = top.value / bottom.value if top.value is not None and bottom.value else None
         if value is not None and unit == "%":
             value *= 100
         skipped = top.skipped or bottom.skipped

@@ -2,9 +2,10 @@
 
     python benchmarks/run.py [--quick] [--only sqlite|postgres|NAME,...] [--json]
 
-NAME is a benchmark (drain, enqueue, article, latency, startup, scaling); ``--only postgres,drain`` runs
-PostgreSQL's drain alone. Each benchmark repeats 3 times (1 with ``--quick``) and reports
-medians, each against its target where it has one. Progress goes to stderr; the table
+NAME is a benchmark (drain, enqueue, article, latency, startup, scaling);
+``--only postgres,drain`` runs PostgreSQL's drain alone. Each benchmark repeats 3 times
+(1 with ``--quick``) and reports medians, each against its target where it has one.
+Progress goes to stderr; the table
 (or JSON) to stdout. Without a PostgreSQL server its half shows one SKIPPED row.
 """
 
