@@ -45,9 +45,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests chaos soak benchmarks examples docs/screenshots.py mkdocs_hooks.py
 	$(BIN)/mypy  # strict, on src, tests, chaos, soak and examples (pyproject's [tool.mypy])
 
+# BENCH_ARGS="--only postgres,drain" for a part, "--scale" (or "--scale --quick") for the
+# scale suite: big tables, 1-16 worker processes on one PostgreSQL, enqueues under load.
 bench: $(STAMP)
 	$(BIN)/python -m pip install -q -e '.[bench]'
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 
 # Faults all at once on both backends, then the checks (chaos/run.py); a short version
 # runs in make test. Prints one table of figures; fails on any lost or doubled effect.

@@ -1,12 +1,15 @@
 """sqljobs benchmarks on SQLite and PostgreSQL, side by side with their peers, in one table.
 
     python benchmarks/run.py [--quick] [--only sqlite|postgres|NAME,...] [--json]
+    python benchmarks/run.py --scale [--quick] [--json]
 
 NAME is a benchmark (drain, enqueue, article, latency, startup, scaling);
 ``--only postgres,drain`` runs PostgreSQL's drain alone. Each benchmark repeats 3 times
 (1 with ``--quick``) and reports medians, each against its target where it has one.
 Progress goes to stderr; the table
 (or JSON) to stdout. Without a PostgreSQL server its half shows one SKIPPED row.
+``--scale`` runs the scale suite instead (scale.py): big tables, many worker processes,
+enqueues under load.
 """
 
 from __future__ import annotations
@@ -131,7 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="one repetition per benchmark")
     parser.add_argument("--only", help=f"comma-separated: {', '.join([*HALVES, *NAMES])}")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--scale", action="store_true", help="the scale suite (scale.py)")
     args = parser.parse_args(argv)
+    if args.scale:
+        if args.only:
+            parser.error("--scale runs the whole scale suite: --only does not apply")
+        return run_scale(args.quick, args.json)
     try:
         halves, names = selection(args.only)
     except ValueError as exc:
@@ -153,6 +161,36 @@ def main(argv: list[str] | None = None) -> int:
              + ", ".join(f"{k} {v}" for k, v in env.items()))  # fmt: skip
     console = Console(width=None if sys.stdout.isatty() else 220)
     console.print(table(rows, title))
+    counts = {s: sum(r.status == s for r in rows) for s in ("PASS", "MISS", "ERROR", "SKIPPED")}
+    console.print(", ".join(f"{n} {s}" for s, n in counts.items()) + f"; took {elapsed:.0f} s")
+    return 0
+
+
+def run_scale(quick: bool, as_json: bool) -> int:
+    """The scale suite: its three tables (or JSON), with what was measured on."""
+    import scale
+    import scale_report
+
+    started = time.perf_counter()
+    sections = scale.run(quick)
+    elapsed = time.perf_counter() - started
+    log(f"took {elapsed:.0f} s")
+    env = environment()
+    if as_json:
+        report = {"environment": env, "quick": quick, "elapsed_s": round(elapsed, 1),
+                  "sections": {title: {"rows": [r.to_dict() for r in s.rows], "notes": s.notes}
+                               for title, s in sections.items()}}  # fmt: skip
+        print(json.dumps(report, indent=2))
+        return 0
+    console = Console(width=None if sys.stdout.isatty() else 220)
+    console.print(escape(f"sqljobs at scale{' (--quick)' if quick else ''}: "
+                         + ", ".join(f"{k} {v}" for k, v in env.items())))  # fmt: skip
+    rows = []
+    for title, section in sections.items():
+        console.print(scale_report.pivot(title, section.rows))
+        for line in section.notes:
+            console.print(escape(line))
+        rows += section.rows
     counts = {s: sum(r.status == s for r in rows) for s in ("PASS", "MISS", "ERROR", "SKIPPED")}
     console.print(", ".join(f"{n} {s}" for s, n in counts.items()) + f"; took {elapsed:.0f} s")
     return 0
