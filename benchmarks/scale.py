@@ -27,6 +27,7 @@ import scale_fleet
 from common import Case, Results, Row, Sample, collect, log, scratch_dir
 
 FLEET_JOBS = (50_000, 20_000)  # full, --quick
+FLEET_RUNS = 5  # the noisiest section (up to 16 processes on 2 cores): more repetitions
 ENQUEUE_BACKLOG = (150_000, 60_000)
 ENQUEUE_CALLS = (400, 200)
 
@@ -64,7 +65,7 @@ def fleet(quick: bool, runs: int) -> Section:
     reason = pg_unavailable()
     if reason:
         return Section(skipped("PostgreSQL", "every figure", reason))
-    n = FLEET_JOBS[quick]
+    n, runs = FLEET_JOBS[quick], 1 if quick else FLEET_RUNS
     waits: dict[int, list[str]] = {}
 
     def case(p: int) -> Case:

@@ -37,7 +37,11 @@ def pivot(title: str, rows: list[Row], first: str = "figure") -> Table:
     order they come; each line's note is the first note or skip reason among its rows."""
     columns = list(dict.fromkeys(r.measure for r in rows))
     lines = list(dict.fromkeys((r.db, r.bench) for r in rows))
-    at = {(r.db, r.bench, r.measure): r for r in rows}
+    at: dict[tuple[str, str, str], Row] = {}
+    for r in rows:
+        if (r.db, r.bench, r.measure) in at:  # two figures for one cell: a labelling bug
+            raise ValueError(f"two rows for {r.db} / {r.bench} / {r.measure}")
+        at[(r.db, r.bench, r.measure)] = r
     t = Table(title=title, title_justify="left")
     t.add_column("db", no_wrap=True)
     t.add_column(first, no_wrap=True)

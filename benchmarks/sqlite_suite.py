@@ -144,32 +144,8 @@ def startup(runs: int) -> list[Row]:
 
 
 def scaling(runs: int) -> list[Row]:
-    """Beyond one thread pool: ``async def`` no-op jobs beside thread ones (in this
-    process), and ``sqljobs worker --processes 2`` beside ``--processes 1`` (subprocesses)."""
-    n = SCALING_JOBS
-
-    def procs(p: int) -> Case:
-        def body(url: str) -> Sample:
-            with scratch_dir() as folder:
-                return sq.drain_processes(url, n, p, folder)
-
-        return on_file(body)
-
-    r = collect(DB, "scaling, c=8", runs, {
-        "thread": on_file(lambda url: sq.drain(url, n)),
-        "async": on_file(lambda url: sq.drain(url, n, task="anoop")),
-        "1 process": procs(1),
-        "2 processes": procs(2),
-    })  # fmt: skip
-    thread = r.row("thread", "drain, def no-op", note=f"{n:,} jobs; in-process Worker")
-    asyncs = r.row("async", "drain, async def no-op", note="on the worker's event loop")
-    one = r.row("1 process", "CLI --processes 1", note="rate between 10% and 90% done")
-    two = r.row("2 processes", "CLI --processes 2", note="2 cores on this machine")
-    return [
-        thread, asyncs, one, two,
-        r.ratio("async / thread", asyncs, thread, target=Target(">=", 1.0)),
-        r.ratio("2 processes / 1", two, one, target=Target(">=", 1.6)),
-    ]  # fmt: skip
+    """``async def`` beside ``def`` no-op jobs, and ``--processes 2`` beside 1."""
+    return sq.scaling(DB, runs, lambda _tag, body: on_file(body), SCALING_JOBS)
 
 
 BENCHMARKS: dict[str, Callable[[int], list[Row]]] = {

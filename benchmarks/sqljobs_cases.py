@@ -23,8 +23,12 @@ from typing import Any
 import worker_app
 from common import (
     WAIT_LIMIT,
+    Case,
     Countdown,
+    Row,
     Sample,
+    Target,
+    collect,
     cpu_seconds,
     percentile,
     scratch_dir,
@@ -88,7 +92,7 @@ def drain(url: str, n: int, concurrency: int = 8, task: str = "noop", **options:
     return {"jobs_per_s": n / (committed - started), "claims": float(claims)}
 
 
-def drain_processes(url: str, n: int, processes: int, folder: Path) -> Sample:
+def drain_processes(url: str, n: int, processes: int) -> Sample:
     """``sqljobs worker --processes P`` (concurrency 8 in each) draining ``n`` pre-enqueued
     no-op jobs, in a subprocess as in production. The rate is taken between 10% and 90%
     of the jobs done, read from the table every 20 ms: the processes' start-up (imports,
@@ -96,25 +100,50 @@ def drain_processes(url: str, n: int, processes: int, folder: Path) -> Sample:
     app = new_app(url)
     try:
         app.tasks["noop"].enqueue_many([(i,) for i in range(n)])
-        worker = WorkerProcess(url, folder, "--processes", str(processes), "--concurrency", "8")
-        try:
-            marks: dict[float, float] = {}
-            low, high = 0.1 * n, 0.9 * n
-            while worker.alive():
-                done = app.stats().total("done")
-                now = time.perf_counter()
-                if done >= low and low not in marks:
-                    marks[low] = now
-                if done >= high:
-                    marks[high] = now
-                    break
-                time.sleep(0.02)  # a sampling period, not a wait for an event
-            rate = (high - low) / (marks[high] - marks[low])
-        finally:
-            worker.stop()
+        with scratch_dir() as folder:
+            return _processes_rate(app, url, n, processes, folder)
     finally:
         app.close()
-    return {"jobs_per_s": rate}
+
+
+def _processes_rate(app: sqljobs.App, url: str, n: int, processes: int, folder: Path) -> Sample:
+    worker = WorkerProcess(url, folder, "--processes", str(processes), "--concurrency", "8")
+    low, high = 0.1 * n, 0.9 * n
+    low_at: float | None = None
+    try:
+        while worker.alive():
+            done = app.stats().total("done")
+            now = time.perf_counter()
+            if low_at is None and done >= low:
+                low_at = now
+            if done >= high and low_at is not None:
+                return {"jobs_per_s": (high - low) / (now - low_at)}
+            time.sleep(0.02)  # a sampling period, not a wait for an event
+    finally:
+        worker.stop()
+    raise AssertionError("unreachable: alive() raises once the worker has exited")
+
+
+def scaling(db: str, runs: int, place: Callable[[str, Callable[[str], Sample]], Case],
+            n: int) -> list[Row]:  # fmt: skip
+    """Beyond one thread pool: ``async def`` no-op jobs beside thread ones (in this
+    process), and ``sqljobs worker --processes 2`` beside ``--processes 1`` (subprocesses).
+    ``place(tag, body)`` runs ``body`` on a fresh database of the suite's backend."""
+    r = collect(db, "scaling, c=8", runs, {
+        "thread": place("thr", lambda url: drain(url, n)),
+        "async": place("asy", lambda url: drain(url, n, task="anoop")),
+        "1 process": place("p1", lambda url: drain_processes(url, n, 1)),
+        "2 processes": place("p2", lambda url: drain_processes(url, n, 2)),
+    })  # fmt: skip
+    thread = r.row("thread", "drain, def no-op", note=f"{n:,} jobs; in-process Worker")
+    asyncs = r.row("async", "drain, async def no-op", note="on the worker's event loop")
+    one = r.row("1 process", "CLI --processes 1", note="rate between 10% and 90% done")
+    two = r.row("2 processes", "CLI --processes 2", note="2 cores on this machine")
+    return [
+        thread, asyncs, one, two,
+        r.ratio("async / thread", asyncs, thread, target=Target(">=", 1.0)),
+        r.ratio("2 processes / 1", two, one, target=Target(">=", 1.6)),
+    ]  # fmt: skip
 
 
 def enqueue_many(url: str, n: int) -> Sample:
