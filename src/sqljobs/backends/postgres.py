@@ -139,6 +139,7 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         self._pool: psycopg_pool.ConnectionPool | None = None
         self._lock = threading.Lock()
         self._limit_cursor = ""  # where the next limited claim starts its key scan
+        self._statements: dict[tuple[str, bool, bool], str] = {}  # see _filled
         self._scans = LimitedScans()
 
     # -- connections -------------------------------------------------------------------
@@ -324,11 +325,26 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
     def _filtered(
         self, name: str, queues: Sequence[str] | None, tasks: Collection[str] | None
     ) -> tuple[str, dict[str, Any]]:
-        flt = self.sql["filter_queues"] if queues else ""
-        if tasks is not None:
-            flt += " " + self.sql["filter_tasks"]
         params = {"queues": list(queues or []), "tasks": None if tasks is None else list(tasks)}
-        return self.sql[name].replace("{queue_filter}", flt), params
+        return self._filled(name, bool(queues), tasks is not None), params
+
+    def _filled(self, name: str, queues: bool, tasks: bool) -> str:
+        """Statement ``name`` for a worker of some queues or all, of some tasks or all:
+        its filter fragments put in (each variant made once, not on every claim)."""
+        key = (name, queues, tasks)
+        sql = self._statements.get(key)
+        if sql is None:
+            by_queue, by_task = (self.sql[f] if on else "" for f, on in (
+                ("filter_queues", queues), ("filter_tasks", tasks)))  # fmt: skip
+            sql = (
+                self.sql[name]
+                .replace("{queue_filter}", f"{by_queue} {by_task}")
+                .replace("{levels}", self.sql["levels_of_queues" if queues else "levels_of_all"])
+                .replace("{level_queue}", self.sql["level_of_queue" if queues else "level_of_any"])
+                .replace("{level_tasks}", self.sql["level_tasks"] if tasks else "")
+            )
+            self._statements[key] = sql
+        return sql
 
     def _array(self, values: Iterable[Any]) -> Any:
         return list(values)

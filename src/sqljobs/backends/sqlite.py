@@ -91,6 +91,7 @@ class SqliteBackend(JobBrowser, ScheduleStore):
         self._local = threading.local()
         self._migrate_lock = threading.Lock()
         self._limit_cursor = ""  # where the next limited claim starts its key scan
+        self._statements: dict[tuple[str, int, bool], str] = {}  # see _filled
         self._scans = LimitedScans()
 
     # -- connections -------------------------------------------------------------------
@@ -255,16 +256,33 @@ class SqliteBackend(JobBrowser, ScheduleStore):
     ) -> tuple[str, dict[str, Any]]:
         """One queue uses the (queue, ...) indexes directly; several go through json_each."""
         params: dict[str, Any] = {}
-        if not queues:
-            flt = ""
-        elif len(queues) == 1:
-            flt, params["queue"] = Q["filter_one_queue"], queues[0]
-        else:
-            flt, params["queues"] = Q["filter_queues"], json.dumps(list(queues))
+        if queues:
+            params["queues"] = json.dumps(list(queues))  # (the levels read them so)
+            if len(queues) == 1:
+                params["queue"] = queues[0]
         if tasks is not None:
-            flt += " " + Q["filter_tasks"]
             params["tasks"] = json.dumps(list(tasks))
-        return Q[name].replace("{queue_filter}", flt), params
+        return self._filled(name, len(queues or ()), tasks is not None), params
+
+    def _filled(self, name: str, queues: int, tasks: bool) -> str:
+        """Statement ``name`` for a worker of ``queues`` queues (0: all), of some tasks or
+        all: its filter fragments put in (each variant made once, not on every claim)."""
+        key = (name, min(queues, 2), tasks)
+        sql = self._statements.get(key)
+        if sql is None:
+            by_queue = ("", Q["filter_one_queue"], Q["filter_queues"])[min(queues, 2)]
+            by_task = Q["filter_tasks"] if tasks else ""
+            jobs = ("level_jobs_of_all", "level_jobs_of_queue", "level_jobs_of_queues")
+            sql = (
+                Q[name]
+                .replace("{queue_filter}", f"{by_queue} {by_task}")
+                .replace("{level_jobs}", Q[jobs[min(queues, 2)]])
+                .replace("{levels}", Q["levels_of_queues" if queues else "levels_of_all"])
+                .replace("{level_queue}", Q["level_of_queue" if queues else "level_of_any"])
+                .replace("{level_tasks}", by_task)
+            )
+            self._statements[key] = sql
+        return sql
 
     def _array(self, values: Iterable[Any]) -> Any:
         return json.dumps(list(values))

@@ -54,18 +54,17 @@ CREATE TABLE {schema}.sqljobs_jobs (
 -- A business key names one job (sqljobs enqueue keys); unkeyed jobs cost no index entry.
 CREATE UNIQUE INDEX sqljobs_jobs_key ON {schema}.sqljobs_jobs (key) WHERE key IS NOT NULL;
 -- Claims read pending work in this order; the partial index holds pending rows only, and
--- no jobs under a concurrency limit (0007): their backlog never slows the others.
+-- no jobs under a concurrency limit (0007): their backlog never slows the others. Claims
+-- and next_due read it level by level, (queue, priority), each level's due head (0014).
 CREATE INDEX sqljobs_jobs_claim ON {schema}.sqljobs_jobs (queue, priority DESC, run_at, id)
     WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL;
+-- The same for workers of every queue; its `run_at > '-infinity'` (true of every job) is
+-- stated by their statements alone, so no plan for one queue can take it (0014).
 CREATE INDEX sqljobs_jobs_claim_any ON {schema}.sqljobs_jobs (priority DESC, run_at, id)
-    WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL;
+    WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL AND run_at > '-infinity';
 -- Jobs that were in two workers that crashed: usually none, so finding them is free.
 CREATE INDEX sqljobs_jobs_suspects ON {schema}.sqljobs_jobs (priority DESC, run_at, id)
     WHERE state = 'pending' AND crashes >= 2;
--- When the next delayed job falls due. The predicate's `run_at > '-infinity'` is stated by
--- next_due only, so no claim can take this index for `run_at <= now()` (0004).
-CREATE INDEX sqljobs_jobs_next_due ON {schema}.sqljobs_jobs (run_at)
-    WHERE state = 'pending' AND crashes < 2 AND run_at > '-infinity' AND limit_key IS NULL;
 -- Jobs under a concurrency limit (0007): by key in claim order (the loose scan over keys,
 -- each key's first jobs), and when the next delayed one is due.
 CREATE INDEX sqljobs_jobs_limited ON {schema}.sqljobs_jobs (limit_key, priority DESC, run_at, id)

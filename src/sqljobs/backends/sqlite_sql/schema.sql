@@ -47,6 +47,7 @@ CREATE UNIQUE INDEX sqljobs_jobs_key ON sqljobs_jobs (key) WHERE key IS NOT NULL
 -- Claims read pending work in this order; the partial index holds pending rows only,
 -- so finished rows never slow a claim down, and no jobs under a concurrency limit (0006),
 -- so a backlog of those waiting for slots never slows the others.
+-- Claims and next_due read it level by level, (queue, priority), each level's due head (0012).
 CREATE INDEX sqljobs_jobs_claim ON sqljobs_jobs (queue, priority DESC, run_at, id)
     WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL;
 CREATE INDEX sqljobs_jobs_claim_any ON sqljobs_jobs (priority DESC, run_at, id)
@@ -54,9 +55,6 @@ CREATE INDEX sqljobs_jobs_claim_any ON sqljobs_jobs (priority DESC, run_at, id)
 -- Jobs that were in two workers that crashed: usually none, so finding them is free.
 CREATE INDEX sqljobs_jobs_suspects ON sqljobs_jobs (priority DESC, run_at, id)
     WHERE state = 'pending' AND crashes >= 2;
--- When the next delayed job falls due.
-CREATE INDEX sqljobs_jobs_due ON sqljobs_jobs (run_at)
-    WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL;
 -- Jobs under a concurrency limit (0006): by key in claim order (the loose scan over keys,
 -- each key's first jobs), and when the next delayed one is due.
 CREATE INDEX sqljobs_jobs_limited ON sqljobs_jobs (limit_key, priority DESC, run_at, id)
