@@ -69,6 +69,8 @@ MARKERS = {
     "{level_queue}": "one of two fixed fragments from the .sql files (_filled)",
     "{level_tasks}": "a fixed fragment from the .sql files, or nothing (_filled)",
     "{level_jobs}": "one of three fixed SELECTs from SQLite's .sql file (_filled)",
+    "{level_picked}": "a fixed CTE from PostgreSQL's .sql files (_filled)",
+    "{claim_chosen}": "a fixed UPDATE from PostgreSQL's .sql files (_filled)",
     "{where}": "fixed fragments from browse.sql joined by AND (JobBrowser._where)",
     "{columns}": "a column list from the .sql files",
     "{job_columns}": "a column list from the .sql files",

@@ -295,6 +295,13 @@ def _plan(conn: psycopg.Connection, sql: str, params: dict[str, object]) -> str:
     return "\n".join(r[0] for r in rows)
 
 
+CLAIM_PARAMS: dict[str, object] = {
+    "worker": "w", "limit": 40, "leases": "{}", "began_ids": "{}", "began_tokens": "{}",
+    "start_now": 40, "results": None, "progress": None, "channel": "sqljobs_public",
+}  # fmt: skip
+"""What claim and complete_and_claim take besides the queues, tasks and completed ids."""
+
+
 def test_claims_stay_on_the_claim_index_when_statistics_are_stale(url: str) -> None:
     """The table analysed when every job was done, then a burst: the planner believes few
     rows are pending. A claim must still walk the claim index in order and stop at its
@@ -307,19 +314,7 @@ def test_claims_stay_on_the_claim_index_when_statistics_are_stale(url: str) -> N
         conn.execute("UPDATE sqljobs_jobs SET state = 'done', finished_at = now()")
         conn.execute("VACUUM ANALYZE sqljobs_jobs")
         noop.enqueue_many([(i,) for i in range(20000)])
-        params = {
-            "worker": "w",
-            "limit": 40,
-            "leases": "{}",
-            "ids": "{}",
-            "tokens": "{}",
-            "began_ids": "{}",
-            "began_tokens": "{}",
-            "start_now": 40,
-            "results": None,
-            "progress": None,
-            "channel": "sqljobs_public",
-        }
+        params = {**CLAIM_PARAMS, "ids": "{}", "tokens": "{}"}
         for name in ("claim", "complete_and_claim"):
             for queues in (None, ["default"]):
                 sql, _ = backend._filtered(name, queues, None)
@@ -346,20 +341,8 @@ def test_no_plan_for_some_queues_can_read_the_index_of_every_queue(url: str) -> 
     take it."""
     App(url).migrate()
     backend = PostgresBackend(url)
-    params: dict[str, object] = {
-        "worker": "w",
-        "limit": 40,
-        "leases": "{}",
-        "ids": "{1}",
-        "tokens": "{1}",
-        "began_ids": "{}",
-        "began_tokens": "{}",
-        "start_now": 40,
-        "results": None,
-        "progress": None,
-        "channel": "sqljobs_public",
-        "tasks": ["noop"],
-    }  # fmt: skip (ids: no statement made false by an empty list, which any index fits)
+    # (ids: no statement made false by an empty list, which any index fits)
+    params = {**CLAIM_PARAMS, "ids": "{1}", "tokens": "{1}", "tasks": ["noop"]}
     with psycopg.connect(url) as conn:
         conn.execute("DROP INDEX sqljobs_jobs_claim")  # (rolled back below)
         for queues in (["default"], ["default", "mail"]):
@@ -404,8 +387,7 @@ def test_app_calls_after_the_server_dropped_its_connections_just_work(url: str) 
 def _claim_buffers(conn: psycopg.Connection, backend: PostgresBackend) -> tuple[int, str]:
     """Buffers one claim of 40 touches (it really claims them), and its plan."""
     sql, _ = backend._filtered("claim", None, None)
-    params = {"worker": "w", "limit": 40, "queues": [], "leases": "{}", "start_now": 40}
-    params |= {"began_ids": "{}", "began_tokens": "{}"}
+    params = {**CLAIM_PARAMS, "queues": []}
     (doc,) = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params).fetchone()  # type: ignore[misc]
     plan = doc[0]["Plan"]
     return plan["Shared Hit Blocks"] + plan["Shared Read Blocks"], json.dumps(plan)

@@ -113,8 +113,8 @@ SELECT * FROM claimed
 -- job that ran as a suspect held no counted slot, so it hands none over. Ended jobs whose
 -- key handed over every slot announce nothing (no slot is free); the others wake their
 -- queue's workers as complete_jobs does.
--- Then jobs without a limit, for what is left of %(limit)s. Its picked/claimed CTEs repeat
--- `claim` and `complete_and_claim` (queries.sql) on purpose: change them together.
+-- Then jobs without a limit, for what is left of %(limit)s, with `claim`'s fragments
+-- (queries.sql's level_picked and claim_chosen).
 WITH RECURSIVE began AS (
     UPDATE {schema}.sqljobs_jobs AS j SET prefetched = false
     FROM unnest(%(began_ids)s::bigint[], %(began_tokens)s::bigint[]) AS b(id, token)
@@ -154,34 +154,12 @@ WITH RECURSIVE began AS (
            + (SELECT count(pg_notify(%(channel)s, queue)) FROM done
               WHERE limit_key IS NOT NULL AND limit_key NOT IN (SELECT key FROM kept))
            AS n
-), {levels}, picked AS MATERIALIZED (
-    SELECT j.id, j.priority, j.run_at
-    FROM levels AS l CROSS JOIN LATERAL (
-        SELECT id, priority, run_at FROM {schema}.sqljobs_jobs
-        WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL
-          AND priority = l.priority AND run_at <= now() {level_queue} {level_tasks}
-        ORDER BY run_at, id
-        LIMIT greatest(%(limit)s - (SELECT count(*) FROM heirs), 0)
-        FOR UPDATE SKIP LOCKED
-    ) AS j
-    ORDER BY j.priority DESC, j.run_at, j.id
-    LIMIT greatest(%(limit)s - (SELECT count(*) FROM heirs), 0)
-), chosen AS (  -- (see queries.sql's levels_of_queues)
+), {levels}, wanted (n) AS (SELECT greatest(%(limit)s - (SELECT count(*) FROM heirs), 0)
+), {level_picked}, chosen AS (  -- (see queries.sql's levels_of_queues)
     SELECT coalesce(array_agg(id ORDER BY priority DESC, run_at, id), '{}') AS ids
     FROM (SELECT id, priority, run_at FROM heirs UNION ALL SELECT * FROM picked) AS both_
 ), claimed AS (
-    UPDATE {schema}.sqljobs_jobs AS j
-    SET state = 'running', attempts = j.attempts + 1, token = j.token + 1,
-        worker = %(worker)s, started_at = now(),
-        prefetched = array_position((SELECT ids FROM chosen), j.id) > %(start_now)s,
-        lease = coalesce((%(leases)s::jsonb ->> j.task)::float8, j.lease),
-        lease_until = now() + make_interval(secs => coalesce((%(leases)s::jsonb ->> j.task)::float8,
-                                                             j.lease))
-    WHERE j.id = ANY((SELECT ids FROM chosen)::bigint[])
-    RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts AS attempt, j.token,
-              j.lease, j.max_attempts, extract(epoch FROM j.created_at)::float8 AS created_at,
-              extract(epoch FROM j.deadline_at)::float8 AS deadline_at, j.key,
-              extract(epoch FROM j.run_at)::float8 AS run_at
+    {claim_chosen}
 )
 SELECT d.ids, d.limited, (SELECT count(*) FROM heirs) AS handed, c.*
 FROM (SELECT array_agg(id) AS ids, count(limit_key) AS limited FROM done) AS d

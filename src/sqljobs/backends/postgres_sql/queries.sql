@@ -101,38 +101,16 @@ WITH RECURSIVE began AS (
       AND j.token = (%(began_tokens)s::bigint[])[array_position(%(began_ids)s::bigint[], j.id)]
       AND cardinality(%(began_ids)s::bigint[]) > 0  -- none: no scan at all
     RETURNING 1
-), {levels}, picked AS MATERIALIZED (
-    SELECT j.id, j.priority, j.run_at
-    FROM levels AS l CROSS JOIN LATERAL (
-        SELECT id, priority, run_at FROM {schema}.sqljobs_jobs
-        WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL
-          AND priority = l.priority AND run_at <= now() {level_queue} {level_tasks}
-        ORDER BY run_at, id
-        LIMIT (SELECT %(limit)s::integer)
-        FOR UPDATE SKIP LOCKED
-    ) AS j
-    ORDER BY j.priority DESC, j.run_at, j.id
-    LIMIT (SELECT %(limit)s::integer)
-), chosen AS (  -- (see levels_of_queues: an array, found by key, whatever the row guess)
+), {levels}, wanted (n) AS (SELECT %(limit)s::integer
+), {level_picked}, chosen AS (  -- (see levels_of_queues: an array, found by key, whatever the row guess)
     SELECT coalesce(array_agg(id ORDER BY priority DESC, run_at, id), '{}') AS ids FROM picked
 )
-UPDATE {schema}.sqljobs_jobs AS j
-SET state = 'running', attempts = j.attempts + 1, token = j.token + 1,
-    worker = %(worker)s, started_at = now(),
-    prefetched = array_position((SELECT ids FROM chosen), j.id) > %(start_now)s,
-    lease = coalesce((%(leases)s::jsonb ->> j.task)::float8, j.lease),
-    lease_until = now() + make_interval(secs => coalesce((%(leases)s::jsonb ->> j.task)::float8,
-                                                         j.lease))
-WHERE j.id = ANY((SELECT ids FROM chosen)::bigint[])
-RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts AS attempt, j.token,
-          j.lease, j.max_attempts, extract(epoch FROM j.created_at)::float8 AS created_at,
-          extract(epoch FROM j.deadline_at)::float8 AS deadline_at, j.key,
-          extract(epoch FROM j.run_at)::float8 AS run_at
+{claim_chosen}
 
 -- name: complete_and_claim
 -- The hot path in one round trip and one commit: complete a batch, claim the next.
--- Its picked/claimed CTEs repeat `claim` on purpose (one statement, one plan): change
--- both together. %(results)s and %(progress)s map job ids to JSON texts (or are NULL);
+-- It claims with `claim`'s fragments (level_picked, claim_chosen). %(results)s and
+-- %(progress)s map job ids to JSON texts (or are NULL);
 -- a job a caller waits on (`waited`) announces its end with a NOTIFY, and a limited job's
 -- end frees a slot: it wakes the workers of its queue. Those NOTIFYs are aggregates of the
 -- last SELECT, beside the ids: a CTE of two subqueries cost each claim more planning.
@@ -150,33 +128,11 @@ WITH RECURSIVE done AS (
       AND j.token = (%(began_tokens)s::bigint[])[array_position(%(began_ids)s::bigint[], j.id)]
       AND cardinality(%(began_ids)s::bigint[]) > 0  -- none: no scan at all
     RETURNING 1
-), {levels}, picked AS MATERIALIZED (
-    SELECT j.id, j.priority, j.run_at
-    FROM levels AS l CROSS JOIN LATERAL (
-        SELECT id, priority, run_at FROM {schema}.sqljobs_jobs
-        WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL
-          AND priority = l.priority AND run_at <= now() {level_queue} {level_tasks}
-        ORDER BY run_at, id
-        LIMIT (SELECT %(limit)s::integer)
-        FOR UPDATE SKIP LOCKED
-    ) AS j
-    ORDER BY j.priority DESC, j.run_at, j.id
-    LIMIT (SELECT %(limit)s::integer)
-), chosen AS (
+), {levels}, wanted (n) AS (SELECT %(limit)s::integer
+), {level_picked}, chosen AS (
     SELECT coalesce(array_agg(id ORDER BY priority DESC, run_at, id), '{}') AS ids FROM picked
 ), claimed AS (
-    UPDATE {schema}.sqljobs_jobs AS j
-    SET state = 'running', attempts = j.attempts + 1, token = j.token + 1,
-        worker = %(worker)s, started_at = now(),
-        prefetched = array_position((SELECT ids FROM chosen), j.id) > %(start_now)s,
-        lease = coalesce((%(leases)s::jsonb ->> j.task)::float8, j.lease),
-        lease_until = now() + make_interval(secs => coalesce((%(leases)s::jsonb ->> j.task)::float8,
-                                                             j.lease))
-    WHERE j.id = ANY((SELECT ids FROM chosen)::bigint[])
-    RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts AS attempt, j.token,
-              j.lease, j.max_attempts, extract(epoch FROM j.created_at)::float8 AS created_at,
-              extract(epoch FROM j.deadline_at)::float8 AS deadline_at, j.key,
-              extract(epoch FROM j.run_at)::float8 AS run_at
+    {claim_chosen}
 )
 SELECT d.ids, c.* FROM (
     SELECT array_agg(id) AS ids,
@@ -628,6 +584,41 @@ levels (queue, priority) AS (
                           AND run_at > '-infinity' AND priority < l.priority)
     FROM levels AS l WHERE l.priority IS NOT NULL
 )
+
+-- name: level_picked
+-- A claim's jobs, in claim order: up to `wanted`'s n of them (a one-row CTE each statement
+-- defines: its limit, read through a subquery, see levels_of_queues), each level read from
+-- the head of its index range to its first job not yet due. claim, complete_and_claim and
+-- limits.sql's complete_and_hand_over share it, and claim_chosen.
+picked AS MATERIALIZED (
+    SELECT j.id, j.priority, j.run_at
+    FROM levels AS l CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM {schema}.sqljobs_jobs
+        WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL
+          AND priority = l.priority AND run_at <= now() {level_queue} {level_tasks}
+        ORDER BY run_at, id
+        LIMIT (SELECT n FROM wanted)
+        FOR UPDATE SKIP LOCKED
+    ) AS j
+    ORDER BY j.priority DESC, j.run_at, j.id
+    LIMIT (SELECT n FROM wanted)
+)
+
+-- name: claim_chosen
+-- Start the jobs of `chosen` (an array of ids in claim order, see levels_of_queues): the
+-- first %(start_now)s at once, the rest marked prefetched; each with its task's lease.
+UPDATE {schema}.sqljobs_jobs AS j
+SET state = 'running', attempts = j.attempts + 1, token = j.token + 1,
+    worker = %(worker)s, started_at = now(),
+    prefetched = array_position((SELECT ids FROM chosen), j.id) > %(start_now)s,
+    lease = coalesce((%(leases)s::jsonb ->> j.task)::float8, j.lease),
+    lease_until = now() + make_interval(secs => coalesce((%(leases)s::jsonb ->> j.task)::float8,
+                                                         j.lease))
+WHERE j.id = ANY((SELECT ids FROM chosen)::bigint[])
+RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts AS attempt, j.token,
+          j.lease, j.max_attempts, extract(epoch FROM j.created_at)::float8 AS created_at,
+          extract(epoch FROM j.deadline_at)::float8 AS deadline_at, j.key,
+          extract(epoch FROM j.run_at)::float8 AS run_at
 
 -- name: level_of_queue
 AND queue = l.queue
