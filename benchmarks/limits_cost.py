@@ -37,7 +37,7 @@ from dataclasses import dataclass
 
 import pg_server
 from common import Countdown, log, scratch_dir
-from sqljobs_cases import running_worker
+from sqljobs_cases import done_in_table, running_worker
 
 import sqljobs
 
@@ -71,7 +71,7 @@ def drain(url: str, jobs: int, keys: int, per_key: int | None) -> tuple[float, f
     try:
         task.enqueue_many([(f"k{i % keys}",) for i in range(jobs)])
         elapsed, claims = _drained(app, jobs, countdown)
-        if app.stats().total("done") != jobs:
+        if done_in_table(url) != jobs:
             raise RuntimeError("not every job is done in the table")
     finally:
         app.close()

@@ -340,6 +340,7 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
                 self.sql[name]
                 .replace("{level_picked}", self.sql["level_picked"])
                 .replace("{claim_chosen}", self.sql["claim_chosen"])
+                .replace("{levels_of_keys}", self.sql["levels_of_keys"])
                 .replace("{queue_filter}", f"{by_queue} {by_task}")
                 .replace("{levels}", self.sql["levels_of_queues" if queues else "levels_of_all"])
                 .replace("{level_queue}", self.sql["level_of_queue" if queues else "level_of_any"])

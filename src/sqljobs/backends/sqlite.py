@@ -275,6 +275,7 @@ class SqliteBackend(JobBrowser, ScheduleStore):
             jobs = ("level_jobs_of_all", "level_jobs_of_queue", "level_jobs_of_queues")
             sql = (
                 Q[name]
+                .replace("{levels_of_keys}", Q["levels_of_keys"])
                 .replace("{queue_filter}", f"{by_queue} {by_task}")
                 .replace("{level_jobs}", Q[jobs[min(queues, 2)]])
                 .replace("{levels}", Q["levels_of_queues" if queues else "levels_of_all"])

@@ -50,7 +50,7 @@ FROM (SELECT key, turn FROM chosen ORDER BY key) AS sorted
 -- order are claimed, and each start of a rate-limited key is written down. Times are
 -- statement_timestamp(), taken after the key locks were waited for: now() (the
 -- transaction's start) would date the starts early and open the window too soon.
-WITH slots AS (
+WITH RECURSIVE slots AS (
     SELECT k.key, l.rate_max, l.rate_window,
            least(
                coalesce(l.limit_max - (SELECT count(*) FROM {schema}.sqljobs_jobs AS r
@@ -67,21 +67,27 @@ WITH slots AS (
         SELECT p.limit_max, p.rate_max, p.rate_window FROM {schema}.sqljobs_jobs AS p
         WHERE p.limit_key = k.key AND p.state = 'pending' LIMIT 1
     ) AS l
-), picked AS MATERIALIZED (
-    SELECT c.id, c.priority, c.run_at
-    FROM slots CROSS JOIN LATERAL (
-        SELECT id, priority, run_at FROM {schema}.sqljobs_jobs
-        WHERE limit_key = slots.key AND state = 'pending' AND run_at <= statement_timestamp() AND crashes < 2
-          {queue_filter}
+), open_keys (key) AS (
+    SELECT key FROM slots WHERE free > 0
+), {levels_of_keys}, picked AS MATERIALIZED (  -- each level's first due jobs, up to the key's free slots
+    SELECT c.id, c.priority, c.run_at, c.limit_key,
+           row_number() OVER (PARTITION BY c.limit_key ORDER BY c.priority DESC, c.run_at, c.id)
+               AS nth
+    FROM key_levels AS l CROSS JOIN LATERAL (
+        SELECT id, priority, run_at, limit_key FROM {schema}.sqljobs_jobs
+        WHERE limit_key = l.key AND priority = l.priority AND state = 'pending'
+          AND run_at <= statement_timestamp() AND crashes < 2 {queue_filter}
           AND queue NOT IN (SELECT name FROM {schema}.sqljobs_queues WHERE paused)
-        ORDER BY priority DESC, run_at, id
-        LIMIT greatest(slots.free, 0)
+        ORDER BY run_at, id
+        LIMIT least((SELECT free FROM slots WHERE slots.key = l.key), %(limit)s)
         FOR UPDATE SKIP LOCKED
     ) AS c
-    ORDER BY c.priority DESC, c.run_at, c.id
-    LIMIT %(limit)s
-), ranked AS (
-    SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS rank FROM picked
+), ranked AS (  -- the key's first free ones, then the first %(limit)s of all, in claim order
+    SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS rank
+    FROM (SELECT p.id, p.priority, p.run_at FROM picked AS p JOIN slots ON slots.key = p.limit_key
+          WHERE p.nth <= slots.free
+          ORDER BY p.priority DESC, p.run_at, p.id
+          LIMIT %(limit)s) AS kept
 ), claimed AS (
     UPDATE {schema}.sqljobs_jobs AS j
     SET state = 'running', attempts = j.attempts + 1, token = j.token + 1,
@@ -132,18 +138,25 @@ WITH RECURSIVE began AS (
     SELECT limit_key AS key, min(limit_max) AS limit_max, count(*) AS slots FROM done
     WHERE limit_key IS NOT NULL AND limit_max IS NOT NULL AND rate_max IS NULL AND crashes < 2
     GROUP BY limit_key
-), heirs AS MATERIALIZED (
+), open_keys (key) AS (
+    SELECT key FROM freed
+), {levels_of_keys}, heirs AS MATERIALIZED (
     SELECT h.id, h.priority, h.run_at, h.limit_key
-    FROM freed CROSS JOIN LATERAL (
-        SELECT id, priority, run_at, limit_key, limit_max, rate_max FROM {schema}.sqljobs_jobs
-        WHERE limit_key = freed.key AND state = 'pending' AND run_at <= now() AND crashes < 2
-          {queue_filter}
-          AND queue NOT IN (SELECT name FROM {schema}.sqljobs_queues WHERE paused)
-        ORDER BY priority DESC, run_at, id
-        LIMIT freed.slots
-        FOR UPDATE SKIP LOCKED
-    ) AS h
-    WHERE h.rate_max IS NULL AND h.limit_max >= freed.limit_max  -- (the next in line, or none)
+    FROM (SELECT c.*, f.slots, f.limit_max AS floor,
+                 row_number() OVER (PARTITION BY c.limit_key
+                                    ORDER BY c.priority DESC, c.run_at, c.id) AS nth
+          FROM key_levels AS l JOIN freed AS f ON f.key = l.key CROSS JOIN LATERAL (
+              SELECT id, priority, run_at, limit_key, limit_max, rate_max
+              FROM {schema}.sqljobs_jobs
+              WHERE limit_key = l.key AND priority = l.priority AND state = 'pending'
+                AND run_at <= now() AND crashes < 2 {queue_filter}
+                AND queue NOT IN (SELECT name FROM {schema}.sqljobs_queues WHERE paused)
+              ORDER BY run_at, id
+              LIMIT f.slots
+              FOR UPDATE SKIP LOCKED
+          ) AS c) AS h
+    WHERE h.nth <= h.slots  -- the next in line, or none:
+      AND h.rate_max IS NULL AND h.limit_max >= h.floor
     ORDER BY h.priority DESC, h.run_at, h.id
     LIMIT %(hand_over)s
 ), kept AS (  -- keys whose every freed slot went to an heir
@@ -191,9 +204,11 @@ WHERE w.started_at + make_interval(secs => k.rate_window) > now() - interval '50
 
 -- name: next_limited_due
 -- When the next delayed limited job falls due (one already due waits for a slot, which
--- a completion announces: it is not a reason to look again now).
+-- a completion announces: it is not a reason to look again now). It alone states
+-- sqljobs_jobs_limited_due's `run_at > '-infinity'` (see levels_of_keys).
 SELECT extract(epoch FROM min(run_at) - now())::float8 AS wait FROM {schema}.sqljobs_jobs
 WHERE state = 'pending' AND limit_key IS NOT NULL AND run_at > now() {queue_filter}
+  AND run_at > '-infinity'
 
 -- name: limit_usage
 -- What a limit key uses now: its running jobs, and its starts within %(window)s seconds.
@@ -231,3 +246,21 @@ FROM {schema}.sqljobs_jobs WHERE state = 'running' AND limit_key IS NOT NULL GRO
 DELETE FROM {schema}.sqljobs_starts WHERE ctid IN (
     SELECT ctid FROM {schema}.sqljobs_starts
     WHERE started_at < to_timestamp(%(before)s) LIMIT %(limit)s)
+
+-- name: levels_of_keys
+-- The priorities with pending jobs of each limit key in open_keys (a CTE of the statement),
+-- highest first: a loose scan of sqljobs_jobs_limited, one probe a level. Each level is
+-- then read from its head to its first job not yet due: read as one scan in claim order, a
+-- key's jobs not yet due stood between its due ones and the next priority's, and a claim
+-- that found fewer due jobs than the key's free slots walked all of them (as unlimited
+-- claims did: see queries.sql's levels_of_queues).
+key_levels (key, priority) AS (
+    SELECT o.key, (SELECT max(priority) FROM {schema}.sqljobs_jobs
+                   WHERE state = 'pending' AND limit_key IS NOT NULL AND limit_key = o.key)
+    FROM open_keys AS o
+    UNION ALL
+    SELECT l.key, (SELECT max(priority) FROM {schema}.sqljobs_jobs
+                   WHERE state = 'pending' AND limit_key IS NOT NULL AND limit_key = l.key
+                     AND priority < l.priority)
+    FROM key_levels AS l WHERE l.priority IS NOT NULL
+)

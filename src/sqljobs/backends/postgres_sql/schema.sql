@@ -70,9 +70,11 @@ CREATE INDEX sqljobs_jobs_suspects ON {schema}.sqljobs_jobs (priority DESC, run_
 CREATE INDEX sqljobs_jobs_limited ON {schema}.sqljobs_jobs (limit_key, priority DESC, run_at, id)
     WHERE state = 'pending' AND limit_key IS NOT NULL;
 -- (not by state: an index whose columns and predicate a claim or an outcome leaves alone
--- costs those nothing; finished jobs' run_at lies in the past, before any it is asked for)
+-- costs those nothing; finished jobs' run_at lies in the past, before any it is asked for;
+-- its `run_at > '-infinity'` is stated by next_limited_due alone, so no plan for a key's
+-- level can take it, 0015)
 CREATE INDEX sqljobs_jobs_limited_due ON {schema}.sqljobs_jobs (run_at)
-    WHERE limit_key IS NOT NULL;
+    WHERE limit_key IS NOT NULL AND run_at > '-infinity';
 CREATE INDEX sqljobs_jobs_lease ON {schema}.sqljobs_jobs (lease_until) WHERE state = 'running';
 -- The running jobs of each limit key, which every limited claim counts (0010).
 CREATE INDEX sqljobs_jobs_limited_running ON {schema}.sqljobs_jobs (limit_key)

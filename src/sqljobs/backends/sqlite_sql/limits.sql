@@ -23,15 +23,20 @@ GROUP BY limit_key
 -- name: limited_candidates
 -- The first due jobs of each key in :keys, in claim order (the caller keeps as many as
 -- the key has free slots and starts left in its rate's window), with the key's limits:
--- one statement, each key one seek into the limited index (ten statements of one key
--- each cost twice as much; a UNION ALL of them, ten times).
+-- one statement, each level of each key (see levels_of_keys) one seek into the limited
+-- index, up to :most rows a level (ten statements of one key each cost twice as much; a
+-- UNION ALL of them, ten times). The index is named: its run_at twin covers finished
+-- jobs too, and a level read from it would read every due limited job.
+WITH RECURSIVE open_keys (key) AS (
+    SELECT value FROM json_each(:keys)
+), {levels_of_keys}
 SELECT j.id, j.priority, j.run_at, j.limit_max, j.rate_max, j.rate_window, j.limit_key
-FROM json_each(:keys) AS k JOIN sqljobs_jobs AS j ON j.id IN (
-    SELECT id FROM sqljobs_jobs
-    WHERE limit_key = k.value AND state = 'pending' AND run_at <= :now AND crashes < 2
-      {queue_filter}
+FROM key_levels AS l JOIN sqljobs_jobs AS j ON j.id IN (
+    SELECT id FROM sqljobs_jobs INDEXED BY sqljobs_jobs_limited
+    WHERE limit_key = l.key AND priority = l.priority AND state = 'pending'
+      AND limit_key IS NOT NULL AND run_at <= :now AND crashes < 2 {queue_filter}
       AND queue NOT IN (SELECT name FROM sqljobs_queues WHERE paused = 1)
-    ORDER BY priority DESC, run_at, id
+    ORDER BY run_at, id
     LIMIT :most)
 
 -- name: hand_over
@@ -41,22 +46,24 @@ FROM json_each(:keys) AS k JOIN sqljobs_jobs AS j ON j.id IN (
 -- job in line, or none: it must carry no rate (rates are counted by the full claim) and a
 -- limit no lower than the ended job's (a lowered limit is never overrun this way); a job that ran as a suspect held no counted
 -- slot, so it hands none over. At most :limit heirs, in claim order.
-WITH freed AS (
+WITH RECURSIVE freed AS (
     SELECT limit_key AS key, min(limit_max) AS limit_max, count(*) AS slots FROM sqljobs_jobs
     WHERE id IN (SELECT value FROM json_each(:ended)) AND state <> 'running'
       AND limit_key IS NOT NULL AND limit_max IS NOT NULL AND rate_max IS NULL AND crashes < 2
     GROUP BY limit_key
-), heirs AS (
+), open_keys (key) AS (
+    SELECT key FROM freed
+), {levels_of_keys}, heirs AS (
     SELECT j.id, j.priority, j.run_at, j.limit_max, j.rate_max, f.slots, f.limit_max AS floor,
            row_number() OVER (PARTITION BY j.limit_key ORDER BY j.priority DESC, j.run_at, j.id)
                AS nth
-    FROM freed AS f JOIN sqljobs_jobs AS j ON j.id IN (
-        SELECT id FROM sqljobs_jobs
-        WHERE limit_key = f.key AND state = 'pending' AND run_at <= :now AND crashes < 2
-          {queue_filter}
+    FROM key_levels AS l JOIN freed AS f ON f.key = l.key JOIN sqljobs_jobs AS j ON j.id IN (
+        SELECT id FROM sqljobs_jobs INDEXED BY sqljobs_jobs_limited
+        WHERE limit_key = l.key AND priority = l.priority AND state = 'pending'
+          AND limit_key IS NOT NULL AND run_at <= :now AND crashes < 2 {queue_filter}
           AND queue NOT IN (SELECT name FROM sqljobs_queues WHERE paused = 1)
-        ORDER BY priority DESC, run_at, id
-        LIMIT (SELECT max(slots) FROM freed))  -- each key reads no more than it may take
+        ORDER BY run_at, id
+        LIMIT (SELECT max(slots) FROM freed))  -- each level reads no more than a key may take
 )
 UPDATE sqljobs_jobs
 SET state = 'running', attempts = attempts + 1, token = token + 1,
@@ -150,3 +157,19 @@ FROM sqljobs_jobs WHERE state = 'running' AND limit_key IS NOT NULL GROUP BY lim
 -- key's own): kept, they would make every question of when a window opens look at them.
 DELETE FROM sqljobs_starts WHERE rowid IN (
     SELECT rowid FROM sqljobs_starts WHERE started_at < :before LIMIT :limit)
+
+-- name: levels_of_keys
+-- The priorities with pending jobs of each limit key in open_keys (a CTE of the statement),
+-- highest first: a loose scan of sqljobs_jobs_limited, one seek a level. Each level is
+-- then read from its head to its first job not yet due: read as one scan in claim order, a
+-- key's jobs not yet due stood between its due ones and the next priority's, and a claim
+-- that found fewer due jobs than it may take walked all of them.
+key_levels (key, priority) AS (
+    SELECT o.key, (SELECT max(priority) FROM sqljobs_jobs
+                   WHERE state = 'pending' AND limit_key = o.key)
+    FROM open_keys AS o
+    UNION ALL
+    SELECT l.key, (SELECT max(priority) FROM sqljobs_jobs
+                   WHERE state = 'pending' AND limit_key = l.key AND priority < l.priority)
+    FROM key_levels AS l WHERE l.priority IS NOT NULL
+)
