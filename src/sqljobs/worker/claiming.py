@@ -107,7 +107,7 @@ class Claiming(WorkerState):
                     self._to_write.append(
                         handed_back(job, "released_unstarted", self.id, wall, wall)
                     )
-                    self._finishing[job.id] = job  # "released" once written
+                    self._finishing[job.id, job.token] = job  # "released" once written
             else:
                 self.counters["claimed"] += len(trip.jobs)
                 start_now = len(trip.jobs) if trip.start_now is None else trip.start_now

@@ -51,8 +51,8 @@ class Dispatching(WorkerState):
             self._to_write.append(
                 Outcome(job.id, job.token, JobState.DEAD, error=str(exc), history=entry)
             )
-            self._finishing[job.id] = job
-            self._metered[job.id] = job, None, None
+            self._finishing[job.id, job.token] = job
+            self._metered[job.id, job.token] = job, None, None
             log.error("job %s: %s", job.id, exc)
             return
         if task is None:
@@ -71,8 +71,8 @@ class Dispatching(WorkerState):
             run = Running(job, stand_in, ctx, args, kwargs, wall, worker=self.id, rng=self.rng)
             error = LookupError(f"task {job.task!r} is not registered here (worker {self.id})")
             self._to_write.append(failure(run, error, wall))
-            self._finishing[job.id] = job
-            self._metered[job.id] = job, None, None
+            self._finishing[job.id, job.token] = job
+            self._metered[job.id, job.token] = job, None, None
             log.error("job %s: %s", job.id, error)
             return
         run = Running(
@@ -143,9 +143,11 @@ class Dispatching(WorkerState):
                 tally(self._meter, taken, AttemptOutcome.DONE, self.app.clock())
                 self._event("finished", run.job, JobState.DONE.value)
                 continue
-            self._metered[outcome.job_id] = taken
+            attempt = outcome.job_id, outcome.token  # (a retry's next attempt may be
+            # collected before this one's outcome is written: another lane claimed it)
+            self._metered[attempt] = taken
             if self._on_event is not None:  # "finished" once it is written
-                self._finishing[outcome.job_id] = run.job
+                self._finishing[attempt] = run.job
             if outcome.state is not JobState.DONE:
                 failed_attempt(run, outcome)
             report = run.ctx.take_progress()
@@ -208,8 +210,9 @@ class Dispatching(WorkerState):
         completed: list[Sample] = []  # tallied for the metrics rollup in one call
         for outcome in batch:
             job_id, state = outcome.job_id, outcome.state
-            job = finishing.pop(job_id, None) if finishing else None
-            taken = metered.pop(job_id, None)
+            attempt = job_id, outcome.token
+            job = finishing.pop(attempt, None) if finishing else None
+            taken = metered.pop(attempt, None)
             if job_id not in written:
                 self.counters["stale_results"] += 1
                 if job is not None:

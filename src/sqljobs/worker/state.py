@@ -53,9 +53,11 @@ class WorkerState:
     _abandoned: set[Running]  # given up, but their threads still run them
     _results: collections.deque[tuple[Running, Outcome]]  # appended by executor threads
     _to_write: list[Outcome]
-    _finishing: dict[int, ClaimedJob]  # jobs whose outcome awaits writing, for the event
+    _finishing: dict[tuple[int, int], ClaimedJob]  # by (id, token): attempts whose outcome
+    # awaits writing, for the event
     _meter: Meter  # attempts, durations and waits tallied until the next heartbeat's flush
-    _metered: dict[int, Sample]  # finished attempts whose outcome awaits writing, to tally
+    _metered: dict[tuple[int, int], Sample]  # by (id, token): finished attempts whose
+    # outcome awaits writing, to tally
     _wake: threading.Event  # set by any thread that has news for the coordinator
     _stopping: bool
     _immediate: bool

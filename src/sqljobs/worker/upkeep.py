@@ -206,8 +206,8 @@ class Upkeep(WorkerState):
             error = TimeoutError(f"timed out after {run.task.timeout:g} s")
             outcome = failure(run, error, self.app.clock(), outcome="timed_out")
             self._to_write.append(outcome)
-            self._finishing[outcome.job_id] = run.job
-            self._metered[outcome.job_id] = sample(run, now)
+            self._finishing[outcome.job_id, outcome.token] = run.job
+            self._metered[outcome.job_id, outcome.token] = sample(run, now)
             self.counters["timed_out"] += 1
             self._event("timed_out", run.job, outcome.state.value)
             failed_attempt(run, outcome)

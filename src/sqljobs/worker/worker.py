@@ -97,9 +97,9 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         self.rng = random.Random()
         self._results: collections.deque[tuple[Running, Outcome]] = collections.deque()
         self._to_write: list[Outcome] = []
-        self._finishing: dict[int, ClaimedJob] = {}
+        self._finishing: dict[tuple[int, int], ClaimedJob] = {}  # by (job id, token)
         self._meter = Meter()
-        self._metered: dict[int, Sample] = {}
+        self._metered: dict[tuple[int, int], Sample] = {}
         self._wake = threading.Event()
         self._stopping = False
         self._immediate = False
