@@ -370,7 +370,10 @@ def test_claims_in_flight_together_never_hand_out_a_job_twice(app: App, lanes: i
         events.wait("finished", state="done", count=3000, timeout=60)
         expected = lanes or (2 if is_pg(app) else 1)
         assert worker.lanes == expected
-        assert worker.counters["claims"] > 3000 / worker.capacity
+        # capacity adapts to the measured runtime, so bound each claim by the largest a
+        # lane's share of it can ever be, not by the capacity at the end
+        cap = worker.config.concurrency * (1 + sqljobs.worker.claiming.PREFETCH_CAP * expected)
+        assert worker.counters["claims"] >= 3000 / -(-cap // expected)
     assert sorted(ran) == list(range(3000))
     assert set(ran.values()) == {1}, "a job ran twice"
     assert app.stats().total("done") == 3000
