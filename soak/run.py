@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import sqljobs
+from soak import COUNTER_ROWS
 
 ROOT = Path(__file__).resolve().parent.parent
 _WORKER = (sys.executable, "-m", "soak.worker")
@@ -108,13 +109,18 @@ class _Target:
         app.migrate()
         app.close()
         ddl = "CREATE TABLE soak_counter (id INTEGER PRIMARY KEY, n BIGINT NOT NULL)"
+        rows = ", ".join(f"({i}, 0)" for i in range(COUNTER_ROWS))
         if self.cluster is None:
             with contextlib.closing(sqlite3.connect(self.path)) as conn, conn:
                 conn.execute(ddl)
-                conn.execute("INSERT INTO soak_counter VALUES (1, 0)")
+                conn.execute(f"INSERT INTO soak_counter VALUES {rows}")
         else:
             self.query(ddl)
-            self.query("INSERT INTO soak_counter VALUES (1, 0)")
+            self.query(f"INSERT INTO soak_counter VALUES {rows}")
+
+    def done(self) -> int:
+        """Jobs whose effect was written: the counter's rows added up."""
+        return int(self.query("SELECT coalesce(sum(n), 0) FROM soak_counter")[0][0])
 
     def sizes(self) -> tuple[float, float]:
         """(tables and indexes, WAL) in MiB."""
@@ -277,7 +283,7 @@ def run(plan: Plan, out_dir: Path, progress: Callable[[str], None] = lambda _m: 
         producer.stop.set()
         producer.thread.join(10)
         report.enqueued = producer.sent + _probe_jobs(report)
-        report.done = int(target.query("SELECT n FROM soak_counter")[0][0])
+        report.done = target.done()
         _judge(report)
         report.files = _write(report, out_dir)
     except Exception as exc:
@@ -317,7 +323,7 @@ def _capacity(target: _Target, workers: list[subprocess.Popen[bytes]]) -> float:
     while time.monotonic() < deadline:
         if any(w.poll() is not None for w in workers):
             raise RuntimeError("a soak worker exited during the capacity probe")
-        done = int(target.query("SELECT n FROM soak_counter")[0][0])
+        done = target.done()
         now = time.monotonic()
         if first is None and done > 0:
             first = (now, done)

@@ -380,6 +380,70 @@ def test_claims_in_flight_together_never_hand_out_a_job_twice(app: App, lanes: i
     assert worker.counters["stale_results"] == 0
 
 
+def test_a_retry_claimed_by_another_lane_before_its_first_attempt_is_accounted(app: App) -> None:
+    """Two lanes: lane A writes a job's first failure (a retry) and is held back after its
+    commit; lane B claims the retry, which fails for good and is collected, all before A's
+    trip is accounted. Each attempt must still get its own ``finished`` event and metrics
+    tally: kept by job id alone, the second attempt's entry replaced the first's and one
+    of them was lost (a dead job was reported as failed)."""
+    a_held, second_collected, second_ended = threading.Event(), threading.Event(), threading.Event()
+
+    @app.task(retry=Retry(max_attempts=2, base=0.3, jitter=False))
+    def flaky(ctx: sqljobs.JobContext) -> None:
+        if ctx.attempt == 2:
+            second_ended.set()
+        raise RuntimeError(f"attempt {ctx.attempt}")
+
+    @app.task(priority=9)  # claimed first: it keeps a thread busy so A goes out on a lane
+    def holder(flaky_id: int) -> None:
+        assert a_held.wait(10), "lane A never carried the first failure"
+        job = app.get_job(flaky_id)
+        assert job is not None and job.state == "pending"
+        wait_until(lambda: app.clock() >= job.run_at, timeout=10)  # the retry is due: B takes it
+
+    flaky_id = flaky.enqueue().id
+    holder.enqueue(flaky_id)
+    events = EventLog()
+    worker = sqljobs.Worker(app, concurrency=2, prefetch=0, claim_lanes=2, poll_interval=0.05,
+                            install_signal_handlers=False, on_event=events)  # fmt: skip
+    round_trip, collect = worker._round_trip, worker._collect
+
+    def held_round_trip(backend: sqljobs.backends.Backend, trip: sqljobs.worker.lanes.Trip) -> None:
+        round_trip(backend, trip)
+        first_failure = any(
+            o.job_id == flaky_id and o.state is JobState.PENDING for o in trip.outcomes
+        )
+        if first_failure and threading.current_thread().name.endswith(("-lane-1", "-lane-2")):
+            a_held.set()
+            assert second_collected.wait(10), "lane B never claimed the retry"
+
+    def watched_collect() -> bool:
+        freed = collect()
+        if second_ended.is_set() and flaky_id not in worker.inflight:
+            second_collected.set()
+        return freed
+
+    worker._round_trip = held_round_trip  # type: ignore[method-assign]
+    worker._collect = watched_collect  # type: ignore[method-assign]
+    thread = threading.Thread(target=worker.run, daemon=True)
+    thread.start()
+    try:
+        events.wait("finished", flaky_id, state="dead", timeout=10)
+        assert a_held.is_set() and second_collected.is_set(), "the lanes did not race as planned"
+        finished = [(e.attempt, e.state) for e in events.of("finished", flaky_id)]
+        assert sorted(finished) == [(1, "pending"), (2, "dead")]
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert app.get_job(flaky_id).state == "dead"  # type: ignore[union-attr]
+    attempts = {
+        a.outcome: a.amount
+        for a in app.metric_totals()
+        if a.task == "flaky" and a.series == "attempts"
+    }
+    assert attempts == {"retried": 1, "dead": 1}
+
+
 def test_claim_lanes_must_be_positive(app: App) -> None:
     app.task(name="any")(lambda: None)
     with pytest.raises(sqljobs.ConfigurationError, match="claim_lanes"):
