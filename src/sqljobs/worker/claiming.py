@@ -132,6 +132,8 @@ class Claiming(WorkerState):
                 # the poll; the short pause bounds any spin
                 wait = trip.due.wait
                 t.due = None if wait is None else self.app.clock() + max(wait, 0.005)
+        if self._async is not None:
+            self._async.start_queued()  # the claims' async jobs, with one wake-up
         if error is not None:
             raise error
 
@@ -189,6 +191,8 @@ class Claiming(WorkerState):
             self.counters["claimed"] += 1
             log.warning("job %s was in a worker that crashed; running it alone", job.id)
             self._dispatch(backend, job)
+            if self._async is not None:
+                self._async.start_queued()
 
     def _limited_buffer(self, size: int, idle: int) -> int:
         """How many jobs under a limit this claim may put in the buffer, where each holds
