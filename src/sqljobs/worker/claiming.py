@@ -19,9 +19,12 @@ log = logging.getLogger("sqljobs.worker")
 PREFETCH_WINDOW = 0.05
 """Seconds of work a worker keeps claimed beyond its running jobs (see Worker.prefetch)."""
 
-PREFETCH_CAP = 4
+PREFETCH_CAP = 8
 """At most this many times ``concurrency`` jobs per claim lane are claimed beyond the
-running ones (so each lane's claims stay about as big as with one lane)."""
+running ones (so each lane's claims stay about as big as with one lane). It binds only
+for jobs shorter than ``PREFETCH_WINDOW / PREFETCH_CAP`` (6 ms): what waits in the buffer
+is still about ``PREFETCH_WINDOW`` of work. 8 rather than 4: SQLite's no-op drain 1.15x
+(claims of 72 jobs instead of 40, 7 alternating rounds), PostgreSQL's the same (1.01x)."""
 
 SUSPECT_LOOK_POLLS = 6
 """A busy worker (whose claims come back full, so it never asks next_due) still looks
@@ -151,10 +154,9 @@ class Claiming(WorkerState):
         """Jobs claimed beyond ``concurrency`` so threads never wait on the database.
 
         By default it adapts to how long jobs run: enough to cover ``PREFETCH_WINDOW`` of
-        work, at most ``4 * concurrency`` per claim lane (short jobs, big batches: the
-        throughput lever),
-        down to none for jobs long enough that a buffered one would only wait while other
-        workers idle. A ``prefetch`` setting fixes it."""
+        work, at most ``PREFETCH_CAP * concurrency`` per claim lane (short jobs, big
+        batches: the throughput lever), down to none for jobs long enough that a buffered
+        one would only wait while other workers idle. A ``prefetch`` setting fixes it."""
         cfg = self.config
         if cfg.prefetch is not None:
             return cfg.prefetch

@@ -21,7 +21,7 @@ class WorkerConfig:
     ``poll_interval`` (jittered by 10%) is the fallback claim query for what no change
     signal announces. ``prefetch`` jobs are claimed beyond ``concurrency`` so threads
     never wait on the database (default: adapted to the jobs' run time, from none for long
-    jobs up to ``4 * concurrency`` per claim lane for very short ones); at shutdown the
+    jobs up to ``8 * concurrency`` per claim lane for very short ones); at shutdown the
     ones not started are handed back at once.
     ``claim_lanes`` is how many claim round trips may be in flight at once, each on its
     own connection (default: the backend's choice, 2 on PostgreSQL, 1 on SQLite, which has
