@@ -61,7 +61,7 @@ def drain(runs: int) -> list[Row]:
     ours = r.row("sqljobs", "sqljobs Worker (defaults)", target=Target(">=", 8_000),
                  note=f"{DRAIN_JOBS:,}; worker start -> last outcome committed")  # fmt: skip
     tuned = r.row("sqljobs prefetch=32", "sqljobs Worker, prefetch=32",
-                  note="8 + 32 held, 20 a lane (default: up to 8 + 64)")  # fmt: skip
+                  note="8 + 32 held, 20 a lane (default: up to 8 + 128)")  # fmt: skip
     pgqueuer = r.row("pgqueuer", "pgqueuer, 8 in flight", note=f"{PGQUEUER_JOBS:,}; "
                      "max_concurrent_tasks=8, batch_size=4; start -> last handler")  # fmt: skip
     pgq_defaults = r.row("pgqueuer defaults", "pgqueuer, its defaults", note=(

@@ -44,7 +44,7 @@ def drain(runs: int) -> list[Row]:
     ours = r.row("sqljobs", "sqljobs Worker (defaults)", target=Target(">=", 10_000),
                  note="worker start -> last outcome committed")  # fmt: skip
     tuned = r.row("sqljobs prefetch=32", "sqljobs Worker, prefetch=32",
-                  note="8 + 32 jobs a claim (the default for short jobs)")  # fmt: skip
+                  note="8 + 32 jobs a claim (default: up to 8 + 64)")  # fmt: skip
     huey = r.row("huey", "huey SqliteHuey, 8 threads", note="consumer start -> last handler")
     bare = r.row("bare", "bare sqlite3 loop", note="1 thread, claim 100 + complete 100 a statement")
     return [
