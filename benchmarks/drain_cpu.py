@@ -7,7 +7,12 @@ Drains ``--jobs`` pre-enqueued no-op jobs with one in-process Worker (concurrenc
 default settings) and reads, from ``/proc``, the CPU time used during the drain by this
 process and, on PostgreSQL, by every server process, against the wall time and the
 machine's cores. A drain that keeps ``C`` cores busy out of ``N`` can scale by at most
-``N / C`` with more processes, whatever they do. Prints each round's figures, measured.
+``N / C`` with more processes if each job costs them the same CPU. Prints each round's
+measured figures and that bound, derived from them.
+
+Every process named ``postgres`` on the host counts as the server's (so run it on a
+quiet server), and this process's own polling for the end (every 0.5 ms) counts as the
+worker's: both err towards more cores busy, so a smaller bound.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ def _own_cpu() -> float:
 
 
 def _server_pids() -> list[int]:
+    """Every PostgreSQL server process on this host (the postmaster and its backends)."""
     pids = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
@@ -43,6 +49,7 @@ def _server_pids() -> list[int]:
 
 
 def _servers_cpu() -> dict[int, float]:
+    """CPU seconds so far of each server process alive now."""
     return {pid: t for pid in _server_pids() if (t := cpu_seconds(pid)) is not None}
 
 
@@ -75,14 +82,14 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=40_000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
-    cores = os.cpu_count() or 1
+    cores = len(os.sched_getaffinity(0))  # the cores this process may use
     for n in range(args.rounds):
         rate, own, server = one_round(args.backend, args.jobs)
         busy = own + server
         print(
             f"round {n + 1}: {rate:,.0f} jobs/s; cores busy: worker process "
-            f"{own:.2f}, server {server:.2f}, together {busy:.2f} of {cores}; more processes "
-            f"can add at most {cores / busy:.2f}x"
+            f"{own:.2f}, server {server:.2f}, together {busy:.2f} of {cores}; so more processes "
+            f"can add at most {cores / busy:.2f}x (derived)"
         )
 
 

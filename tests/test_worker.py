@@ -7,6 +7,7 @@ import collections
 import logging
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -43,6 +44,37 @@ def test_plain_functions_run_on_threads_and_async_tasks_on_a_loop(app: App) -> N
         done = events.wait("finished", state="done", count=2)
     assert {e.job_id for e in done} == set(ids)
     assert seen["a"].startswith("sqljobs-") and seen["b"] == "loop"
+
+
+def test_the_event_loop_skips_a_run_given_up_before_its_batch_started() -> None:
+    """``async def`` runs wait for ``start_queued`` (one wake-up for a whole claim); a run
+    the coordinator gave up before then (closed) is skipped and reported, freeing its
+    slot, never started: its job may be another worker's by then."""
+    from types import SimpleNamespace
+
+    from sqljobs.worker.execute import AsyncRunner, LoopTask
+
+    reported: list[tuple[Any, Any]] = []
+    landed = threading.Event()
+
+    def report(run: Any, outcome: Any) -> None:
+        reported.append((run, outcome))
+        landed.set()
+
+    runner = AsyncRunner(report, time.time)
+    try:
+        job, task = SimpleNamespace(id=7, token=3), SimpleNamespace(store_result=True)
+        run: Any = SimpleNamespace(closed=False, job=job, task=task)
+        runner.submit(run)
+        run.closed = True  # given up (timed out, lease lost) before the batch started
+        assert isinstance(run.future, LoopTask) and run.future.task is None
+        runner.start_queued()
+        assert landed.wait(5), "the skipped run was never reported"
+        ((got, outcome),) = reported
+        assert got is run and (outcome.job_id, outcome.token) == (7, 3)
+        assert run.future.task is None, "a closed run must not start"
+    finally:
+        runner.stop()
 
 
 def test_concurrency_bounds_jobs_in_flight(app: App) -> None:
@@ -429,7 +461,15 @@ def test_a_retry_claimed_by_another_lane_before_its_first_attempt_is_accounted(a
 
     worker._round_trip = held_round_trip  # type: ignore[method-assign]
     worker._collect = watched_collect  # type: ignore[method-assign]
-    thread = threading.Thread(target=worker.run, daemon=True)
+    errors: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            worker.run()
+        except BaseException as exc:  # (a lane's failed assert is raised on the coordinator)
+            errors.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
     thread.start()
     try:
         # both attempts' ends, whichever trip is accounted first (kept by job id, one of
@@ -441,6 +481,8 @@ def test_a_retry_claimed_by_another_lane_before_its_first_attempt_is_accounted(a
     finally:
         worker.stop()
         thread.join(30)
+    assert not thread.is_alive(), "worker did not stop"
+    assert not errors, errors
     assert app.get_job(flaky_id).state == "dead"  # type: ignore[union-attr]
     attempts = {
         a.outcome: a.amount

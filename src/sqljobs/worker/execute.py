@@ -255,8 +255,9 @@ class ThreadPool:
 class LoopTask:
     """A run's asyncio task as the coordinator's thread sees it: cancelled from there, the
     task itself created on the loop (later, with the runs queued meanwhile). A cancel
-    sent after the submit is served after the task's creation: the loop runs its
-    callbacks in order."""
+    sent after :meth:`AsyncRunner.start_queued` is served after the task's creation: the
+    loop runs its callbacks in order. One sent before it finds no task; the run is then
+    closed, and the loop skips it (see ``AsyncRunner._start_queued``)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
@@ -319,6 +320,9 @@ class AsyncRunner:
             runs, self._queued = self._queued, []
             self._woken = False
         for run in runs:
+            if run.closed:  # given up before it started: skip it, as the threads do
+                self._report(run, success(run))  # discarded by the coordinator; frees the slot
+                continue
             assert isinstance(run.future, LoopTask)
             run.future.task = self._loop.create_task(self._run(run))
 
