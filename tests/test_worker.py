@@ -77,6 +77,26 @@ def test_the_event_loop_skips_a_run_given_up_before_its_batch_started() -> None:
         runner.stop()
 
 
+def test_the_event_loop_starts_tasks_eagerly_where_python_can(app: App) -> None:
+    """Python 3.12+: the worker's loop makes eager tasks, so a handler that never waits
+    runs within its task's creation (no scheduling a job); on 3.11 the default tasks.
+    Either way a handler sees its own task as the current one."""
+    seen: list[bool] = []
+
+    @app.task
+    async def which() -> None:
+        seen.append(asyncio.current_task() is not None)
+
+    which.enqueue()
+    events = EventLog()
+    with worker_thread(app, concurrency=2, on_event=events) as worker:
+        events.wait("finished", state="done")
+        assert worker._async is not None
+        factory = worker._async._loop.get_task_factory()
+    assert seen == [True]
+    assert factory is getattr(asyncio, "eager_task_factory", None)
+
+
 def test_concurrency_bounds_jobs_in_flight(app: App) -> None:
     running, peak, lock = [0], [0], threading.Lock()
 

@@ -290,6 +290,12 @@ class AsyncRunner:
         self._queued: list[Running] = []
         self._woken = False  # a wake-up of the loop is on its way for the queued runs
         self._loop = asyncio.new_event_loop()
+        # Python 3.12+: a job's coroutine runs as its task is made, up to its first real
+        # wait; one that never waits needs no scheduling at all (async drain 1.14x on
+        # SQLite, 1.07x on PostgreSQL, measured on 3.12)
+        eager = getattr(asyncio, "eager_task_factory", None)
+        if eager is not None:
+            self._loop.set_task_factory(eager)
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="sqljobs-async", daemon=True
         )
