@@ -242,6 +242,56 @@ def test_an_idle_worker_does_not_run_claim_queries_in_a_loop(app: App) -> None:
     assert idle_claims <= 3
 
 
+def test_an_idle_workers_poll_reads_next_due_and_claims_what_it_says_is_due(url: str) -> None:
+    """The fallback poll of an idle worker asks next_due (a read; on SQLite no write lock)
+    instead of claiming, and its scheduler, told by the same answer when the earliest
+    schedule falls due, makes no pass of its own: one statement a poll. A job that
+    announced nothing (this worker hears no wake-up) is still found: next_due calls it
+    due, and the claim follows."""
+    app = App(url, backend_options={"listen": False})
+    ran: list[str] = []
+
+    @app.task
+    def note(label: str) -> None:
+        ran.append(label)
+
+    other = App(url)  # another process, as far as wake-ups go
+    with worker_thread(app, poll_interval=0.1, change_check_interval=60) as worker:
+        wait_until(lambda: worker.counters["due_checks"] >= 2, what="the first polls")
+        scheduler = worker._scheduler
+        assert scheduler is not None
+        claims, passes = worker.counters["claims"], scheduler.passes
+        checks = worker.counters["due_checks"]
+        wait_until(lambda: worker.counters["due_checks"] >= checks + 10, what="ten polls")
+        assert worker.counters["claims"] == claims, "an idle poll claimed"
+        # each answer holds the scheduler's fallback two polls off; a stalled pass that
+        # finds both timers overdue runs the scheduler first (a spare read, no harm)
+        assert scheduler.passes - passes <= 2, "the scheduler polled beside next_due"
+        other.enqueue("note", args=["unannounced"], known=False)
+        wait_until(lambda: ran == ["unannounced"], what="the job, found by the poll")
+        assert worker.counters["claims"] >= claims + 1
+
+
+def test_a_schedule_added_unannounced_fires_when_next_due_says_it_falls_due(url: str) -> None:
+    """A worker that hears no announcement (no LISTEN, no wake-up) and whose scheduler
+    has nothing to fire still learns of a schedule added elsewhere: its polls' next_due
+    answer carries the earliest schedule's time, and the pass comes then."""
+    app = App(url, backend_options={"listen": False})
+    ran: list[float] = []
+
+    @app.task
+    def tick() -> None:
+        ran.append(time.time())
+
+    other = App(url)
+    with worker_thread(app, poll_interval=0.2, change_check_interval=60) as worker:
+        wait_until(lambda: worker.counters["due_checks"] >= 2, what="the worker idles")
+        added = time.time()
+        other.schedule("unannounced", task="tick", every=0.5, known=False)
+        wait_until(lambda: len(ran) >= 2, what="two ticks of the new schedule")
+    assert ran[0] - added < 0.5 + 0.2 + 0.5, "the first tick came a poll after it fell due"
+
+
 def test_ctx_transaction_commits_effects_with_the_completion(app: App) -> None:
     db_execute(app, "CREATE TABLE accounts (id TEXT PRIMARY KEY, balance INTEGER)")
     db_execute(app, "INSERT INTO accounts VALUES ('1001', 10000)")

@@ -120,10 +120,13 @@ class Outcome:
 class Due:
     """What a worker needs to know to sleep well: in how many seconds the next delayed job
     falls due (by the database's clock, the one claims read: a worker whose own clock is
-    off still wakes on time), and whether jobs from crashed workers wait to be run alone."""
+    off still wakes on time), whether jobs from crashed workers wait to be run alone, and
+    when the earliest schedule falls due (``schedule_at``, Unix seconds as the scheduler
+    wrote it: its own clock rules schedules), so its scheduler need not look before then."""
 
     wait: float | None
     suspects: bool = False
+    schedule_at: float | None = None
 
 
 @dataclass(slots=True)

@@ -136,7 +136,8 @@ class Backend(Protocol):
         limited: bool = False,
     ) -> Due:
         """The earliest ``run_at`` among pending jobs of these queues (and, given, of these
-        tasks), and whether jobs from crashed workers wait (one cheap statement). With
+        tasks), whether jobs from crashed workers wait, and when the earliest schedule
+        that is not paused falls due (one cheap statement). With
         ``limited``, also the next delayed job under a concurrency limit (one that is due
         already waits for a slot: a completion announces that, not the clock)."""
 

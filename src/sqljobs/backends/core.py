@@ -187,7 +187,8 @@ class BackendCore(Dialect):
         sql, params = self._filtered("next_due", queues, tasks)
         params["now"] = self.now()
         due = self._read(lambda conn: result(conn.execute(sql, params)))
-        wait, suspects = due.first("wait", "suspects") or (None, False)
+        first = due.first("wait", "suspects", "schedule_at")
+        wait, suspects, schedule_at = first or (None, False, None)
         if limited:  # a delayed limited job: its slot may be free when it falls due
             sql, params = self._filtered("next_limited_due", queues, tasks)
             params["now"] = self.now()
@@ -197,7 +198,11 @@ class BackendCore(Dialect):
             opening = self._next_rate_opening(queues, tasks)
             if opening is not None:
                 wait = opening if wait is None else min(wait, opening)
-        return Due(None if wait is None else float(wait), bool(suspects))
+        return Due(
+            None if wait is None else float(wait),
+            bool(suspects),
+            None if schedule_at is None else float(schedule_at),
+        )
 
     def finish_jobs(
         self, outcomes: Sequence[Outcome], started: Sequence[HeldJob] = ()

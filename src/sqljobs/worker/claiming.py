@@ -55,8 +55,9 @@ class Claiming(WorkerState):
             t.want_claim, t.due = True, None
         if t.retry_due is not None and wall >= t.retry_due:
             t.want_claim, t.retry_due = True, None
+        polled = False  # the fallback poll, and nothing else, says look
         if now >= t.poll:
-            t.want_claim = True
+            polled, t.want_claim = not t.want_claim, True
         look = t.want_claim and now >= t.suspect_check
         if look:  # next_due tells when to look sooner; this is the busy worker's fallback
             t.suspect_check = now + SUSPECT_LOOK_POLLS * cfg.poll_interval
@@ -64,6 +65,11 @@ class Claiming(WorkerState):
                 self._limited = backend.limited_pending(cfg.queues, self._leases)
         if look or self._suspect is not None:
             self._take_suspect(backend, look)
+        if polled and self._quiet():
+            # nothing announced work, nothing runs: ask next_due (a read) rather than claim
+            # (a write); a job it calls due is claimed a moment later
+            t.want_claim, t.want_due = False, True
+            t.poll = time.monotonic() + cfg.poll_interval * self.rng.uniform(0.9, 1.1)
         lanes = self._lanes
         assert lanes is not None
         share = -(-self.capacity // lanes.size)  # a lane's part of the capacity, rounded up
@@ -134,8 +140,11 @@ class Claiming(WorkerState):
                 # next_due ignores suspects, so a job it calls due is ours to claim: one that
                 # fell due since our claim (a delayed job) is claimed shortly, never left to
                 # the poll; the short pause bounds any spin
-                wait = trip.due.wait
-                t.due = None if wait is None else self.app.clock() + max(wait, 0.005)
+                wait, wall = trip.due.wait, self.app.clock()
+                t.due = None if wait is None else wall + max(wait, 0.005)
+                if self._scheduler is not None:
+                    t.schedules_read(time.monotonic(), wall, trip.due.schedule_at,
+                                     self.config.poll_interval)  # fmt: skip
         if self._async is not None:
             self._async.start_queued()  # the claims' async jobs, with one wake-up
         if error is not None:
@@ -196,6 +205,17 @@ class Claiming(WorkerState):
             self._dispatch(backend, job)
             if self._async is not None:
                 self._async.start_queued()
+
+    def _quiet(self) -> bool:
+        """Nothing runs, waits to run or is on its way back, and no limited job may wait
+        (next_due does not answer for those): the fallback poll may ask before it claims."""
+        return (
+            not self.inflight
+            and not self.lanes_busy
+            and not self._limited
+            and self._suspect is None
+            and not self._stopping
+        )
 
     def _limited_buffer(self, size: int, idle: int) -> int:
         """How many jobs under a limit this claim may put in the buffer, where each holds

@@ -18,8 +18,9 @@ class WorkerConfig:
     supervisor dies, instead of living on as an orphan.
     ``change_check_interval`` is how often an idle SQLite worker looks at the database's
     change counter (no table access); PostgreSQL pushes changes with LISTEN/NOTIFY instead.
-    ``poll_interval`` (jittered by 10%) is the fallback claim query for what no change
-    signal announces. ``prefetch`` jobs are claimed beyond ``concurrency`` so threads
+    ``poll_interval`` (jittered by 10%) is the fallback look for what no change signal
+    announces: an idle worker asks when the next job and the next schedule fall due (one
+    read), a busy one claims. ``prefetch`` jobs are claimed beyond ``concurrency`` so threads
     never wait on the database (default: adapted to the jobs' run time, from none for long
     jobs up to ``8 * concurrency`` per claim lane for very short ones); at shutdown the
     ones not started are handed back at once.
@@ -28,8 +29,9 @@ class WorkerConfig:
     one writer).
     ``scheduler`` runs the periodic-schedule service in this worker (every worker may: one
     run per tick however many do). It reads the schedule table when the next tick falls
-    due, every ``poll_interval``, and after another connection committed (a schedule may
-    have been added) but then at most once per ``schedule_interval``. A tick more than
+    due, every ``poll_interval`` unless the idle poll's answer said when that is, and
+    after another connection committed (a schedule may have been added) but then at most
+    once per ``schedule_interval``. A tick more than
     ``misfire_grace`` seconds late counts as missed, and the schedule's misfire policy
     applies.
     ``cancel_grace`` is how long a cancelled thread handler may go on before it is called

@@ -194,6 +194,8 @@ class Dispatching(WorkerState):
             return
         if t is not None:
             t.want_due = False
+        if ask_due:
+            self.counters["due_checks"] += 1
         batch, self._to_write = self._to_write, []
         trip = Trip(batch, 0, ask_due=ask_due, started=self._began_since())
         self._lanes.send(trip, inline=not self.inflight)

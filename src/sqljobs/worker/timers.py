@@ -6,6 +6,13 @@ from dataclasses import dataclass
 
 from .config import WorkerConfig
 
+SCHEDULE_ANSWER_HOLDS = 2
+"""How many poll intervals a next_due answer about the schedules stands in for the
+scheduler's own fallback pass. An idle worker asks every poll interval, so while it idles
+its scheduler reads the schedule table only when a tick falls due or another connection
+commits; a busy worker (full claims, no such question) is back on its own fallback pass
+within this many intervals."""
+
 FIRST_LOOK = 0.05
 """Seconds after start-up before a worker first looks for jobs from crashed workers and
 for limited jobs its code lacks (two statements): its first claim, which neither could
@@ -58,3 +65,12 @@ class Timers:
         self.progress = now
         self.wall = None
         self.wall_at = now
+
+    def schedules_read(self, now: float, wall: float, at: float | None, poll: float) -> None:
+        """next_due read, at ``wall`` (the App's clock) and ``now`` (monotonic), that the
+        earliest schedule falls due at ``at`` (None: there is none): the scheduler's next
+        pass is then, or after ``SCHEDULE_ANSWER_HOLDS`` poll intervals, not sooner. (An
+        answer read before a concurrent pass can only be early: one spare pass. A schedule
+        saved afterwards is announced, and the marker brings the pass forward.)"""
+        hold = SCHEDULE_ANSWER_HOLDS * poll
+        self.schedule = now + (hold if at is None else min(hold, max(0.0, at - wall)))

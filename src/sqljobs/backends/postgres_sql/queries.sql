@@ -174,6 +174,9 @@ RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts AS attempt, j
 -- pending jobs in run_at order and filtering by queue walked a backlog of another queue
 -- whole: 120-170 ms at 1M).
 -- A paused queue's jobs count for neither: they wait for its resume.
+-- Also when the earliest schedule that is not paused falls due (Unix seconds, as the
+-- scheduler writes them; one probe of its index): the scheduler of a worker that asks
+-- this needs no pass of its own before then.
 WITH RECURSIVE {levels}
 SELECT (SELECT extract(epoch FROM min(f.run_at) - now())::float8
         FROM levels AS l CROSS JOIN LATERAL (
@@ -184,7 +187,9 @@ SELECT (SELECT extract(epoch FROM min(f.run_at) - now())::float8
        EXISTS (SELECT 1 FROM {schema}.sqljobs_jobs
                WHERE state = 'pending' AND crashes >= 2 {queue_filter}
                  AND queue NOT IN (SELECT name FROM {schema}.sqljobs_queues WHERE paused))
-           AS suspects
+           AS suspects,
+       (SELECT extract(epoch FROM min(next_run_at))::float8 FROM {schema}.sqljobs_schedules
+        WHERE NOT paused) AS schedule_at
 
 -- name: complete_jobs
 WITH began AS (

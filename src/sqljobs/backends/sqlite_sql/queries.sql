@@ -68,6 +68,8 @@ RETURNING id, task, payload, queue, priority, attempts AS attempt, token, lease,
 -- earliest head of the claim's levels, one index probe a level, however many jobs other
 -- queues hold (reading pending jobs in run_at order and filtering by queue walked a
 -- backlog of another queue whole: 72 ms at 1M, on the worker's one connection).
+-- Also when the earliest schedule that is not paused falls due (one probe of its index):
+-- the scheduler of a worker that asks this needs no pass of its own before then.
 WITH RECURSIVE {levels}
 SELECT (SELECT min((SELECT run_at FROM sqljobs_jobs
                     WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL
@@ -78,7 +80,9 @@ SELECT (SELECT min((SELECT run_at FROM sqljobs_jobs
        EXISTS (SELECT 1 FROM sqljobs_jobs INDEXED BY sqljobs_jobs_suspects
                WHERE state = 'pending' AND crashes >= 2 {queue_filter}
                  AND queue NOT IN (SELECT name FROM sqljobs_queues WHERE paused = 1))
-           AS suspects
+           AS suspects,
+       (SELECT min(next_run_at) FROM sqljobs_schedules INDEXED BY sqljobs_schedules_due
+        WHERE paused = 0) AS schedule_at
 
 -- name: complete_job
 -- The hot path; a job others wait for (children > 0) is left to finish_job, which
