@@ -1163,7 +1163,6 @@ class App:
         restarts a crashed one and hands its jobs back at once.
         """
         from .worker import Worker, WorkerConfig
-        from .worker.supervisor import run_supervised
 
         if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
             raise ConfigurationError(f"processes must be an int >= 1, got {processes!r}")
@@ -1174,6 +1173,8 @@ class App:
             **options,
         )
         if processes > 1:
+            from .worker.supervisor import run_supervised  # (not in a worker's start-up)
+
             run_supervised(self, config, processes)
         else:
             Worker(self, config).run()
