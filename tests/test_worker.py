@@ -272,6 +272,26 @@ def test_an_idle_workers_poll_reads_next_due_and_claims_what_it_says_is_due(url:
         assert worker.counters["claims"] >= claims + 1
 
 
+def test_the_poll_claims_a_job_it_finds_due_under_a_frozen_clock(url: str) -> None:
+    """A test's frozen App clock never reaches "due in 5 ms": a job the poll's next_due
+    calls due now is claimed at once, not when that clock moves."""
+    from sqljobs.testing import Clock
+
+    clock = Clock()
+    app = App(url, clock=clock, backend_options={"listen": False})
+    ran: list[str] = []
+
+    @app.task
+    def note(label: str) -> None:
+        ran.append(label)
+
+    other = App(url, clock=clock)  # another process, as far as wake-ups go
+    with worker_thread(app, poll_interval=0.1, change_check_interval=60) as worker:
+        wait_until(lambda: worker.counters["due_checks"] >= 2, what="the worker idles")
+        other.enqueue("note", args=["found"], known=False)
+        wait_until(lambda: ran == ["found"], what="the job, found by the poll")
+
+
 def test_a_schedule_added_unannounced_fires_when_next_due_says_it_falls_due(url: str) -> None:
     """A worker that hears no announcement (no LISTEN, no wake-up) and whose scheduler
     has nothing to fire still learns of a schedule added elsewhere: its polls' next_due
