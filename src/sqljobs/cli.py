@@ -164,6 +164,23 @@ class DeferringGroup(click.Group):
             command = command.load()
         return name, command, rest
 
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the command; one of this group's own options given after the command
+        (``sqljobs worker --app x``) is refused with where it belongs, not click's bare
+        "No such option"."""
+        try:
+            return super().invoke(ctx)
+        except click.NoSuchOption as exc:
+            mine = {opt for param in self.params for opt in param.opts}
+            if exc.option_name not in mine or exc.ctx is None:
+                raise
+            command = exc.ctx.info_name
+            raise click.UsageError(
+                f"{exc.option_name} is an option of sqljobs itself, not of {command!r}: "
+                f"give it before the command (sqljobs {exc.option_name} ... {command} ...)",
+                ctx=exc.ctx,
+            ) from None
+
 
 def _version() -> str:
     try:
