@@ -134,6 +134,40 @@ def test_a_stale_worker_cannot_complete_fail_release_or_renew(app: App) -> None:
     assert done is not None and done.state is JobState.DONE
 
 
+def test_one_batch_of_completions_writes_exactly_those_still_held(app: App) -> None:
+    """Plain completions go out as one statement: in one batch, a fenced-off one is left
+    alone, one that others wait for settles them, one with a result stores it, and the
+    answer lists the written ones."""
+
+    @app.task(lease=30)
+    def t(n: int) -> int:
+        return n
+
+    a, b, c, d = (t.enqueue(n).id for n in range(4))
+    child = t.with_options(after=[c]).enqueue(9).id
+    backend = app.backend
+    held = {job.id: job for job in backend.claim_jobs("old-worker", None, 4)}
+    assert set(held) == {a, b, c, d}
+    expire_lease(app, b)
+    Reaper(backend).run_once()
+    (again,) = backend.claim_jobs("new-worker", None, 1)
+    assert again.id == b and again.token == held[b].token + 1
+    batch = [
+        Outcome(a, held[a].token, JobState.DONE),
+        Outcome(b, held[b].token, JobState.DONE),  # fenced off: b is new-worker's now
+        Outcome(c, held[c].token, JobState.DONE),  # its child waits for it
+        Outcome(d, held[d].token, JobState.DONE, result="3"),
+    ]
+    assert sorted(backend.finish_jobs(batch)) == [a, c, d]
+    states = {i: app.get_job(i) for i in (a, b, c, d, child)}
+    assert all(job is not None for job in states.values())
+    assert [states[i].state for i in (a, b, c, d)] == [  # type: ignore[union-attr]
+        JobState.DONE, JobState.RUNNING, JobState.DONE, JobState.DONE,
+    ]  # fmt: skip
+    assert states[child].state is JobState.PENDING  # type: ignore[union-attr]
+    assert app.job(d).result(timeout=0) == 3
+
+
 def test_a_heartbeat_renews_every_held_lease_in_one_call(app: App) -> None:
     @app.task(lease=10)
     def t(i: int) -> None: ...

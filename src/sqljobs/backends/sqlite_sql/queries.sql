@@ -84,12 +84,18 @@ SELECT (SELECT min((SELECT run_at FROM sqljobs_jobs
        (SELECT min(next_run_at) FROM sqljobs_schedules INDEXED BY sqljobs_schedules_due
         WHERE paused = 0) AS schedule_at
 
--- name: complete_job
--- The hot path; a job others wait for (children > 0) is left to finish_job, which
--- says so, and its children are settled in the same transaction.
+-- name: complete_jobs
+-- The hot path: a batch of plain completions, [[id, token], ...], in one statement
+-- (each pair is one primary key probe; 5.2 against 7.6 us a job as one statement a row,
+-- commit included, 64 a batch). A job others wait for (children > 0), or one fenced off,
+-- is left to finish_job, which says which, and settles its children in the same
+-- transaction.
 UPDATE sqljobs_jobs
 SET state = 'done', finished_at = :now, lease_until = NULL
-WHERE id = :id AND token = :token AND state = 'running' AND children = 0
+FROM (SELECT value ->> 0 AS id, value ->> 1 AS token FROM json_each(:pairs)) AS p
+WHERE sqljobs_jobs.id = p.id AND sqljobs_jobs.token = p.token
+  AND state = 'running' AND children = 0
+RETURNING sqljobs_jobs.id, sqljobs_jobs.token
 
 -- name: complete_job_with
 -- A completion that stores a result or a last progress report (most store neither).
