@@ -147,16 +147,21 @@ def test_no_database_given_is_refused_and_creates_nothing(tmp_path: Path) -> Non
 def test_a_global_option_after_the_command_says_where_it_belongs(tmp_path: Path) -> None:
     """``sqljobs worker --app x`` (the option belongs before the command): said so, with
     the command's usage, not click's bare "No such option"; nothing is created."""
-    for command, option in ((["worker", "--app", "tasks:app"], "--app"),
-                            (["stats", "--url", "sqlite:///jobs.db"], "--url")):  # fmt: skip
+    for command, option, name in (
+        (["worker", "--app", "tasks:app"], "--app", "worker"),
+        (["stats", "--url", "sqlite:///jobs.db"], "--url", "stats"),
+        (["jobs", "list", "--app", "tasks:app"], "--app", "jobs list"),
+    ):
         out = run_cli(*command, check=False, cwd=tmp_path)
         assert out.returncode == 2, out.stderr
-        said = f"{option} is an option of sqljobs itself, not of {command[0]!r}"
+        said = f"{option} is an option of sqljobs itself, not of {name!r}"
         assert said in out.stderr and "give it before the command" in out.stderr
-        assert f"sqljobs {command[0]} [OPTIONS]" in out.stderr  # the command's usage
+        assert f"sqljobs {option} ... {name} ...)" in out.stderr
+        assert f"sqljobs {name} [OPTIONS]" in out.stderr  # the command's usage
         assert "Traceback" not in out.stderr
-    other = run_cli("stats", "--bogus", check=False, cwd=tmp_path)
-    assert other.returncode == 2 and "No such option '--bogus'" in other.stderr
+    for other in (["stats", "--bogus"], ["worker", "--version"]):  # not ours to place
+        out = run_cli(*other, check=False, cwd=tmp_path)
+        assert out.returncode == 2 and f"No such option '{other[1]}'" in out.stderr
     assert list(tmp_path.iterdir()) == []
 
 

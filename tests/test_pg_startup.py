@@ -7,6 +7,7 @@ import contextlib
 import logging
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from urllib.parse import urlsplit
 
@@ -28,10 +29,12 @@ def url(pg_template: str) -> Iterator[str]:
 
 class Forwarder:
     """A TCP relay from a local port to PostgreSQL, switched on when the test says: before
-    that, the port refuses connections like a server that is not up yet."""
+    that, the port refuses connections like a server that is not up yet. ``delay`` holds
+    each connection that long before it reaches the server, like a slow network."""
 
-    def __init__(self, target: tuple[str, int]) -> None:
+    def __init__(self, target: tuple[str, int], delay: float = 0.0) -> None:
         self.target = target
+        self.delay = delay
         probe = socket.socket()
         probe.bind(("127.0.0.1", 0))
         self.port = probe.getsockname()[1]
@@ -49,10 +52,16 @@ class Forwarder:
             while True:
                 client, _ = server.accept()
                 self.accepted += 1
-                upstream = socket.create_connection(self.target)
-                self._sockets += [client, upstream]
-                for a, b in ((client, upstream), (upstream, client)):
-                    threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+                self._sockets.append(client)
+                threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+
+    def _relay(self, client: socket.socket) -> None:
+        time.sleep(self.delay)  # the slow network this relay stands for
+        with contextlib.suppress(OSError):
+            upstream = socket.create_connection(self.target)
+            self._sockets.append(upstream)
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
     @staticmethod
     def _pipe(src: socket.socket, dst: socket.socket) -> None:
@@ -119,6 +128,25 @@ def test_opening_the_backend_connects_once_not_beside_the_pool(url: str) -> None
     try:
         assert app.stats().workers == 0
         assert relay.accepted == 1
+    finally:
+        app.close()
+        relay.close()
+
+
+def test_a_server_slow_to_answer_is_waited_for_not_taken_for_a_failure(url: str) -> None:
+    """A first connection slower than FIRST_CONNECTION_WAIT: the backend connects once
+    alone (a server that cannot be reached would fail there, clearly), finds the server
+    slow but there, and works on a new pool."""
+    from sqljobs.backends.postgres import FIRST_CONNECTION_WAIT
+
+    parts = urlsplit(url)
+    relay = Forwarder((parts.hostname or "127.0.0.1", parts.port or 5432),
+                      delay=FIRST_CONNECTION_WAIT + 0.3)  # fmt: skip
+    relay.start()
+    app = App(url.replace(f"{parts.hostname}:{parts.port}", f"127.0.0.1:{relay.port}"))
+    try:
+        assert app.stats().workers == 0
+        assert app.enqueue("t", known=False).created
     finally:
         app.close()
         relay.close()

@@ -245,9 +245,10 @@ def test_an_idle_worker_does_not_run_claim_queries_in_a_loop(app: App) -> None:
 def test_an_idle_workers_poll_reads_next_due_and_claims_what_it_says_is_due(url: str) -> None:
     """The fallback poll of an idle worker asks next_due (a read; on SQLite no write lock)
     instead of claiming, and its scheduler, told by the same answer when the earliest
-    schedule falls due, makes no pass of its own: one statement a poll. A job that
-    announced nothing (this worker hears no wake-up) is still found: next_due calls it
-    due, and the claim follows."""
+    schedule falls due, makes no pass of its own: one read a poll (every sixth poll also
+    looks for a crashed worker's jobs). A job that announced nothing (this worker hears
+    no wake-up) is still found: on PostgreSQL next_due calls it due and the claim
+    follows; on SQLite the change counter, read every pass, finds it first."""
     app = App(url, backend_options={"listen": False})
     ran: list[str] = []
 
@@ -274,7 +275,8 @@ def test_an_idle_workers_poll_reads_next_due_and_claims_what_it_says_is_due(url:
 
 def test_the_poll_claims_a_job_it_finds_due_under_a_frozen_clock(url: str) -> None:
     """A test's frozen App clock never reaches "due in 5 ms": a job the poll's next_due
-    calls due now is claimed at once, not when that clock moves."""
+    calls due now is claimed at once, not when that clock moves. (On SQLite the change
+    counter finds it too: PostgreSQL is the telling case.)"""
     from sqljobs.testing import Clock
 
     clock = Clock()
@@ -295,7 +297,8 @@ def test_the_poll_claims_a_job_it_finds_due_under_a_frozen_clock(url: str) -> No
 def test_a_schedule_added_unannounced_fires_when_next_due_says_it_falls_due(url: str) -> None:
     """A worker that hears no announcement (no LISTEN, no wake-up) and whose scheduler
     has nothing to fire still learns of a schedule added elsewhere: its polls' next_due
-    answer carries the earliest schedule's time, and the pass comes then."""
+    answer carries the earliest schedule's time, and the pass comes then. (On SQLite the
+    change counter, read every pass, also brings a pass: PostgreSQL is the telling case.)"""
     app = App(url, backend_options={"listen": False})
     ran: list[float] = []
 

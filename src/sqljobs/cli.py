@@ -171,13 +171,14 @@ class DeferringGroup(click.Group):
         try:
             return super().invoke(ctx)
         except click.NoSuchOption as exc:
-            mine = {opt for param in self.params for opt in param.opts}
+            mine = {opt for param in self.params if not param.is_eager for opt in param.opts}
             if exc.option_name not in mine or exc.ctx is None:
                 raise
-            command = exc.ctx.info_name
+            command = exc.ctx.command_path[len(ctx.command_path) :].strip()  # "jobs list"
             raise click.UsageError(
                 f"{exc.option_name} is an option of sqljobs itself, not of {command!r}: "
-                f"give it before the command (sqljobs {exc.option_name} ... {command} ...)",
+                f"give it before the command ({ctx.command_path} {exc.option_name} ... "
+                f"{command} ...)",
                 ctx=exc.ctx,
             ) from None
 

@@ -92,7 +92,9 @@ FIRST_CONNECTION_WAIT = 0.5
 """Seconds to wait for the pool's first connection before connecting once more, alone, to
 say why it fails (the pool only logs it). Connecting up front every time, beside the
 pool's own first connection, cost a worker's start-up 2.5 ms (0.84x, 15 alternating
-rounds of startup_probe.py): two connections at once on two cores."""
+rounds of startup_probe.py): two connections at once on two cores. (A server that does
+not answer at all now fails after this, the closing pool's wait for its connecting
+thread, up to 5 s, and ``connect_timeout``.)"""
 
 
 class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
@@ -160,25 +162,35 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         return f"postgresql://{rest}" if scheme.split("+", 1)[0] in _SCHEMES else url
 
     def _open_pool(self) -> psycopg_pool.ConnectionPool:
+        """The pool, opened on first use. Its first connection is waited for (a statement
+        asking for a connection before then would make the pool open a second one); if it
+        is slow to come, one connection alone says why, clearly (the pool only logs it,
+        and keeps trying), or finds the server merely slow: then a new pool serves."""
         with self._lock:
             if self._pool is None:
-                pool = psycopg_pool.ConnectionPool(
-                    self._conninfo(),
-                    min_size=1,
-                    max_size=self.pool_size,
-                    timeout=self.pool_timeout,
-                    open=True,  # its first connection opens in the pool's own thread
-                    name="sqljobs",
-                    kwargs=self._connect_options(),
-                    configure=self._configure,
-                )
+                pool = self._new_pool()
                 try:
-                    self._first_connection(pool)
+                    pool.wait(timeout=FIRST_CONNECTION_WAIT)
+                except psycopg_pool.PoolTimeout:  # wait() closed that pool
+                    self._check_connect()
+                    pool = self._new_pool()  # a slow server: used without waiting
                 except BaseException:
                     pool.close(timeout=0)
                     raise
                 self._pool = pool
             return self._pool
+
+    def _new_pool(self) -> psycopg_pool.ConnectionPool:
+        return psycopg_pool.ConnectionPool(
+            self._conninfo(),
+            min_size=1,
+            max_size=self.pool_size,
+            timeout=self.pool_timeout,
+            open=True,  # its first connection opens in the pool's own thread
+            name="sqljobs",
+            kwargs=self._connect_options(),
+            configure=self._configure,
+        )
 
     def _connect_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {
@@ -188,15 +200,6 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         if not self.session_settings:
             options["prepare_threshold"] = None  # a prepared statement is session state
         return options
-
-    def _first_connection(self, pool: psycopg_pool.ConnectionPool) -> None:
-        """Wait for the pool's first connection; if it is slow to come, connect once
-        alone, so that a wrong URL or password fails now, clearly (the pool only logs
-        why it cannot connect, and keeps trying)."""
-        try:
-            pool.wait(timeout=FIRST_CONNECTION_WAIT)
-        except psycopg_pool.PoolTimeout:
-            self._check_connect()
 
     def _check_connect(self) -> None:
         """Connect once up front so a wrong URL or password fails now, clearly."""

@@ -487,17 +487,19 @@ class SqliteBackend(JobBrowser, ScheduleStore):
         now = self.now()
         written = []
         parents: list[tuple[int, str]] = []
-        plain = [o for o in outcomes if _plain(o)]
+        plain = [_plain(o) for o in outcomes]
         completed: set[tuple[int, int]] = set()
-        if plain:
-            pairs = json.dumps([[o.job_id, o.token] for o in plain])
-            completed = set(conn.execute(Q["complete_jobs"], {"pairs": pairs, "now": now}))
+        if any(plain):
+            pairs = [[o.job_id, o.token] for o, p in zip(outcomes, plain, strict=True) if p]
+            found = conn.execute(Q["complete_jobs"], {"pairs": json.dumps(pairs), "now": now})
+            completed = set(found)
         complete_with, finish = Q["complete_job_with"], Q["finish_job"]
-        for o in outcomes:
-            if (o.job_id, o.token) in completed and _plain(o):
+        for o, is_plain in zip(outcomes, plain, strict=True):
+            if is_plain and (o.job_id, o.token) in completed:
+                completed.discard((o.job_id, o.token))  # a twin in the batch is not written
                 written.append(o.job_id)
                 continue
-            if o.state is JobState.DONE and o.history is None and not _plain(o):
+            if o.state is JobState.DONE and o.history is None and not is_plain:
                 params = {"id": o.job_id, "token": o.token, "now": now, "result": o.result,
                           "progress": o.progress}  # fmt: skip
                 if conn.execute(complete_with, params).rowcount == 1:

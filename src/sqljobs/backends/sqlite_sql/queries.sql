@@ -92,7 +92,8 @@ SELECT (SELECT min((SELECT run_at FROM sqljobs_jobs
 -- transaction.
 UPDATE sqljobs_jobs
 SET state = 'done', finished_at = :now, lease_until = NULL
-FROM (SELECT value ->> 0 AS id, value ->> 1 AS token FROM json_each(:pairs)) AS p
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token
+      FROM json_each(:pairs)) AS p
 WHERE sqljobs_jobs.id = p.id AND sqljobs_jobs.token = p.token
   AND state = 'running' AND children = 0
 RETURNING sqljobs_jobs.id, sqljobs_jobs.token
