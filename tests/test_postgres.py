@@ -228,14 +228,21 @@ def test_poll_only_mode_works_without_listen(url: str) -> None:
         wait_until(lambda: got == [1])
 
 
-def _terminate_connections(url: str) -> int:
+def _terminate_connections(url: str, wait: bool = False) -> int:
+    """End every session on the test's database; with ``wait``, return once they are
+    gone (pg_terminate_backend only signals them)."""
     database = url.rsplit("/", 1)[1]
     with psycopg.connect(url.rsplit("/", 1)[0] + "/test", autocommit=True) as admin:
         rows = admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
+            "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s "
             "AND pid <> pg_backend_pid()",
             (database,),
         ).fetchall()
+        pids = [pid for pid, _ in rows]
+        if wait:
+            alive = "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)"
+            wait_until(lambda: admin.execute(alive, (pids,)).fetchone() == (0,),
+                       what="the ended sessions to be gone")  # fmt: skip
     return len(rows)
 
 
@@ -378,7 +385,7 @@ def test_app_calls_after_the_server_dropped_its_connections_just_work(url: str) 
     app = App(url, backend_options={"pool_size": 4})
     app.task(name="noop")(lambda: None)
     held = [app.enqueue("noop", known=False) for _ in range(3)]
-    assert _terminate_connections(url) >= 1
+    assert _terminate_connections(url, wait=True) >= 1  # ended while idle, as by a restart
     handle = app.enqueue("noop", known=False)
     assert handle.created and app.stats().total("pending") == 4
     assert [h.job() is not None for h in held] == [True] * 3

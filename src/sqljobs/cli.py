@@ -272,7 +272,8 @@ def cli(
     type=Seconds(positive=True),
     default=5.0,
     show_default=True,
-    help="Seconds between fallback claim queries (jittered by 10%); in poll-only mode "
+    help="Seconds between fallback looks for work, jittered by 10% (an idle worker asks "
+    "when the next job is due, one read, and claims if one is); in poll-only mode "
     "(?listen=false, behind PgBouncer in transaction mode) the only way a worker learns of "
     "jobs enqueued by other processes.",
 )

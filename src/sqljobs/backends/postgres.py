@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import select
 import threading
 import time
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
@@ -63,7 +64,15 @@ last claim left off, so every key gets its turn)."""
 _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # fullmatch: "$" would let "\n" by
 _SCHEMES = ("postgresql", "postgres")
 _RETRYABLE = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
+
+
+class EndedWhileIdle(psycopg.OperationalError):
+    """The server ended a pooled connection while it sat idle: found before a statement
+    was sent on it, so replaying that statement cannot run it twice."""
+
+
 _SESSION_ENDED = (
+    EndedWhileIdle,
     psycopg.errors.AdminShutdown,  # 57P01: restart, shutdown, pg_terminate_backend
     psycopg.errors.CannotConnectNow,  # 57P03: the server is starting up
     psycopg.errors.IdleSessionTimeout,  # 57P05
@@ -242,6 +251,9 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         pool = self._pool or self._open_pool()
         try:
             with pool.connection() as conn:
+                if _ended_while_idle(conn):
+                    conn.close()  # (so the pool drops it)
+                    raise EndedWhileIdle("the server ended this connection while it was idle")
                 yield conn
         except psycopg_pool.PoolTimeout as exc:
             self._check_connect()  # a server that is down is not a pool that is full
@@ -644,6 +656,18 @@ def described(exc: psycopg.Error) -> str:
             "which keeps nothing on the session; see docs/pgbouncer.md)"
         )
     return text
+
+
+def _ended_while_idle(conn: psycopg.Connection[Any]) -> bool:
+    """Whether the server has closed this pooled connection since it was last used: a
+    restart, an admin or an idle timeout leaves its goodbye (an error, then the end of the
+    stream) waiting on the socket, where nothing else arrives between statements. Seen
+    here (one zero-timeout select), the statement goes to another connection; sent on it,
+    a lost connection could not always tell whether the statement ran, and would not be
+    replayed."""
+    if conn.closed:
+        return True
+    return bool(select.select([conn.fileno()], [], [], 0)[0])
 
 
 def _dead_connection(exc: BackendError) -> bool:

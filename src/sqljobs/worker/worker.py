@@ -6,8 +6,9 @@ expired leases; then claim as many jobs as there are free slots, again at once w
 batches come back full, each claim carrying the outcomes written so far. Claims go out on
 lanes (see :mod:`.lanes`): on PostgreSQL two are in flight at once. Idle, it waits on an
 event (set by a local enqueue, a finished handler or a returning round trip) and looks at
-the database's change counter every few milliseconds instead of running claim queries; a
-claim query still runs every ``poll_interval`` as a fallback.
+the database's change counter every few milliseconds instead of running claim queries;
+every ``poll_interval``, as a fallback, it asks when the next job falls due (one read) and
+claims if one is (a busy worker claims).
 """
 
 from __future__ import annotations
