@@ -114,6 +114,10 @@ json_values = st.recursive(
 """Every JSON value (NUL included: JSON writes it as an escape)."""
 
 
+# psycopg's pool threads (a connection opened as the worker gets busy takes a random
+# expiry) may touch the random module while hypothesis draws an example, which it takes
+# for a strategy using random (as in test_hostile_parsing.py)
+@pytest.mark.filterwarnings("ignore::hypothesis.errors.HypothesisDeprecationWarning")
 @pytest.mark.slow
 def test_any_json_arguments_round_trip_exactly_through_a_worker(app: App) -> None:
     """enqueue -> payload -> worker -> handler -> result -> ``handle.result()``: the
