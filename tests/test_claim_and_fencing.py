@@ -97,6 +97,40 @@ def test_a_claim_marks_the_jobs_beyond_those_that_start_at_once_as_buffered(app:
     assert marked == {j.id for j in claimed[2:] + rest}, "start_now=0: every job buffered"
 
 
+def test_a_claim_gives_each_job_the_lease_its_worker_gives_its_task(app: App) -> None:
+    """The worker's lease for a task wins over the one the job was enqueued with, whether
+    the worker gives all its tasks one lease (SQLite then claims with no lookup a row) or
+    each its own; a claim that names no leases keeps the job's."""
+
+    @app.task(lease=30)
+    def t(n: int) -> None: ...
+
+    @app.task(lease=30)
+    def u(n: int) -> None: ...
+
+    backend = app.backend
+    for leases in ({"t": 7.0}, {"t": 7.0, "u": 7.0}, {"t": 11.0, "u": 13.0}, None):
+        t.enqueue(1)
+        u.enqueue(2)
+        began = backend.now()
+        claimed = backend.claim_jobs("w", None, 5, leases, start_now=5)
+        ended = backend.now()
+        assert {j.task for j in claimed} == set(leases or ("t", "u")), leases
+        for job in claimed:
+            lease = (leases or {}).get(job.task, 30.0)
+            assert job.lease == lease, (leases, job.task)
+            ((lease_until,),) = db_execute(
+                app,
+                "SELECT lease_until FROM sqljobs_jobs WHERE id = ?",
+                "SELECT extract(epoch FROM lease_until)::float8 FROM sqljobs_jobs WHERE id = ?",
+                (job.id,),
+            )
+            assert began + lease - 1 <= lease_until <= ended + lease + 1, (leases, job.task)
+        backend.finish_jobs([Outcome(j.id, j.token, JobState.DONE) for j in claimed])
+        leftover = backend.claim_jobs("w", None, 5)  # u's job when only t was leased
+        backend.finish_jobs([Outcome(j.id, j.token, JobState.DONE) for j in leftover])
+
+
 def test_a_stale_worker_cannot_complete_fail_release_or_renew(app: App) -> None:
     @app.task(lease=30)
     def t() -> None: ...

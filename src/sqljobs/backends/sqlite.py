@@ -91,7 +91,7 @@ class SqliteBackend(JobBrowser, ScheduleStore):
         self._local = threading.local()
         self._migrate_lock = threading.Lock()
         self._limit_cursor = ""  # where the next limited claim starts its key scan
-        self._statements: dict[tuple[str, int, bool], str] = {}  # see _filled
+        self._statements: dict[tuple[str, int, bool, str], str] = {}  # see _filled
         self._scans = LimitedScans()
 
     # -- connections -------------------------------------------------------------------
@@ -264,10 +264,22 @@ class SqliteBackend(JobBrowser, ScheduleStore):
             params["tasks"] = json.dumps(list(tasks))
         return self._filled(name, len(queues or ()), tasks is not None), params
 
-    def _filled(self, name: str, queues: int, tasks: bool) -> str:
+    def _claim_statement(self, name: str, claim: Claim) -> tuple[str, dict[str, Any]]:
+        """As every backend's, but a worker that gives all its tasks one lease gets a claim
+        that sets it as such, with no lookup a row (it claims only the tasks it leases)."""
+        sql, params = super()._claim_statement(name, claim)
+        leases = set(claim.leases.values()) if claim.leases else ()
+        if len(leases) == 1 and name == "claim":
+            (params["lease"],) = leases
+            sql = self._filled(name, len(claim.queues or ()), True, "lease_of_all_tasks")
+        return sql, params
+
+    def _filled(
+        self, name: str, queues: int, tasks: bool, lease: str = "lease_of_each_task"
+    ) -> str:
         """Statement ``name`` for a worker of ``queues`` queues (0: all), of some tasks or
         all: its filter fragments put in (each variant made once, not on every claim)."""
-        key = (name, min(queues, 2), tasks)
+        key = (name, min(queues, 2), tasks, lease)
         sql = self._statements.get(key)
         if sql is None:
             by_queue = ("", Q["filter_one_queue"], Q["filter_queues"])[min(queues, 2)]
@@ -281,6 +293,7 @@ class SqliteBackend(JobBrowser, ScheduleStore):
                 .replace("{levels}", Q["levels_of_queues" if queues else "levels_of_all"])
                 .replace("{level_queue}", Q["level_of_queue" if queues else "level_of_any"])
                 .replace("{level_tasks}", by_task)
+                .replace("{lease}", Q[lease])
             )
             self._statements[key] = sql
         return sql

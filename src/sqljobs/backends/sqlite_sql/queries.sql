@@ -30,12 +30,13 @@ SELECT id FROM sqljobs_jobs WHERE key = ?
 -- second statement.
 -- The jobs are read level by level (see levels_of_queues), each level's due jobs from the
 -- head of its index range, so jobs not yet due are never read.
+-- Each job gets the lease its worker gives its task (the lease fragment: lease_of_each_task,
+-- or lease_of_all_tasks when the worker gives all its tasks one lease).
 WITH RECURSIVE {levels}
 UPDATE sqljobs_jobs
 SET state = 'running', attempts = attempts + 1, token = token + 1,
     worker = :worker, started_at = :now, prefetched = picked.rank > :start_now,
-    lease = coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease),
-    lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
+    {lease}
 FROM (
     SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, id) AS rank
     FROM ({level_jobs})) AS picked
@@ -471,6 +472,17 @@ AND queue IN (SELECT value FROM json_each(:queues))
 
 -- name: filter_tasks
 AND task IN (SELECT value FROM json_each(:tasks))
+
+-- name: lease_of_each_task
+-- The claim's lease: the worker's lease for the job's task (a lookup a row), else the
+-- job's own (a claim of all tasks, which gives no leases).
+lease = coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease),
+lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
+
+-- name: lease_of_all_tasks
+-- The same when the worker gives every task it claims one lease, :lease (the common
+-- case): no lookup a row, which cost 7 % of a claim-and-complete loop's statements.
+lease = :lease, lease_until = :now + :lease
 
 -- name: save_queue_limit
 -- A queue's limits as a worker's code defines them, for enqueues by name
