@@ -273,6 +273,56 @@ def test_an_idle_workers_poll_reads_next_due_and_claims_what_it_says_is_due(url:
         assert worker.counters["claims"] >= claims + 1
 
 
+def test_a_short_batchs_question_of_when_to_look_again_waits_until_its_jobs_began(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a claim that came back short, the worker asks next_due, but only once the
+    jobs it started have begun (or DUE_QUESTION_HOLD has passed): asked at once on a lane
+    thread (PostgreSQL), the question's round trip took the GIL from the handler threads
+    as they woke, and an idle worker's job started 0.1 ms later. Every question is
+    checked as it is asked; it still goes out while the job runs, not after it ends.
+    (SQLite asks inline, with no hold: its check is that the question still comes.)"""
+    app = App(url)
+    ran: list[int] = []
+    release = threading.Event()
+
+    @app.task
+    def note(i: int) -> None:
+        ran.append(i)
+        if i == 0:
+            release.wait(10)
+
+    probe = app.open_backend()
+    backend_type = type(probe)
+    probe.close()
+    original = backend_type.next_due
+    asked: list[tuple[bool, bool]] = []  # (its jobs had begun or the hold was over, 0 ran)
+    holder: dict[str, sqljobs.Worker] = {}
+
+    def next_due(self: Any, *args: Any, **kwargs: Any) -> Any:
+        worker = holder["worker"]
+        t = worker._timers
+        assert t is not None
+        runs = list(worker.inflight.values())
+        unbegun = [r for r in runs if r.begun is None and not r.prefetched]
+        asked.append((not unbegun or time.monotonic() >= t.due_hold, 0 in ran))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(backend_type, "next_due", next_due)
+    with worker_thread(app, concurrency=4) as worker:
+        holder["worker"] = worker
+        wait_until(lambda: worker.counters["due_checks"] >= 1, what="the first question")
+        before = len(asked)
+        note.enqueue(0)  # runs until released: the question must not wait for its end
+        wait_until(lambda: len(asked) > before and asked[-1][1], what="a question as 0 runs")
+        release.set()
+        for i in range(1, 6):
+            before = len(asked)
+            note.enqueue(i)
+            wait_until(lambda: i in ran and len(asked) > before, what=f"job {i}, a question")  # noqa: B023
+    assert asked and all(ok for ok, _ in asked), asked
+
+
 def test_the_poll_claims_a_job_it_finds_due_under_a_frozen_clock(url: str) -> None:
     """A test's frozen App clock never reaches "due in 5 ms": a job the poll's next_due
     calls due now is claimed at once, not when that clock moves. (On SQLite the change

@@ -27,6 +27,17 @@ with two): what waits in the buffer is still about ``PREFETCH_WINDOW`` of work. 
 than 4 (claims of 72 short jobs instead of 40 on SQLite): no-op drain 1.17x on SQLite and
 1.23x on PostgreSQL (``drain_ab.py``, 20,000 jobs, 7 alternating rounds)."""
 
+DUE_QUESTION_HOLD = 0.002
+"""After a short batch, the question of when to look again waits at most this many seconds
+for the batch's jobs to begin, where a lane thread would ask it: sent at once, that thread
+woke beside the handler threads and took the GIL from them (an idle PostgreSQL worker's
+hand-off to the handler took 0.19-0.26 ms; held, 0.11-0.12 ms, `wake_trace.py`). With one
+lane (SQLite) the coordinator asks it inline, and SQLite lets go of the GIL meanwhile:
+holding it measured no faster there."""
+
+DUE_QUESTION_POLL = 0.0002
+"""How often the coordinator looks whether they have begun while it holds the question."""
+
 SUSPECT_LOOK_POLLS = 6
 """A busy worker (whose claims come back full, so it never asks next_due) still looks
 for jobs from crashed workers every this many poll intervals."""
@@ -132,6 +143,8 @@ class Claiming(WorkerState):
                 pass  # every idle thread got a job: the next completion asks again
             elif trip.limit:
                 t.want_due = True  # a short batch: nothing more is due; ask when it will be
+                if self.lanes > 1:  # (asked on a lane thread: once its jobs began)
+                    t.due_hold = time.monotonic() + DUE_QUESTION_HOLD
             elif trip.ask_due and trip.error is not None:
                 t.want_due = True
             if trip.due is not None:
@@ -236,6 +249,14 @@ class Claiming(WorkerState):
         busy = sum(1 for r in self.inflight.values() if not r.task.is_async)
         reserved = self._lanes.reserved if self._lanes is not None else 0
         return max(0, self.config.concurrency - busy - len(self._abandoned) - reserved)
+
+    def _due_question_wait(self, t: Timers) -> float:
+        """Seconds the question of when to look again still waits (0: ask now): while a
+        job dispatched to start at once has not begun, up to ``t.due_hold``."""
+        left = t.due_hold - time.monotonic()
+        if left <= 0 or all(r.begun is not None or r.prefetched for r in self.inflight.values()):
+            return 0.0
+        return min(left, DUE_QUESTION_POLL)
 
     def _began_since(self) -> list[HeldJob]:
         """Buffered jobs whose handlers began since the last round trip: the next trip

@@ -186,15 +186,16 @@ class Dispatching(WorkerState):
     def _write_outcomes(self, backend: Backend, t: Timers | None = None) -> None:
         """Outcomes no claim carried go out once no round trip is in flight (one in flight
         takes them on its return, in the next claim: write-only trips beside claims only
-        cost commits), with the question of when to look again if a short batch raised it."""
+        cost commits), with the question of when to look again if a short batch raised it
+        (once that batch's jobs have begun: see DUE_QUESTION_HOLD)."""
         assert self._lanes is not None
-        ask_due = t is not None and t.want_due
+        ask_due = t is not None and t.want_due and not self._due_question_wait(t)
         if not (self._to_write or ask_due) or self._lanes.busy:  # (flips of `prefetched`
             # wait for the next trip: until then a crash blames no buffered job)
             return
-        if t is not None:
-            t.want_due = False
         if ask_due:
+            assert t is not None
+            t.want_due = False
             self.counters["due_checks"] += 1
         batch, self._to_write = self._to_write, []
         trip = Trip(batch, 0, ask_due=ask_due, started=self._began_since())

@@ -42,6 +42,7 @@ class Timers:
     local_marker: int = 0  # the App's count of its own process's wake-ups, last seen
     want_claim: bool = True
     want_due: bool = False
+    due_hold: float = 0.0  # a short batch's question waits for its jobs' start until then
     polled: bool = False  # the due question in flight is the fallback poll's
     progress: float = 0.0  # the next flush of ctx.progress() reports may go out then
     wall: float | None = None  # the App's clock at the last pass (to notice it jumping)
@@ -63,6 +64,7 @@ class Timers:
         self.local_marker = 0
         self.want_claim = True
         self.want_due = False
+        self.due_hold = now
         self.polled = False
         self.progress = now
         self.wall = None
