@@ -109,23 +109,28 @@ def test_a_claim_gives_each_job_the_lease_its_worker_gives_its_task(app: App) ->
     def u(n: int) -> None: ...
 
     backend = app.backend
-    for leases in ({"t": 7.0}, {"t": 7.0, "u": 7.0}, {"t": 11.0, "u": 13.0}, None):
+    cases = [
+        (leases, queues)
+        for queues in (None, ["default"], ["default", "other"])
+        for leases in ({"t": 7.0}, {"t": 7.0, "u": 7.0}, {"t": 11.0, "u": 13.0}, None)
+    ]
+    for leases, queues in cases:  # every queue filter: each is a statement of its own
         t.enqueue(1)
         u.enqueue(2)
         began = backend.now()
-        claimed = backend.claim_jobs("w", None, 5, leases, start_now=5)
+        claimed = backend.claim_jobs("w", queues, 5, leases, start_now=5)
         ended = backend.now()
-        assert {j.task for j in claimed} == set(leases or ("t", "u")), leases
+        assert {j.task for j in claimed} == set(leases or ("t", "u")), (leases, queues)
         for job in claimed:
             lease = (leases or {}).get(job.task, 30.0)
-            assert job.lease == lease, (leases, job.task)
+            assert job.lease == lease, (leases, queues, job.task)
             ((lease_until,),) = db_execute(
                 app,
                 "SELECT lease_until FROM sqljobs_jobs WHERE id = ?",
                 "SELECT extract(epoch FROM lease_until)::float8 FROM sqljobs_jobs WHERE id = ?",
                 (job.id,),
             )
-            assert began + lease - 1 <= lease_until <= ended + lease + 1, (leases, job.task)
+            assert began + lease - 1 <= lease_until <= ended + lease + 1, (leases, queues)
         backend.finish_jobs([Outcome(j.id, j.token, JobState.DONE) for j in claimed])
         leftover = backend.claim_jobs("w", None, 5)  # u's job when only t was leased
         backend.finish_jobs([Outcome(j.id, j.token, JobState.DONE) for j in leftover])

@@ -296,7 +296,7 @@ def test_a_short_batchs_question_of_when_to_look_again_waits_until_its_jobs_bega
     backend_type = type(probe)
     probe.close()
     original = backend_type.next_due
-    asked: list[tuple[bool, bool]] = []  # (its jobs had begun or the hold was over, 0 ran)
+    asked: list[tuple[bool, bool]] = []  # (its jobs had begun or the hold was over, 0 runs)
     holder: dict[str, sqljobs.Worker] = {}
 
     def next_due(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -305,7 +305,7 @@ def test_a_short_batchs_question_of_when_to_look_again_waits_until_its_jobs_bega
         assert t is not None
         runs = list(worker.inflight.values())
         unbegun = [r for r in runs if r.begun is None and not r.prefetched]
-        asked.append((not unbegun or time.monotonic() >= t.due_hold, 0 in ran))
+        asked.append((not unbegun or time.monotonic() >= t.due_hold, not release.is_set()))
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(backend_type, "next_due", next_due)
@@ -314,7 +314,9 @@ def test_a_short_batchs_question_of_when_to_look_again_waits_until_its_jobs_bega
         wait_until(lambda: worker.counters["due_checks"] >= 1, what="the first question")
         before = len(asked)
         note.enqueue(0)  # runs until released: the question must not wait for its end
-        wait_until(lambda: len(asked) > before and asked[-1][1], what="a question as 0 runs")
+        wait_until(lambda: len(asked) > before, what="the question after 0's claim")
+        assert asked[-1][1], "the question waited for the job's end"
+        wait_until(lambda: 0 in ran, what="job 0")
         release.set()
         for i in range(1, 6):
             before = len(asked)

@@ -268,8 +268,8 @@ class SqliteBackend(JobBrowser, ScheduleStore):
         """As every backend's, but a worker that gives all its tasks one lease gets a claim
         that sets it as such, with no lookup a row (it claims only the tasks it leases)."""
         sql, params = super()._claim_statement(name, claim)
-        leases = set(claim.leases.values()) if claim.leases else ()
-        if len(leases) == 1 and name == "claim":
+        leases = set(claim.leases.values()) if name == "claim" and claim.leases else ()
+        if len(leases) == 1:
             (params["lease"],) = leases
             sql = self._filled(name, len(claim.queues or ()), True, "lease_of_all_tasks")
         return sql, params

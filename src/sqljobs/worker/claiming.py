@@ -31,7 +31,7 @@ DUE_QUESTION_HOLD = 0.002
 """After a short batch, the question of when to look again waits at most this many seconds
 for the batch's jobs to begin, where a lane thread would ask it: sent at once, that thread
 woke beside the handler threads and took the GIL from them (an idle PostgreSQL worker's
-hand-off to the handler took 0.19-0.26 ms; held, 0.11-0.12 ms, `wake_trace.py`). With one
+hand-off to the handler took 0.22-0.25 ms; held, 0.12-0.13 ms, `wake_trace.py`). With one
 lane (SQLite) the coordinator asks it inline, and SQLite lets go of the GIL meanwhile:
 holding it measured no faster there."""
 

@@ -187,15 +187,18 @@ class Dispatching(WorkerState):
         """Outcomes no claim carried go out once no round trip is in flight (one in flight
         takes them on its return, in the next claim: write-only trips beside claims only
         cost commits), with the question of when to look again if a short batch raised it
-        (once that batch's jobs have begun: see DUE_QUESTION_HOLD)."""
+        (once that batch's jobs have begun, see DUE_QUESTION_HOLD: outcomes that came
+        meanwhile wait the moment with it, rather than take a round trip of their own)."""
         assert self._lanes is not None
-        ask_due = t is not None and t.want_due and not self._due_question_wait(t)
+        if t is not None and t.want_due and self._due_question_wait(t):
+            return
+        ask_due = t is not None and t.want_due
         if not (self._to_write or ask_due) or self._lanes.busy:  # (flips of `prefetched`
             # wait for the next trip: until then a crash blames no buffered job)
             return
-        if ask_due:
-            assert t is not None
+        if t is not None:
             t.want_due = False
+        if ask_due:
             self.counters["due_checks"] += 1
         batch, self._to_write = self._to_write, []
         trip = Trip(batch, 0, ask_due=ask_due, started=self._began_since())

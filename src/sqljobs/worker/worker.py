@@ -401,11 +401,13 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
                 pause = min(pause * 2, CONNECT_BACKOFF_CAP)
 
     def _wait_time(self, t: Timers) -> float:
-        if self._results or (self._to_write and not self.lanes_busy):
-            return 0.0  # outcomes to write (e.g. from _dispatch) go out now
+        if self._results:
+            return 0.0
+        # outcomes to write (e.g. from _dispatch) go out now, with the question of when to
+        # look again if one is due; that question waits for its batch's jobs to begin
         hold = self._due_question_wait(t) if t.want_due and not self.lanes_busy else 0.0
-        if t.want_due and not self.lanes_busy and not hold:
-            return 0.0  # the question of when to look again goes out now
+        if (self._to_write or t.want_due) and not self.lanes_busy and not hold:
+            return 0.0
         now = time.monotonic()
         timers = [t.heartbeat - now, t.reap - now, t.prune - now]
         if hold:

@@ -481,7 +481,7 @@ lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = 
 
 -- name: lease_of_all_tasks
 -- The same when the worker gives every task it claims one lease, :lease (the common
--- case): no lookup a row, which cost 7 % of a claim-and-complete loop's statements.
+-- case): no lookup a row (the claim and complete statements alone: 1.05x without it).
 lease = :lease, lease_until = :now + :lease
 
 -- name: save_queue_limit
