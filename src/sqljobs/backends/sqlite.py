@@ -512,7 +512,7 @@ class SqliteBackend(JobBrowser, ScheduleStore):
                 completed.discard((o.job_id, o.token))  # a twin in the batch is not written
                 written.append(o.job_id)
                 continue
-            if o.state is JobState.DONE and o.history is None and not is_plain:
+            if o.plain and not is_plain:  # a completion that stores a result or progress
                 params = {"id": o.job_id, "token": o.token, "now": now, "result": o.result,
                           "progress": o.progress}  # fmt: skip
                 if conn.execute(complete_with, params).rowcount == 1:
