@@ -2,7 +2,7 @@
 
 from .app import App
 from .browse import JobCount, JobFilter, JobPage, WorkerStatus
-from .context import JobContext
+from .context import AsyncTransaction, JobContext
 from .dependencies import Group
 from .effects import perform_once
 from .errors import (
@@ -40,6 +40,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "App",
+    "AsyncTransaction",
     "AttemptInfo",
     "BackendError",
     "BoundTask",

@@ -3,18 +3,28 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
+import sys
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import ConfigurationError, JobCancelled, LeaseLost
 from .jobs import ClaimedJob, JobState, Outcome
 from .payload import storable
 
 if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
+
     from .backends.base import Backend
+
+log = logging.getLogger("sqljobs.worker")
+T = TypeVar("T")
+
+_WARNED_ON_LOOP: set[str] = set()
+"""Tasks already told that ``ctx.transaction()`` blocks their event loop (said once each)."""
 
 
 class JobContext:
@@ -147,7 +157,15 @@ class JobContext:
         is fenced: if this worker lost the job, everything rolls back and ``LeaseLost`` is
         raised. If the block raises, everything rolls back and the job is retried.
         The connection is the backend's own (sqlite3: ``?`` placeholders; psycopg: ``%s``).
+
+        Once it has committed, the job is ``done``: the handler's return value is stored
+        when it returns, and anything it raises after the block is logged and recorded in
+        the job's history (the job stays done: a retry would repeat the committed writes).
+
+        It blocks the calling thread (waiting for SQLite's write lock, each statement, the
+        commit): in an ``async def`` task use :meth:`transaction_async`.
         """
+        self._warn_on_loop()
         if self.completed_in_transaction:
             raise ConfigurationError(
                 f"job {self.job_id} was already completed by an earlier ctx.transaction(): "
@@ -171,6 +189,114 @@ class JobContext:
             self.completing = False
             raise
         self.completed_in_transaction = True
+
+    @asynccontextmanager
+    async def transaction_async(self) -> AsyncIterator[AsyncTransaction]:
+        """:meth:`transaction` for ``async def`` tasks, without blocking the event loop:
+        the transaction (its connection, your statements, the fenced completion and the
+        commit) runs on a thread of its own, and each call on the ``AsyncTransaction`` it
+        gives is awaited::
+
+            async with ctx.transaction_async() as tx:
+                if await tx.run(sqljobs.idempotent, f"order-{order_id}:pay"):
+                    await tx.execute("UPDATE accounts SET balance = balance - 100 WHERE id = ?",
+                                     (order_id,))
+
+        Everything else is as :meth:`transaction` says: one per attempt, the job is done
+        when the block ends, an exception (a cancellation included) rolls it all back.
+        """
+        from concurrent.futures import ThreadPoolExecutor
+
+        # one thread for the whole transaction: a sqlite3 connection is used only by the
+        # thread that opened it, and statements on one connection must not overlap
+        pool = ThreadPoolExecutor(1, thread_name_prefix=f"sqljobs-tx-{self.job_id}")
+        manager = self.transaction()
+        try:
+            entering = pool.submit(manager.__enter__)
+            try:
+                conn = await _awaited(entering)
+            except BaseException as exc:  # cancelled while it opened: roll it back there
+                pool.submit(_abandon, manager, entering, exc)
+                raise
+            try:
+                yield AsyncTransaction(conn, pool)
+            except BaseException as exc:
+                await _shielded(pool.submit(manager.__exit__, type(exc), exc, exc.__traceback__))
+                raise
+            await _shielded(pool.submit(manager.__exit__, None, None, None))
+        finally:
+            pool.shutdown(wait=False)  # its thread ends once what was queued has run
+
+    def _warn_on_loop(self) -> None:
+        """Say once per task that a blocking ``ctx.transaction()`` runs on an event loop."""
+        asyncio = sys.modules.get("asyncio")  # not imported: no loop can be running
+        if asyncio is None or self.task in _WARNED_ON_LOOP:
+            return
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        _WARNED_ON_LOOP.add(self.task)
+        log.warning(
+            "task %s: ctx.transaction() was opened on the event loop, and blocks it until "
+            "the transaction commits (waiting for locks, every statement, the commit): "
+            "every other async task of this worker stalls meanwhile. Use "
+            "`async with ctx.transaction_async() as tx:` in async def tasks",
+            self.task,
+        )
+
+
+class AsyncTransaction:
+    """What ``async with ctx.transaction_async() as tx`` gives: the job's transaction,
+    driven from the event loop, every call run on the transaction's own thread."""
+
+    def __init__(self, connection: Any, pool: ThreadPoolExecutor) -> None:
+        self._connection = connection
+        self._pool = pool
+
+    async def execute(self, sql: str, params: Any = ()) -> list[tuple[Any, ...]]:
+        """Run one statement (the backend's placeholders: sqlite3 ``?``, psycopg ``%s``)
+        and return its rows (none for a statement that returns none)."""
+        return await self.run(_execute, sql, params)
+
+    async def run(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """``fn(connection, *args, **kwargs)`` on the transaction's thread, with the DB-API
+        connection: for anything :meth:`execute` does not give (``rowcount``,
+        ``executemany``, ``sqljobs.idempotent(connection, key)``). Keep the connection
+        inside ``fn``: used from the event loop, it would block it (and sqlite3 refuses
+        a connection another thread opened)."""
+        return await _awaited(self._pool.submit(fn, self._connection, *args, **kwargs))
+
+
+def _execute(connection: Any, sql: str, params: Any) -> list[tuple[Any, ...]]:
+    cursor = connection.execute(sql, params)
+    return [tuple(row) for row in cursor.fetchall()] if cursor.description else []
+
+
+async def _awaited(future: Future[T]) -> T:
+    """Await a thread's work (a cancel before it began means it never runs)."""
+    import asyncio
+
+    return await asyncio.wrap_future(future)
+
+
+async def _shielded(future: Future[T]) -> T:
+    """Await a thread's work that must run even if the awaiting task is cancelled (a
+    rollback, a commit): a cancel stops the wait, never the work."""
+    import asyncio
+
+    return await asyncio.shield(asyncio.wrap_future(future))
+
+
+def _abandon(manager: Any, entering: Future[Any], exc: BaseException) -> None:
+    """Roll back a transaction whose opener stopped waiting for it (the task was
+    cancelled): on the transaction's thread, after it was opened, if it was."""
+    if entering.cancelled() or entering.exception() is not None:
+        return
+    try:
+        manager.__exit__(type(exc), exc, exc.__traceback__)
+    except BaseException:
+        log.exception("a cancelled ctx.transaction_async() could not be rolled back")
 
 
 def _check_amount(value: object, name: str) -> None:

@@ -189,6 +189,12 @@ class Backend(Protocol):
     def finish_in_transaction(self, connection: Any, outcome: Outcome) -> bool:
         """Apply one fenced outcome inside the caller's transaction."""
 
+    def amend_done_job(self, outcome: Outcome) -> bool:
+        """Add what came after a ``ctx.transaction()`` committed the job's completion:
+        ``outcome.result``, or an ``error``, ``traceback`` and ``history`` entry for what
+        the handler raised. Fenced: written only while the job is still ``done`` under
+        ``outcome.token``; True if it was."""
+
     def mark_idempotent(self, connection: Any, key: str, ttl: float | None = None) -> bool:
         """Insert the idempotency marker ``key`` in the caller's transaction (on
         ``connection``, one this backend handed out), timed by this backend's clock, and

@@ -214,6 +214,17 @@ class BackendCore(Dialect):
     def finish_in_transaction(self, connection: Any, outcome: Outcome) -> bool:
         return bool(self._finish(connection, [outcome]))
 
+    def amend_done_job(self, outcome: Outcome) -> bool:
+        params = {
+            "id": outcome.job_id,
+            "token": outcome.token,
+            "result": outcome.result,
+            "error": outcome.error,
+            "traceback": outcome.traceback,
+            "history": None if outcome.history is None else json.dumps(outcome.history),
+        }
+        return bool(self._change("amend_done_job", params).rows)
+
     def rescue_jobs(
         self, decide: Decide, worker: str | None = None, limit: int = 500
     ) -> list[Outcome]:

@@ -80,20 +80,90 @@ def success(run: Running, value: Any = None) -> Outcome:
     return Outcome(run.job.id, run.job.token, JobState.DONE, result=result)
 
 
+def finished(run: Running, value: Any, now: float) -> Outcome:
+    """The handler returned ``value``. A value that cannot be stored (not JSON, too big, a
+    ``result_model`` that refuses it) ends the job ``dead`` at once: the handler ran to
+    its end, so a retry would repeat its effects and fail the same way. A handler that
+    completed its job in ``ctx.transaction()`` is told by :func:`after_commit`."""
+    if run.ctx.completed_in_transaction:
+        return after_commit(run, now, value=value)
+    try:
+        return success(run, value)
+    except Exception as exc:
+        return unstorable(run, exc, now)
+
+
+def unstorable(run: Running, exc: Exception, now: float) -> Outcome:
+    """The job is ``dead``: its handler succeeded but its return value cannot be stored."""
+    job = run.job
+    tb, entry = _attempt_entry(run, exc, now, "unstorable_result")
+    error = storable(
+        f"the handler returned a value that cannot be stored, so the job is dead and not "
+        f"retried (a retry would run its effects again): {_describe(exc)}"
+    )
+    return Outcome(
+        job.id, job.token, JobState.DEAD, error=error, traceback=tb, history=entry, errors=1
+    )
+
+
+AFTER_COMMIT = "raised after its transaction committed"
+"""How the history, the last error and the log name an exception a handler raised once
+its ``ctx.transaction()`` had committed the job's completion."""
+
+
+def after_commit(
+    run: Running, now: float, value: Any = None, exc: BaseException | None = None
+) -> Outcome:
+    """The handler's ``ctx.transaction()`` committed the job as ``done`` with its writes;
+    then it returned ``value`` or raised ``exc``. The job stays ``done`` (its effects and
+    completion committed together: a retry would repeat them). A returned value is stored,
+    an exception (or a value that cannot be stored) is logged as an error and recorded
+    in the job's history and last error: written now, on this thread, fenced on the job
+    still being ``done`` under this attempt's token. Never raises: a failed write is
+    logged, and the job stays ``done`` as committed."""
+    job = run.job
+    done = Outcome(job.id, job.token, JobState.DONE)
+    amend: Outcome | None = None
+    why = AFTER_COMMIT
+    if exc is None:
+        try:
+            amend = success(run, value)
+        except Exception as err:  # the value cannot be stored: said as an error would be
+            exc, why = err, "returned a value that cannot be stored after its transaction committed"
+        else:
+            if amend.result is None:
+                return done  # nothing to add: the committed completion says it all
+    if exc is not None:
+        tb, entry = _attempt_entry(run, exc, now, "raised_after_commit")
+        error = storable(f"{why} (the job stays done): {_describe(exc)}")
+        entry["error"] = error
+        amend = Outcome(job.id, job.token, JobState.DONE, error=error, traceback=tb, history=entry)
+        from .report import raised_after_commit
+
+        raised_after_commit(run, error, tb)
+    assert amend is not None
+    try:
+        written = run.ctx.backend.amend_done_job(amend)
+    except Exception as err:  # the database is unreachable: the job is done all the same
+        log.error(
+            "job %s (%s): could not record what came after its committed transaction "
+            "(%s); the job is done: %s",
+            job.id, job.task, "an error" if exc is not None else "its result", err,
+        )  # fmt: skip
+        return done
+    if not written:
+        log.warning(
+            "job %s (%s): what came after its committed transaction was not recorded: the "
+            "job is no longer done under attempt %s (pruned, or sent back by an operator)",
+            job.id, job.task, job.attempt,
+        )  # fmt: skip
+    return done
+
+
 def failure(run: Running, exc: BaseException, now: float, outcome: str = "failed") -> Outcome:
     """An attempt failed: retry with backoff, or end ``dead`` when out of attempts or time."""
     job = run.job
-    tb = storable("".join(traceback.format_exception(exc)))
-    entry: dict[str, Any] = {
-        "attempt": job.attempt,
-        "outcome": outcome,
-        "started_at": run.started_wall,
-        "ended_at": now,
-        "error": _describe(exc),
-        "exception": storable(f"{type(exc).__module__}.{type(exc).__qualname__}"),
-        "worker": run.worker,
-        "traceback": tb[-TRACEBACK_KEPT:],  # each attempt's own, its end if it is long
-    }
+    tb, entry = _attempt_entry(run, exc, now, outcome)
     if isinstance(exc, Discard):
         entry["outcome"] = "discarded"
         return Outcome(
@@ -131,6 +201,25 @@ def failure(run: Running, exc: BaseException, now: float, outcome: str = "failed
     )
 
 
+def _attempt_entry(
+    run: Running, exc: BaseException, now: float, outcome: str
+) -> tuple[str, dict[str, Any]]:
+    """The traceback of ``exc`` (as stored) and the history entry of an attempt that
+    ended with it."""
+    tb = storable("".join(traceback.format_exception(exc)))
+    entry: dict[str, Any] = {
+        "attempt": run.job.attempt,
+        "outcome": outcome,
+        "started_at": run.started_wall,
+        "ended_at": now,
+        "error": _describe(exc),
+        "exception": storable(f"{type(exc).__module__}.{type(exc).__qualname__}"),
+        "worker": run.worker,
+        "traceback": tb[-TRACEBACK_KEPT:],  # each attempt's own, its end if it is long
+    }
+    return tb, entry
+
+
 def _describe(exc: BaseException) -> str:
     """The error as stored (``storable``: a message may hold anything)."""
     try:
@@ -153,9 +242,11 @@ def run_sync(
             run.task.model_args.load(run.args, run.kwargs)
         fn = run.task.fn
         value = fn(*run.call_args(), **run.kwargs) if hooks is None else hooks.call(run)
-        return success(run, value)
     except BaseException as exc:
+        if run.ctx.completed_in_transaction:
+            return after_commit(run, clock(), exc=exc)
         return failure(run, exc, clock())
+    return finished(run, value, clock())
 
 
 async def run_async(
@@ -170,11 +261,15 @@ async def run_async(
             value = await run.task.fn(*run.call_args(), **run.kwargs)
         else:
             value = await hooks.call_async(run)
-        return success(run, value)
     except asyncio.CancelledError:
         raise
     except BaseException as exc:
+        if run.ctx.completed_in_transaction:  # its record is a write: off the loop
+            return await asyncio.to_thread(after_commit, run, clock(), exc=exc)
         return failure(run, exc, clock())
+    if run.ctx.completed_in_transaction and value is not None and run.task.store_result:
+        return await asyncio.to_thread(after_commit, run, clock(), value=value)
+    return finished(run, value, clock())
 
 
 class ThreadPool:
@@ -340,7 +435,10 @@ class AsyncRunner:
                 return  # the coordinator cancelled it and already decided this job's fate
             # the handler raised it itself (or let a cancellation from its own code out):
             # a failed attempt like any other, or the job would stay running for ever
-            outcome = failure(run, exc, self._clock())
+            if run.ctx.completed_in_transaction:
+                outcome = await asyncio.to_thread(after_commit, run, self._clock(), exc=exc)
+            else:
+                outcome = failure(run, exc, self._clock())
         self._report(run, outcome)
 
     def stop(self) -> None:

@@ -85,6 +85,17 @@ def failed_attempt(run: Running, outcome: Outcome) -> None:
         log.debug("%s traceback:\n%s", what, trace, extra=extra)
 
 
+def raised_after_commit(run: Running, error: str, trace: str | None) -> None:
+    """Log, as an ERROR with its traceback, what a handler raised once its
+    ``ctx.transaction()`` had committed the job's completion (the job stays done)."""
+    job = run.job
+    scrub = scrubber(run.task, run.args, run.kwargs)
+    log.error(
+        "job %s (%s) attempt %s: %s\n%s",
+        job.id, job.task, job.attempt, scrub(error), scrub(trace) or "", extra=job_fields(run),
+    )  # fmt: skip
+
+
 def unreachable(exc: BackendError) -> bool:
     """True when the database could not be reached (refused, down, starting up, shutting
     down): worth waiting for. A server that answered with an error (a wrong password, a

@@ -253,6 +253,20 @@ RETURNING j.id, j.waited, j.state, j.queue, j.limit_key, j.children
 )
 SELECT id, state, children FROM finished CROSS JOIN ended
 
+-- name: amend_done_job
+-- A job its handler completed inside ctx.transaction(): what came after the commit (the
+-- return value, or what the handler raised), fenced by the attempt's token on the job
+-- still being done (pruned, retried by an operator: nothing is written).
+UPDATE {schema}.sqljobs_jobs
+SET result = coalesce(%(result)s, result),
+    last_error = coalesce(%(error)s, last_error),
+    last_traceback = CASE WHEN %(error)s::text IS NULL THEN last_traceback
+                          ELSE %(traceback)s END,
+    history = CASE WHEN %(history)s::text IS NULL THEN history
+                   ELSE history || jsonb_build_array(%(history)s::jsonb) END
+WHERE id = %(id)s AND token = %(token)s AND state = 'done'
+RETURNING id
+
 -- name: renew_leases
 WITH seen AS (
     UPDATE {schema}.sqljobs_workers SET last_seen = now() WHERE id = %(worker)s

@@ -125,6 +125,19 @@ SET state = :state,
 WHERE id = :id AND token = :token AND state = 'running'
 RETURNING children
 
+-- name: amend_done_job
+-- A job its handler completed inside ctx.transaction(): what came after the commit (the
+-- return value, or what the handler raised), fenced by the attempt's token on the job
+-- still being done (pruned, retried by an operator: nothing is written).
+UPDATE sqljobs_jobs
+SET result = coalesce(:result, result),
+    last_error = coalesce(:error, last_error),
+    last_traceback = CASE WHEN :error IS NULL THEN last_traceback ELSE :traceback END,
+    history = CASE WHEN :history IS NULL THEN history
+                   ELSE json_insert(history, '$[#]', json(:history)) END
+WHERE id = :id AND token = :token AND state = 'done'
+RETURNING id
+
 -- name: mark_prefetched
 -- Limited jobs (claimed by limits.sql's claim_ids) beyond those that start at once wait
 -- in the worker's buffer: a crash of the worker does not blame them.
