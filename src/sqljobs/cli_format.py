@@ -234,7 +234,7 @@ def _fields(job: Job, now: float, note: str | None, stores_result: bool) -> list
 
 def _result(job: Job, stores_result: bool) -> str:
     """The stored return value; for a done job without one, why there may be none (the
-    task returned None, does not store results, or completed in ``ctx.transaction()``)."""
+    task returned None, or does not store results)."""
     if job.result is not None:
         return _pretty(job.result)
     if job.state is not JobState.DONE:
