@@ -21,6 +21,7 @@ from sqljobs.backends import postgres as pg_backend
 from sqljobs.backends.postgres import PostgresBackend
 from sqljobs.backends.sqlfile import load_migrations
 from sqljobs.jobs import HeldJob, Outcome
+from sqljobs.testing import Clock
 
 from .conftest import Runs, Spawn, db_execute, fresh_pg_database, wait_until, worker_thread
 from .pg_cluster import PrivateCluster
@@ -449,9 +450,10 @@ def test_a_claim_costs_the_same_with_1m_finished_and_100k_pending_rows(url: str)
 
 def test_a_worker_with_a_wrong_clock_waits_for_a_delayed_job_without_spinning(url: str) -> None:
     """next_due answers in seconds from the server's now(): a worker whose clock runs an
-    hour fast sleeps until the job falls due instead of claiming every few milliseconds."""
+    hour fast sleeps until the job falls due instead of claiming every few milliseconds.
+    (The host's own time.time() would be off: ``server_clock`` says so for the stand-in.)"""
     ran: list[float] = []
-    fast = App(url, clock=lambda: time.time() + 3600)
+    fast = App(url, clock=lambda: time.time() + 3600, backend_options={"server_clock": True})
     fast.task(name="later")(lambda: ran.append(time.monotonic()))
     producer = App(url)
     producer.task(name="later")(lambda: None)
@@ -534,3 +536,23 @@ def test_two_lanes_claims_never_deadlock_on_a_row_the_skip_locked_scan_touched(
     lane_a.close()
     lane_b.close()
     app.close()
+
+
+def test_only_an_app_on_a_clock_of_its_own_reads_it_in_the_statements(url: str) -> None:
+    """Production (time.time) runs the .sql files' statements as written, on the server's
+    now(); a test clock's backend reads ``%(now)s`` wherever they read the server's clock,
+    whoever runs them: a statement whose caller passes no ``now`` gets the clock's."""
+    served = PostgresBackend(url)
+    assert served.server_clock and served.sql == pg_backend.statements("public")
+    clock = Clock(1_000_000_000)
+    backend = PostgresBackend(url, clock=clock)
+    assert not backend.server_clock
+    for name, sql in backend.sql.items():
+        code = "\n".join(line.partition("--")[0] for line in sql.splitlines())
+        if name not in pg_backend.SERVER_CLOCK_ONLY:
+            assert not pg_backend.SERVER_CLOCK.search(code), name
+    with backend._connection() as conn:  # a statement of its own, passed no now
+        row = conn.execute(pg_backend.on_client_clock("SELECT extract(epoch FROM now())"))
+        assert float(row.fetchone()[0]) == 1_000_000_000  # type: ignore[index]
+    served.close()
+    backend.close()
