@@ -17,10 +17,13 @@ import pytest
 
 import sqljobs
 from sqljobs import App, BackendError, JobState
+from sqljobs.backends import postgres as pg_backend
 from sqljobs.backends.postgres import PostgresBackend
 from sqljobs.backends.sqlfile import load_migrations
+from sqljobs.jobs import HeldJob, Outcome
+from sqljobs.testing import Clock
 
-from .conftest import Runs, Spawn, fresh_pg_database, wait_until, worker_thread
+from .conftest import Runs, Spawn, db_execute, fresh_pg_database, wait_until, worker_thread
 from .pg_cluster import PrivateCluster
 
 
@@ -447,9 +450,10 @@ def test_a_claim_costs_the_same_with_1m_finished_and_100k_pending_rows(url: str)
 
 def test_a_worker_with_a_wrong_clock_waits_for_a_delayed_job_without_spinning(url: str) -> None:
     """next_due answers in seconds from the server's now(): a worker whose clock runs an
-    hour fast sleeps until the job falls due instead of claiming every few milliseconds."""
+    hour fast sleeps until the job falls due instead of claiming every few milliseconds.
+    (The host's own time.time() would be off: ``server_clock`` says so for the stand-in.)"""
     ran: list[float] = []
-    fast = App(url, clock=lambda: time.time() + 3600)
+    fast = App(url, clock=lambda: time.time() + 3600, backend_options={"server_clock": True})
     fast.task(name="later")(lambda: ran.append(time.monotonic()))
     producer = App(url)
     producer.task(name="later")(lambda: None)
@@ -462,3 +466,93 @@ def test_a_worker_with_a_wrong_clock_waits_for_a_delayed_job_without_spinning(ur
         claims = worker.counters["claims"] - before
     assert 0.9 <= ran[0] - sent < 3.0
     assert claims < 10, f"{claims} claims while waiting 1 s for one delayed job"
+
+
+def test_two_lanes_claims_never_deadlock_on_a_row_the_skip_locked_scan_touched(
+    url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim's ``FOR UPDATE SKIP LOCKED`` scan, whose snapshot still saw a row pending
+    that another claim has since taken, locks that row's newest version and keeps the lock
+    (it is then filtered out, not unlocked). If its statement went on to wait for a row
+    (its ``began`` marks, sent last), a second lane completing both rows waited on it in
+    turn: a deadlock, found after ``deadlock_timeout`` (1 s) and retried, every job start
+    stopped meanwhile (issue 28, point 6). Here each step is held by a row lock of the
+    test's own, so the interleaving is certain; deadlocks are not retried, so one shows."""
+    monkeypatch.setattr(pg_backend, "_RETRYABLE", (psycopg.errors.SerializationFailure,))
+    app = App(url)
+    noop = app.task(name="noop")(lambda i: None)
+    noop.enqueue_many([(i,) for i in range(3)])
+    lane_a, lane_b = PostgresBackend(url), PostgresBackend(url)
+    x, p, q = sorted(lane_a.claim_jobs("w", None, 3), key=lambda job: job.id)
+    (r_id,) = [h.id for h in noop.enqueue_many([(3,)])]
+
+    def held_by(holder: int) -> list[int]:
+        return [pid for (pid,) in admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (holder,)
+        ).fetchall()]  # fmt: skip
+
+    errors: list[BaseException] = []
+
+    def run(work: Callable[[], object]) -> threading.Thread:
+        def target() -> None:
+            try:
+                work()
+            except BaseException as exc:  # asserted below
+                errors.append(exc)
+
+        thread = threading.Thread(target=target)
+        thread.start()
+        return thread
+
+    def done(job: Any) -> Outcome:
+        return Outcome(job.id, job.token, JobState.DONE)
+
+    with (
+        psycopg.connect(url, autocommit=True) as admin,
+        psycopg.connect(url) as hold_x,
+        psycopg.connect(url) as hold_p,
+    ):
+        lock = "SELECT id FROM sqljobs_jobs WHERE id = %s FOR UPDATE"
+        hold_x.execute(lock, (x.id,))
+        hold_p.execute(lock, (p.id,))
+        # lane B: completes x (held: its snapshot, taken now, sees r pending), marks p and
+        # q begun (p held), and claims
+        held = [HeldJob(p.id, p.token), HeldJob(q.id, q.token)]
+        lane_b_trip = run(lambda: lane_b.finish_and_claim([done(x)], "w", None, 1, started=held))
+        (b_pid,) = wait_until(lambda: held_by(hold_x.info.backend_pid), what="lane B on x")
+        (r,) = lane_a.claim_jobs("w", None, 1)  # another claim takes r
+        assert r.id == r_id
+        hold_x.commit()
+        wait_until(lambda: held_by(hold_p.info.backend_pid) == [b_pid], what="lane B on p")
+        # lane A: q and r ended; a statement that finds r locked by lane B waits for it
+        lane_a_trip = run(lambda: lane_a.finish_and_claim([done(q), done(r)], "w", None, 1))
+        wait_until(lambda: not lane_a_trip.is_alive() or held_by(b_pid), what="lane A")
+        hold_p.commit()
+        lane_a_trip.join(timeout=30)
+        lane_b_trip.join(timeout=30)
+    assert not errors, errors
+    states = dict(db_execute(app, "SELECT id, state FROM sqljobs_jobs"))
+    assert states == {x.id: "done", p.id: "running", q.id: "done", r.id: "done"}
+    lane_a.close()
+    lane_b.close()
+    app.close()
+
+
+def test_only_an_app_on_a_clock_of_its_own_reads_it_in_the_statements(url: str) -> None:
+    """Production (time.time) runs the .sql files' statements as written, on the server's
+    now(); a test clock's backend reads ``%(now)s`` wherever they read the server's clock,
+    whoever runs them: a statement whose caller passes no ``now`` gets the clock's."""
+    served = PostgresBackend(url)
+    assert served.server_clock and served.sql == pg_backend.statements("public")
+    clock = Clock(1_000_000_000)
+    backend = PostgresBackend(url, clock=clock)
+    assert not backend.server_clock
+    for name, sql in backend.sql.items():
+        code = "\n".join(line.partition("--")[0] for line in sql.splitlines())
+        if name not in pg_backend.SERVER_CLOCK_ONLY:
+            assert not pg_backend.SERVER_CLOCK.search(code), name
+    with backend._connection() as conn:  # a statement of its own, passed no now
+        row = conn.execute(pg_backend.on_client_clock("SELECT extract(epoch FROM now())"))
+        assert float(row.fetchone()[0]) == 1_000_000_000  # type: ignore[index]
+    served.close()
+    backend.close()

@@ -37,9 +37,10 @@ pytest_plugins = ["pytester"]
 START = datetime(2026, 6, 1, 12, tzinfo=UTC)
 
 
-def clocked_app(tmp_path: Path) -> tuple[App, Clock]:
+def clocked_app(url: str) -> tuple[App, Clock]:
+    """An App on ``url`` (either engine: ``url`` is the conftest fixture) and a test clock."""
     clock = Clock(START)
-    return App(f"sqlite:///{tmp_path / 'jobs.db'}", clock=clock), clock
+    return App(url, clock=clock), clock
 
 
 # -- the drain ----------------------------------------------------------------------------
@@ -69,8 +70,8 @@ def test_a_drain_runs_jobs_through_real_claims_and_writes_their_results(app: App
     assert report.pending == () and not enqueued_jobs(app)
 
 
-def test_an_async_task_drains_on_the_workers_event_loop(tmp_path: Path) -> None:
-    app, _clock = clocked_app(tmp_path)
+def test_an_async_task_drains_on_the_workers_event_loop(url: str) -> None:
+    app, _clock = clocked_app(url)
 
     @app.task
     async def fetch(url: str) -> int:
@@ -110,8 +111,8 @@ def test_a_job_waiting_for_its_parent_runs_after_it_in_the_same_drain(app: App) 
     assert order == ["parent", "child"] and report.job(child.id).state == "done"
 
 
-def test_a_job_that_a_hook_enqueues_runs_in_the_same_drain(tmp_path: Path) -> None:
-    app, _clock = clocked_app(tmp_path)
+def test_a_job_that_a_hook_enqueues_runs_in_the_same_drain(url: str) -> None:
+    app, _clock = clocked_app(url)
     ran: list[str] = []
 
     @app.task
@@ -133,9 +134,9 @@ def test_a_job_that_a_hook_enqueues_runs_in_the_same_drain(tmp_path: Path) -> No
 
 
 def test_a_retry_succeeds_on_its_third_attempt_with_the_clock_moved_past_each_backoff(
-    tmp_path: Path,
+    url: str,
 ) -> None:
-    app, clock = clocked_app(tmp_path)
+    app, clock = clocked_app(url)
     attempts_at: list[float] = []
 
     @app.task(retry=Retry(max_attempts=5, base=600, cap=3600, jitter=False))
@@ -199,8 +200,8 @@ def test_a_dead_job_is_reported_with_its_errors(app: App) -> None:
     assert f"job {dead_id} (hopeless) attempt 2: dead (failed 2 of 2 attempts" in str(report)
 
 
-def test_a_delayed_job_runs_once_the_clock_is_moved_and_not_before(tmp_path: Path) -> None:
-    app, clock = clocked_app(tmp_path)
+def test_a_delayed_job_runs_once_the_clock_is_moved_and_not_before(url: str) -> None:
+    app, clock = clocked_app(url)
     ran_at: list[float] = []
 
     @app.task
@@ -249,8 +250,8 @@ def test_jobs_of_a_paused_queue_are_left_pending_not_waited_for(app: App) -> Non
     assert app.run_until_empty().job(job_id).state == "done"
 
 
-def test_a_periodic_schedule_fires_when_the_clock_passes_its_tick(tmp_path: Path) -> None:
-    app, clock = clocked_app(tmp_path)
+def test_a_periodic_schedule_fires_when_the_clock_passes_its_tick(url: str) -> None:
+    app, clock = clocked_app(url)
     ticks: list[float] = []
 
     @app.periodic(every=timedelta(minutes=10))
@@ -268,9 +269,9 @@ def test_a_periodic_schedule_fires_when_the_clock_passes_its_tick(tmp_path: Path
 
 
 def test_a_rate_limited_task_drains_with_the_clock_moved_past_each_window(
-    tmp_path: Path,
+    url: str,
 ) -> None:
-    app, clock = clocked_app(tmp_path)
+    app, clock = clocked_app(url)
     started: list[float] = []
 
     @app.task(rate="1/m")
@@ -284,8 +285,8 @@ def test_a_rate_limited_task_drains_with_the_clock_moved_past_each_window(
     assert report.advanced == pytest.approx(120, abs=1)
 
 
-def test_max_jobs_stops_a_task_that_enqueues_itself(tmp_path: Path) -> None:
-    app, _clock = clocked_app(tmp_path)
+def test_max_jobs_stops_a_task_that_enqueues_itself(url: str) -> None:
+    app, _clock = clocked_app(url)
 
     @app.task
     def forever(n: int) -> None:
@@ -298,8 +299,8 @@ def test_max_jobs_stops_a_task_that_enqueues_itself(tmp_path: Path) -> None:
     assert re.search(r"\.\.\. 1\d earlier attempts", str(caught.value)), "a long report is cut"
 
 
-def test_a_handler_that_does_not_return_fails_the_drain_at_its_timeout(tmp_path: Path) -> None:
-    app, _clock = clocked_app(tmp_path)
+def test_a_handler_that_does_not_return_fails_the_drain_at_its_timeout(url: str) -> None:
+    app, _clock = clocked_app(url)
     release = threading.Event()
 
     @app.task(lease=1)
@@ -315,19 +316,19 @@ def test_a_handler_that_does_not_return_fails_the_drain_at_its_timeout(tmp_path:
 
 
 @pytest.mark.parametrize("url", ["postgres"], indirect=True)
-def test_a_controllable_clock_is_refused_on_postgresql_saying_why(url: str) -> None:
-    app = App(url, clock=Clock())
+def test_a_clock_is_refused_on_postgresql_told_to_keep_the_servers_saying_why(url: str) -> None:
+    app = App(url, clock=Clock(), backend_options={"server_clock": True})
 
     @app.task
     def noop() -> None:
         pass
 
-    with pytest.raises(ConfigurationError, match=r"server's now\(\).*Run clock-driven tests on"):
+    with pytest.raises(ConfigurationError, match=r"server_clock.*server's now\(\).*Leave"):
         app.run_until_empty()
 
 
 def test_bad_drain_and_clock_input_is_refused_by_name(tmp_path: Path) -> None:
-    app, clock = clocked_app(tmp_path)
+    app, clock = clocked_app(f"sqlite:///{tmp_path / 'jobs.db'}")
 
     @app.task
     def noop() -> None:
@@ -352,8 +353,8 @@ def test_bad_drain_and_clock_input_is_refused_by_name(tmp_path: Path) -> None:
     assert clock.set(START - timedelta(days=1)) == (START - timedelta(days=1)).timestamp()
 
 
-def test_a_drain_logs_what_it_ran(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    app, _clock = clocked_app(tmp_path)
+def test_a_drain_logs_what_it_ran(url: str, caplog: pytest.LogCaptureFixture) -> None:
+    app, _clock = clocked_app(url)
 
     @app.task
     def noop() -> None:
@@ -435,18 +436,21 @@ def test_assert_enqueued_fails_listing_what_was_enqueued(app: App) -> None:
 # -- binding a module-level App -----------------------------------------------------------
 
 
-def test_bind_points_a_module_level_app_at_the_test_database_and_back(tmp_path: Path) -> None:
+def test_bind_points_a_module_level_app_at_the_test_database_and_back(
+    tmp_path: Path, url: str
+) -> None:
     module_app = App(f"sqlite:///{tmp_path / 'service.db'}")
 
     @module_app.task
     def greet(name: str) -> None:
         pass
 
-    test_url, clock = f"sqlite:///{tmp_path / 'test.db'}", Clock(START)
+    test_url, clock = url, Clock(START)
     with bind(module_app, test_url, clock=clock) as bound:
         assert bound is module_app and bound.url == test_url and bound.clock is clock
-        greet.enqueue("ada")
-        assert bound.run_until_empty().done == 1
+        greet.with_options(delay=3600).enqueue("ada")
+        report = bound.run_until_empty()
+        assert report.done == 1 and report.advanced == pytest.approx(3600, abs=1)
     assert module_app.url == f"sqlite:///{tmp_path / 'service.db'}"
     assert module_app.clock is time.time
     assert enqueued_jobs(module_app) == [], "nothing reached the service's own database"
@@ -568,8 +572,17 @@ PG_TESTS = """
         assert sqljobs_app.run_until_empty().done == 1
         assert handle.result(timeout=5) == "pong"
 
-    def test_the_clock_is_skipped_saying_why(sqljobs_clock):
-        raise AssertionError("unreachable")
+    def test_the_clock_drives_postgresql_too(sqljobs_app, sqljobs_clock):
+        assert sqljobs_app.clock is sqljobs_clock
+
+        @sqljobs_app.task
+        def remind(user: str) -> None:
+            pass
+
+        remind.with_options(delay=86400).enqueue("ada")
+        report = sqljobs_app.run_until_empty()
+        # (timestamptz keeps microseconds: the run_at read back is that close)
+        assert report.done == 1 and abs(report.advanced - 86400) < 1e-5
 """
 
 
@@ -579,5 +592,4 @@ def test_the_plugin_gives_a_fresh_postgresql_database_per_test(
 ) -> None:
     pytester.makepyfile(test_pg=textwrap.dedent(PG_TESTS))
     result = pytester.runpytest(*plugin_args(), "-q", "-rs", f"--sqljobs-url={PG_ADMIN_URL}")
-    result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines(["*sqljobs_clock needs SQLite*server's now()*"])
+    result.assert_outcomes(passed=2)

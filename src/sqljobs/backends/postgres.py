@@ -23,7 +23,7 @@ import re
 import select
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -85,6 +85,59 @@ T = TypeVar("T")
 log = logging.getLogger("sqljobs.postgres")
 
 
+SERVER_CLOCK = re.compile(r"\b(?:now|statement_timestamp)\(\)")
+"""The server's clock as sqljobs' statements read it."""
+CLIENT_NOW = "to_timestamp(%(now)s::float8)"
+"""What stands for it when the App's clock is the one to read (a test's)."""
+SERVER_CLOCK_ONLY = frozenset({"prepare_migrations"})
+"""Statements that keep the server's clock: DDL takes no parameters."""
+
+
+def on_client_clock(sql: str) -> str:
+    """``sql`` reading its time from the ``now`` parameter (Unix seconds) wherever it read
+    the server's clock (comments left as they are)."""
+    lines = []
+    for line in sql.split("\n"):
+        code, dash, comment = line.partition("--")
+        lines.append(SERVER_CLOCK.sub(CLIENT_NOW, code) + dash + comment)
+    return "\n".join(lines)
+
+
+def clock_cursor(clock: Callable[[], float]) -> type[psycopg.Cursor[Any]]:
+    """A cursor class that gives a statement reading ``%(now)s`` the time of ``clock``
+    when its caller did not (most callers already pass ``now``, which SQLite's statements
+    read: those that do not are PostgreSQL's own)."""
+
+    class ClockCursor(psycopg.Cursor[Any]):
+        def execute(
+            self,
+            query: Any,
+            params: Any = None,
+            *,
+            prepare: bool | None = None,
+            binary: bool | None = None,
+        ) -> ClockCursor:
+            return super().execute(query, _with_now(query, params, clock), prepare=prepare,
+                                   binary=binary)  # fmt: skip
+
+        def executemany(self, query: Any, params_seq: Any, *, returning: bool = False) -> None:
+            seq = [_with_now(query, params, clock) for params in params_seq]
+            super().executemany(query, seq, returning=returning)
+
+    return ClockCursor
+
+
+def _with_now(query: Any, params: Any, clock: Callable[[], float]) -> Any:
+    """``params`` with ``now`` added, if ``query`` reads it and they lack it."""
+    if not isinstance(query, str) or "%(now)s" not in query:
+        return params
+    if params is None:
+        return {"now": clock()}
+    if isinstance(params, Mapping) and "now" not in params:
+        return {**params, "now": clock()}
+    return params
+
+
 def statements(schema: str) -> dict[str, str]:
     """The named statements with ``schema`` and their column-list fragments filled in."""
     raw = load_statements(_PACKAGE, *_FILES)
@@ -138,10 +191,13 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         self.session_settings = listen
         self.synchronous_commit = synchronous_commit or not listen
         self.clock = clock
-        # delays count from the server's now(), the clock claims read; a test's own clock
-        # keeps its times unless told otherwise
+        # delays count from the server's now(), the clock claims read; with a test's own
+        # clock (unless told otherwise) every statement reads that clock instead
         self.server_clock = clock is time.time if server_clock is None else server_clock
         self.sql = statements(schema)
+        if not self.server_clock:  # every time compared or stored is the App's clock's
+            self.sql = {name: sql if name in SERVER_CLOCK_ONLY else on_client_clock(sql)
+                        for name, sql in self.sql.items()}  # fmt: skip
         self.migrations = [
             (version, name, script.replace("{schema}", schema))
             for version, name, script in load_migrations(_PACKAGE + ".migrations")
@@ -208,6 +264,8 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         }
         if not self.session_settings:
             options["prepare_threshold"] = None  # a prepared statement is session state
+        if not self.server_clock:  # the statements read the App's clock: see on_client_clock
+            options["cursor_factory"] = clock_cursor(self.clock)
         return options
 
     def _check_connect(self) -> None:

@@ -102,7 +102,9 @@ class PostgresEnqueue(PostgresPart):
             for job in jobs:
                 if _waits(job):
                     if job.key is not None:  # a finished job's key its scope lets go of
-                        conn.execute(self.sql["release_keys"], {"keys": [job.key]})
+                        conn.execute(
+                            self.sql["release_keys"], {"keys": [job.key], **self._caller_now()}
+                        )
                     out.append(self._insert_dependent(conn, job))
                 else:
                     out += self._insert(conn, [job], notify)
@@ -158,7 +160,7 @@ class PostgresEnqueue(PostgresPart):
         """Send the insert of jobs that wait for nothing (one statement)."""
         keys, sql, params = self._plain_statement(jobs, notify)
         if keys:
-            conn.execute(self.sql["release_keys"], {"keys": keys})
+            conn.execute(self.sql["release_keys"], {"keys": keys, **self._caller_now()})
         return conn.cursor().execute(sql, params)
 
     def _plain_statement(
@@ -189,7 +191,8 @@ class PostgresEnqueue(PostgresPart):
                 for j in jobs
             ]
         )
-        params = {"jobs": rows_json, "channel": self.notifier.channel, "notify": notify}
+        params = {"jobs": rows_json, "channel": self.notifier.channel, "notify": notify,
+                  **self._caller_now()}  # fmt: skip
         keys = [j.key for j in jobs if j.key is not None]
         return keys, self.sql["insert_jobs" if keys else "insert_unkeyed_jobs"], params
 
@@ -217,7 +220,9 @@ class PostgresEnqueue(PostgresPart):
                 chunk = jobs[start : start + ENQUEUE_CHUNK]
                 keys, sql, params = self._plain_statement(chunk, [] if start else notify)
                 if keys:
-                    await connection.execute(self.sql["release_keys"], {"keys": keys})
+                    await connection.execute(
+                        self.sql["release_keys"], {"keys": keys, **self._caller_now()}
+                    )
                 cursor = await connection.execute(sql, params)
                 rows = Result(columns(cursor) or (), await cursor.fetchall(), cursor.rowcount)
                 missing = [k for o, i, _ in rows.pick("ord", "id", "created")

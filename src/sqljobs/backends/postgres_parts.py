@@ -23,6 +23,7 @@ class PostgresPart(Dialect):
     if TYPE_CHECKING:
         schema: str
         server_clock: bool
+        clock: Callable[[], float]
         notifier: PostgresNotifier
 
         def _run(
@@ -33,3 +34,9 @@ class PostgresPart(Dialect):
         ) -> T: ...
 
         def _insert_dependent(self, conn: Any, job: NewJob) -> EnqueueResult: ...
+
+    def _caller_now(self) -> dict[str, float]:
+        """The ``now`` an enqueue's statements read when the App's clock is theirs (see
+        postgres.on_client_clock): passed by hand, since they may run on the caller's
+        connection, which no clock cursor of ours fills it in on."""
+        return {} if self.server_clock else {"now": self.clock()}

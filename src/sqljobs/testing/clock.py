@@ -1,11 +1,10 @@
 """A clock a test moves by hand, so delays, retry backoffs and schedule ticks fall due
 without sleeping.
 
-Give it to the App (``App(url, clock=clock)``): on SQLite every time the backend stores
-and compares (``run_at``, leases, schedule ticks) then comes from it. On PostgreSQL claims
-compare ``run_at`` with the server's ``now()``, which no client clock moves, so
-:func:`~sqljobs.testing.run_until_empty` refuses a controllable clock there (see
-docs/testing.md).
+Give it to the App (``App(url, clock=clock)``): every time the backend stores and
+compares (``run_at``, leases, retries, schedule ticks) then comes from it, on SQLite and on
+PostgreSQL, whose statements then take it as a parameter instead of reading the server's
+``now()`` (see docs/testing.md).
 """
 
 from __future__ import annotations

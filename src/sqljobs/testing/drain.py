@@ -19,7 +19,6 @@ from ..browse import JobFilter
 from ..errors import ConfigurationError, DrainIncomplete
 from ..jobs import Job
 from ..maintenance import Scheduler
-from ..url import parse_url
 from ..worker import Worker
 from ..worker.events import EventLog, WorkerEvent
 from .clock import Clock, _epoch
@@ -65,7 +64,8 @@ def run_until_empty(
     clock on by the rate's window.
 
     Raises :class:`DrainIncomplete` after ``timeout`` seconds or ``max_jobs`` attempts,
-    and ``ConfigurationError`` for a clock on PostgreSQL (its claims read the server's
+    and ``ConfigurationError`` for a clock on a PostgreSQL App told to keep the server's
+    clock (``backend_options={"server_clock": True}``: its claims read the server's
     ``now()``, which no test clock moves)."""
     clock = _controllable(app, clock)
     if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1:
@@ -78,7 +78,7 @@ def run_until_empty(
     if limit is not None and clock is None:
         raise ConfigurationError(
             "run_until_empty(until=...) moves a controllable clock: build the App with "
-            "clock=sqljobs.testing.Clock() (SQLite only)"
+            "clock=sqljobs.testing.Clock()"
         )
     drain = _Drain(app, clock, limit, max_jobs, timeout, queues, concurrency)
     result = drain.run()
@@ -256,11 +256,12 @@ class _Drain:
 
 
 PG_CLOCK = (
-    "a controllable clock cannot drive PostgreSQL: its claims compare run_at with the "
-    "server's now(), and retries count their backoff from it, so moving a test clock "
-    "would never make a delayed job or a retry due. Run clock-driven tests on SQLite "
-    "(the sqljobs_url fixture's default), or drop the clock: run_until_empty() then waits "
-    "in real time for jobs due within its timeout (Retry(base=0) retries at once)"
+    "a controllable clock cannot drive a PostgreSQL App that keeps the server's clock "
+    "(backend_options={'server_clock': True}): its claims compare run_at with the server's "
+    "now(), and retries count their backoff from it, so moving a test clock would never "
+    "make a delayed job or a retry due. Leave server_clock out (an App on a test clock "
+    "reads that clock in every statement), or drop the clock: run_until_empty() then "
+    "waits in real time for jobs due within its timeout"
 )
 
 
@@ -278,7 +279,7 @@ def _controllable(app: App, clock: Clock | None) -> Clock | None:
             "this clock; build it with App(url, clock=clock) or sqljobs.testing.bind(app, url, "
             "clock=clock)"
         )
-    if clock is not None and parse_url(app.url).scheme != "sqlite":
+    if clock is not None and getattr(app.backend, "server_clock", False):
         raise ConfigurationError(f"run_until_empty on {app!r}: {PG_CLOCK}")
     return clock
 

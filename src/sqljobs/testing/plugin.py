@@ -5,11 +5,10 @@ sqljobs.
   ``tmp_path``, or, given ``--sqljobs-url`` / ``SQLJOBS_TEST_URL`` (a PostgreSQL URL), a
   new database created beside the one named and dropped after the test (the user needs
   CREATEDB).
-- ``sqljobs_clock``: a :class:`~sqljobs.testing.Clock`. On PostgreSQL the test is
-  skipped, saying why (claims read the server's ``now()``).
-- ``sqljobs_app``: the App to test on that database. With ``--sqljobs-app MODULE:ATTR``
-  (or the ini option ``sqljobs_app``), the user's own App, bound to the test's database
-  (and on SQLite its clock) for the test and given back afterwards; without, a new App.
+- ``sqljobs_clock``: a :class:`~sqljobs.testing.Clock`, on either engine.
+- ``sqljobs_app``: the App to test on that database and clock. With ``--sqljobs-app
+  MODULE:ATTR`` (or the ini option ``sqljobs_app``), the user's own App, bound to the
+  test's database and clock for the test and given back afterwards; without, a new App.
 """
 
 from __future__ import annotations
@@ -31,7 +30,6 @@ from ..humanize import redact_url
 from ..url import parse_url, url_options
 from .binding import bind
 from .clock import Clock
-from .drain import PG_CLOCK
 
 log = logging.getLogger("sqljobs.testing")
 
@@ -72,31 +70,27 @@ def sqljobs_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]
 
 
 @pytest.fixture
-def sqljobs_clock(sqljobs_url: str) -> Clock:
-    """A controllable clock for this test (SQLite only; on PostgreSQL the test is skipped,
-    saying why)."""
-    if parse_url(sqljobs_url).scheme != "sqlite":
-        pytest.skip(f"sqljobs_clock needs SQLite: {PG_CLOCK}")
+def sqljobs_clock() -> Clock:
+    """A controllable clock for this test, frozen at the real time it starts."""
     return Clock()
 
 
 @pytest.fixture
-def sqljobs_app(request: pytest.FixtureRequest, sqljobs_url: str) -> Iterator[App]:
-    """The App under test, on this test's database, and on SQLite on ``sqljobs_clock``:
-    the configured one (``--sqljobs-app`` or the ini ``sqljobs_app``), bound for the
-    test, or a new App to register tasks on."""
-    clock: Clock | None = None
-    if parse_url(sqljobs_url).scheme == "sqlite":
-        clock = request.getfixturevalue("sqljobs_clock")
+def sqljobs_app(
+    request: pytest.FixtureRequest, sqljobs_url: str, sqljobs_clock: Clock
+) -> Iterator[App]:
+    """The App under test, on this test's database and on ``sqljobs_clock``: the
+    configured one (``--sqljobs-app`` or the ini ``sqljobs_app``), bound for the test, or
+    a new App to register tasks on."""
     spec = request.config.getoption("sqljobs_app") or request.config.getini("sqljobs_app")
     if not spec:
-        app = App(sqljobs_url, clock=clock) if clock is not None else App(sqljobs_url)
+        app = App(sqljobs_url, clock=sqljobs_clock)
         try:
             yield app
         finally:
             app.close()
         return
-    with bind(load_app(str(spec)), sqljobs_url, clock=clock) as app:
+    with bind(load_app(str(spec)), sqljobs_url, clock=sqljobs_clock) as app:
         yield app
 
 

@@ -134,9 +134,11 @@ WITH RECURSIVE began AS (
     FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS o(id, token)
     WHERE j.id = o.id AND j.token = o.token AND j.state = 'running' AND j.children = 0
     RETURNING j.id, j.waited, j.queue, j.limit_key, j.limit_max, j.rate_max, j.crashes
-), freed AS (
+), freed AS (  -- (it reads `began`: both writes run before the heirs are locked, see
+              -- queries.sql's level_picked)
     SELECT limit_key AS key, min(limit_max) AS limit_max, count(*) AS slots FROM done
     WHERE limit_key IS NOT NULL AND limit_max IS NOT NULL AND rate_max IS NULL AND crashes < 2
+      AND (SELECT count(*) FROM began) >= 0
     GROUP BY limit_key
 ), open_keys (key) AS (
     SELECT key FROM freed

@@ -95,13 +95,14 @@ SELECT key, id FROM {schema}.sqljobs_jobs WHERE key = ANY(%(keys)s::text[])
 -- `began` clears the mark of buffered jobs that have started since the last round trip.
 -- The jobs are read level by level (see levels_of_queues), each level's due
 -- jobs from the head of its index range, so jobs not yet due are never read.
+-- `began` runs before the jobs are picked (`wanted` reads it): see level_picked.
 WITH RECURSIVE began AS (
     UPDATE {schema}.sqljobs_jobs AS j SET prefetched = false
     WHERE j.id = ANY(%(began_ids)s::bigint[]) AND j.state = 'running'
       AND j.token = (%(began_tokens)s::bigint[])[array_position(%(began_ids)s::bigint[], j.id)]
       AND cardinality(%(began_ids)s::bigint[]) > 0  -- none: no scan at all
     RETURNING 1
-), {levels}, wanted (n) AS (SELECT %(limit)s::integer
+), {levels}, wanted (n) AS (SELECT %(limit)s::integer FROM (SELECT count(*) FROM began) AS b
 ), {level_picked}, chosen AS (  -- (see levels_of_queues: an array, found by key, whatever the row guess)
     SELECT coalesce(array_agg(id ORDER BY priority DESC, run_at, id), '{}') AS ids FROM picked
 )
@@ -114,6 +115,7 @@ WITH RECURSIVE began AS (
 -- a job a caller waits on (`waited`) announces its end with a NOTIFY, and a limited job's
 -- end frees a slot: it wakes the workers of its queue. Those NOTIFYs are aggregates of the
 -- last SELECT, beside the ids: a CTE of two subqueries cost each claim more planning.
+-- `done` and `began` run before the jobs are picked (`wanted` reads them): see level_picked.
 WITH RECURSIVE done AS (
     UPDATE {schema}.sqljobs_jobs AS j
     SET state = 'done', finished_at = now(), lease_until = NULL,
@@ -128,7 +130,8 @@ WITH RECURSIVE done AS (
       AND j.token = (%(began_tokens)s::bigint[])[array_position(%(began_ids)s::bigint[], j.id)]
       AND cardinality(%(began_ids)s::bigint[]) > 0  -- none: no scan at all
     RETURNING 1
-), {levels}, wanted (n) AS (SELECT %(limit)s::integer
+), {levels}, wanted (n) AS (
+    SELECT %(limit)s::integer FROM (SELECT count(*) FROM began) AS b, (SELECT count(*) FROM done) AS d
 ), {level_picked}, chosen AS (
     SELECT coalesce(array_agg(id ORDER BY priority DESC, run_at, id), '{}') AS ids FROM picked
 ), claimed AS (
@@ -609,6 +612,13 @@ levels (queue, priority) AS (
 -- defines: its limit, read through a subquery, see levels_of_queues), each level read from
 -- the head of its index range to its first job not yet due. claim, complete_and_claim and
 -- limits.sql's complete_and_hand_over share it, and claim_chosen.
+-- A statement's writes that may wait for a row lock (`done`, `began`) all run before this
+-- scan, which `wanted` makes read them: SKIP LOCKED never waits, but where its snapshot
+-- still saw a row pending that another claim has since taken, it locks that row's newest
+-- version and keeps the lock (the row is then filtered out, not unlocked) until the commit.
+-- A statement that waited after it (began ran last) could hold such a row while a second
+-- lane's statement, which completed that very row, held the row it waited for: a deadlock,
+-- found only after deadlock_timeout (1 s), with both lanes of the worker stopped meanwhile.
 picked AS MATERIALIZED (
     SELECT j.id, j.priority, j.run_at
     FROM levels AS l CROSS JOIN LATERAL (
