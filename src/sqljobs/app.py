@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
@@ -44,7 +45,7 @@ from .limits import (
 from .notifiers import LocalNotifier
 from .notifiers.base import JobEventCallback
 from .payload import check_text
-from .retention import Retention
+from .retention import DEFAULT_RETENTION, KeyRetention, Retention, key_retention_of
 from .retry import Retry, seconds
 from .rollup import MetricAmount, MinuteCounts, check_window, minute_counts, minute_of
 from .schedules import (
@@ -70,6 +71,7 @@ from .tasks import (
     TaskInfo,
     _Unchecked,
     check_due,
+    check_key_retention,
     check_priority,
     check_queue_name,
     check_queues,
@@ -99,7 +101,9 @@ class App:
     migrated on first use unless ``migrate=False`` (then run ``sqljobs migrate``).
     ``retention`` is how long finished jobs are kept before the pruner deletes them: a
     :class:`~sqljobs.Retention` (by default done jobs 1 day, dead and cancelled jobs 7
-    days), or one duration for done and cancelled jobs. ``max_payload`` is the
+    days, business keys 7 days past their jobs' rows), or one duration for every ended
+    state (dead jobs kept at least 7 days); 0 or None keeps every job for ever.
+    ``max_payload`` is the
     largest payload an enqueue accepts, in bytes of JSON: every claim reads the row, so
     bulk data belongs elsewhere, with a reference to it in the job.
     """
@@ -109,7 +113,7 @@ class App:
         url: str | None = None,
         *,
         migrate: bool = True,
-        retention: Retention | float | timedelta | None = None,
+        retention: Retention | float | timedelta | None = DEFAULT_RETENTION,
         default_queue: str = DEFAULT_QUEUE,
         default_lease: float = DEFAULT_LEASE,
         default_retry: Retry | None = None,
@@ -120,7 +124,7 @@ class App:
         self.url = resolve_url(url)
         parse_url(self.url)  # a malformed URL fails here, at definition time
         self.auto_migrate = migrate
-        self.retention = Retention() if retention is None else Retention.of(retention)
+        self.retention = Retention.of(retention)
         self.default_queue = check_queue_name(default_queue, "App(default_queue=...)")
         self.default_lease = seconds(default_lease, "default_lease")
         if self.default_lease <= 0:
@@ -235,6 +239,7 @@ class App:
         concurrency_key: Callable[..., Any] | None = None,
         rate: str | None = None,
         redact: Sequence[str] = (),
+        key_retention: KeyRetention = "default",
     ) -> TaskDecorator: ...
 
     def task(
@@ -253,6 +258,7 @@ class App:
         concurrency_key: Callable[..., Any] | None = None,
         rate: str | None = None,
         redact: Sequence[str] = (),
+        key_retention: KeyRetention = "default",
     ) -> Task[..., Any] | TaskDecorator:
         """Register a task. ``lease`` (seconds) is how long a claim lasts without renewal;
         ``timeout`` how long one attempt may run before it is given up as timed out.
@@ -262,7 +268,12 @@ class App:
         function of the job's arguments) is given; ``rate="14/s"`` (or ``/m``, ``/h``) lets
         at most 14 of them start in any second, per key likewise (see
         :mod:`sqljobs.limits`). ``redact=["card_number"]`` names parameters whose values
-        the dashboard shows as ``***``."""
+        the dashboard shows as ``***``. ``key_retention`` is how long a business key of its
+        jobs outlives the job's row, refusing duplicates: seconds or a timedelta, None for
+        ever (by default the App's ``Retention.keys``, 7 days; see docs/safe-to-repeat.md)."""
+        kept = key_retention
+        if not (isinstance(kept, str) and kept == "default"):
+            kept = key_retention_of(kept, "@app.task(key_retention=...)")
 
         def register(func: Callable[..., Any]) -> Task:
             task_name = check_text(name or func.__name__, "task name")
@@ -284,6 +295,7 @@ class App:
                 store_result=store_result,
                 limit=define_limit(concurrency, concurrency_key, rate, task_name),
                 redact=redact,
+                key_retention=kept,
             )
             self.tasks[task_name] = task
             return task
@@ -309,6 +321,7 @@ class App:
         concurrency_key: str | None = None,
         after: Iterable[JobHandle | int] | None = None,
         after_policy: AfterPolicy = "done",
+        key_retention: KeyRetention = "default",
     ) -> JobHandle:
         """Enqueue by task name, e.g. from a service that does not import the task.
 
@@ -316,8 +329,9 @@ class App:
         worker of this database has registered; a name neither knows is refused with
         :class:`UnknownTask` (a typo would otherwise fail in a worker hours later).
         ``known=False`` takes any name, for a task only another service registers; with
-        no worker's record of it, the app's defaults apply. ``after`` and
-        ``after_policy`` are as for ``Task.with_options``.
+        no worker's record of it, the app's defaults apply. ``after``,
+        ``after_policy`` and ``key_retention`` are as for ``Task.with_options`` (a task
+        this App does not register: the pruning App's ``Retention.keys`` by default).
         """
         job = self.build_named_job(
             task,
@@ -334,6 +348,7 @@ class App:
             concurrency_key=concurrency_key,
             after=after,
             after_policy=after_policy,
+            key_retention=key_retention,
         )
         return self.insert([job], connection)[0]
 
@@ -354,6 +369,7 @@ class App:
         concurrency_key: str | None = None,
         after: Iterable[JobHandle | int] | None = None,
         after_policy: AfterPolicy = "done",
+        key_retention: KeyRetention = "default",
     ) -> NewJob:
         """The row :meth:`enqueue` inserts, checked and encoded but not inserted (what
         :meth:`enqueue_async` sends on an async connection). Arguments as for enqueue."""
@@ -375,6 +391,7 @@ class App:
             concurrency_key,
             parent_ids(after),
             check_policy(after_policy),
+            check_key_retention(key_retention, key_scope, "app.enqueue(key_retention=...)"),
         )
         registered = self.tasks.get(task)
         now = self.clock()
@@ -436,6 +453,7 @@ class App:
             deadline_at=None if info.deadline is None else now + info.deadline,
             key=opts.key,
             key_hold=opts.key_hold,
+            key_retention=self._key_retention(opts, task),
             delay=(opts.delay or 0.0) if opts.run_at is None else None,
             limit_key=limit_key,
             limit_max=None if limit_key is None else limit_max,
@@ -444,6 +462,20 @@ class App:
             after=opts.after,
             after_policy=opts.after_policy,
         )
+
+    def _key_retention(self, opts: EnqueueOptions, task: Task | TaskInfo | None) -> float | None:
+        """How long the key of a job built with ``opts`` outlives its row: the enqueue's
+        setting, else its task's (``inf``: for ever), else None: the pruning App's
+        ``Retention.keys``. None too for a key under a scope other than "retained", held
+        as that scope says."""
+        if opts.key is None or opts.key_hold is not None:
+            return None
+        kept = opts.key_retention
+        if isinstance(kept, str) and isinstance(task, Task):
+            kept = task.key_retention
+        if isinstance(kept, str):
+            return None
+        return math.inf if kept is None else kept
 
     def _queue_limit(self, queue: str, task: Task | TaskInfo | None) -> Limit | None:
         """The limit of ``queue``: this app's, or, for a task this app does not register

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, cast
 from typing_extensions import TypeVar
 
 from .errors import ConfigurationError, JobCancelled, JobFailed, JobNotFound, ResultTimeout
+from .humanize import iso_utc
 from .jobs import Job, JobState
 from .waiting import FALLBACK_LOOK
 
@@ -52,11 +53,28 @@ class JobHandle(Generic[R]):
         return self._bound().get_job(self.id)
 
     def refresh(self) -> Job:
-        """The job as stored now: its state, attempts, progress and result."""
+        """The job as stored now: its state, attempts, progress and result.
+
+        Raises :class:`~sqljobs.JobNotFound` if there is no such job; for one the pruner
+        deleted while its key is still kept (a keyed enqueue may answer with such a job),
+        the message says how it ended, when its row went and until when its key is kept.
+        """
         job = self.job()
         if job is None:
-            raise JobNotFound(f"job {self.id} does not exist (never created, or pruned)")
+            raise JobNotFound(self._missing())
         return job
+
+    def _missing(self) -> str:
+        """Why there is no job ``id``, as far as the spent keys tell."""
+        spent = self._bound().backend.spent_key_of_job(self.id)
+        if spent is None:
+            return f"job {self.id} does not exist (never created, or pruned)"
+        until = "for ever" if math.isinf(spent.expires_at) else f"until {iso_utc(spent.expires_at)}"
+        return (
+            f"job {self.id} ({spent.task}) ended {spent.state} and was pruned at "
+            f"{iso_utc(spent.spent_at)}: its result and history went with its row; its key "
+            f"{spent.key!r} still names it, {until}, so enqueues with that key create nothing"
+        )
 
     def cancel(self) -> bool:
         """Cancel the job (see ``App.cancel``); True if this call cancelled it."""

@@ -44,6 +44,10 @@ class NewJob:
     deadline_at: float | None = None
     key: str | None = None
     key_hold: float | None = None
+    key_retention: float | None = None
+    """Seconds its key (under the "retained" scope) outlives its row once the pruner
+    deletes it, ``math.inf`` for ever; None (stored NULL): the pruning App's
+    ``key_retention``. Meaningless without a key."""
     delay: float | None = None
     """Seconds from now when no ``run_at`` was asked for: a database many hosts share
     (PostgreSQL) counts them from its own clock, the one claims read, so a host whose
@@ -60,6 +64,21 @@ class NewJob:
     collect: bool = False
     """A group's callback: its parents' results, in ``after``'s order, become its first
     argument when it is released."""
+
+
+@dataclass(frozen=True)
+class SpentKey:
+    """A business key the pruner kept when it deleted its job's row: until ``expires_at``
+    (``inf``: for ever) an enqueue with it answers with job ``job_id``."""
+
+    key: str
+    job_id: int
+    task: str
+    state: str
+    """How the job ended: done, dead or cancelled."""
+    spent_at: float
+    """When the pruner deleted the job's row."""
+    expires_at: float
 
 
 @dataclass(frozen=True)

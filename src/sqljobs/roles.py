@@ -6,7 +6,8 @@ them by :func:`grants` (``sqljobs grants --role ROLE NAME`` prints the same):
 - ``producer``: enqueues (with keys, dependencies and groups) and reads its jobs back
   (``handle.result()``). It may insert jobs and read them, and update four columns of
   them: ``children`` (a child counted on its parent), ``waited`` (a caller waits on the
-  result), ``key`` and ``released_key`` (an ended job's key given up to a new enqueue). It
+  result), ``key`` and ``released_key`` (an ended job's key given up to a new enqueue),
+  and it reads the keys kept after their jobs were pruned (``sqljobs_spent_keys``). It
   cannot claim, complete, retry, cancel or delete a job, nor touch schedules.
 - ``worker``: claims, completes, heartbeats, fires schedules, keeps the metrics rollup
   and prunes. It reads and writes every sqljobs table: a worker is trusted with the
@@ -67,6 +68,7 @@ ROLES: dict[str, Role] = {
             ),
             "sqljobs_deps": ("SELECT", "INSERT"),
             "sqljobs_tasks": READ,
+            "sqljobs_spent_keys": READ,  # a key kept after its job was pruned answers
             MIGRATIONS: READ,
         },
         new_ids=True,

@@ -312,7 +312,11 @@ def schedule_job(app: App, schedule: Schedule, key: str, now: float) -> NewJob:
     as for ``app.enqueue`` by name."""
     from .tasks import EnqueueOptions
 
-    opts = EnqueueOptions(key=key, queue=schedule.queue, priority=schedule.priority)
+    # a tick runs once because its claim moves the schedule row past it; the key guards
+    # the claim while the job is kept, and a key kept past it would be one row a tick
+    opts = EnqueueOptions(
+        key=key, queue=schedule.queue, priority=schedule.priority, key_retention=0.0
+    )
     task = app.tasks.get(schedule.task)
     if task is not None:
         return task.new_job((), schedule.kwargs, opts, now)

@@ -23,6 +23,7 @@ from .handles import JobHandle
 from .jobs import NewJob
 from .limits import Limit, arguments_by_name
 from .model_args import find_models
+from .retention import KeyRetention, key_retention_of
 from .retry import Retry, seconds
 
 if TYPE_CHECKING:
@@ -85,6 +86,9 @@ class EnqueueOptions:
     after: tuple[int, ...] = ()
     """The ids of jobs it waits for (see sqljobs.dependencies)."""
     after_policy: AfterPolicy = "done"
+    key_retention: float | Literal["default"] | None = "default"
+    """Seconds its key outlives its row (None: for ever); "default": the task's setting,
+    else the pruning App's ``Retention.keys``."""
 
 
 @dataclass(frozen=True)
@@ -193,9 +197,10 @@ def key_hold(scope: KeyScope) -> float | None:
     """How long after its job finishes a key keeps refusing duplicates, in seconds.
 
     ``"retained"`` (the default): as long as the job is kept (until the pruner deletes it
-    after the app's retention), so a late duplicate after completion is refused too.
-    ``"active"``: only while the job is pending or running. A number or timedelta: that
-    long after the job finished.
+    after the app's retention) and then for its ``key_retention`` (a week by default), so
+    a late duplicate after completion is refused too. ``"active"``: only while the job is
+    pending or running. A number or timedelta: that long after the job finished, whether
+    or not its row is still kept.
     """
     if scope == "retained":
         return None
@@ -206,6 +211,23 @@ def key_hold(scope: KeyScope) -> float | None:
             f"key_scope must be 'active', 'retained' or a duration, got {scope!r}"
         )
     return seconds(scope, "key_scope")
+
+
+def check_key_retention(
+    value: KeyRetention, scope: KeyScope, where: str
+) -> float | Literal["default"] | None:
+    """``value`` checked (see :func:`~sqljobs.retention.key_retention_of`), "default" as
+    is. A key_retention given with a scope other than "retained" is refused: those scopes
+    say themselves how long the key is held."""
+    if isinstance(value, str) and value == "default":
+        return "default"
+    kept = key_retention_of(value, where)
+    if not (isinstance(scope, str) and scope == "retained"):
+        raise ConfigurationError(
+            f"{where} applies to keys with key_scope='retained' (the default), not "
+            f"key_scope={scope!r}, which says itself how long the key is held: drop one"
+        )
+    return kept
 
 
 def to_epoch(value: float | datetime | None, name: str) -> float | None:
@@ -247,6 +269,7 @@ class Task(Generic[P, R]):
         store_result: bool = True,
         limit: Limit | None = None,
         redact: Sequence[str] = (),
+        key_retention: float | Literal["default"] | None = "default",
     ) -> None:
         if lease <= 0:
             raise ConfigurationError(f"task {name!r}: lease must be > 0 seconds, got {lease}")
@@ -262,6 +285,9 @@ class Task(Generic[P, R]):
         self.timeout = timeout
         self.store_result = store_result
         self.limit = limit
+        self.key_retention = key_retention
+        """Seconds a key of its jobs outlives the job's row (None: for ever; "default": as
+        the App that prunes it says, ``Retention.keys``)."""
         self.is_async = inspect.iscoroutinefunction(fn)
         self.takes_context = _first_param_is_context(fn)
         sig = inspect.signature(fn)
@@ -316,11 +342,14 @@ class Task(Generic[P, R]):
         concurrency_key: str | None = None,
         after: Iterable[JobHandle | int] | None = None,
         after_policy: AfterPolicy = "done",
+        key_retention: KeyRetention = "default",
     ) -> BoundTask[P, R]:
         """Options for the next enqueue: a business ``key`` (a second enqueue with it
         returns the existing job), a ``delay`` or ``run_at``, a ``priority`` (higher runs
         first), a ``queue``, or a ``connection`` to enqueue inside the caller's transaction.
-        ``key_scope`` says how long the key refuses duplicates (see :func:`key_hold`).
+        ``key_scope`` says how long the key refuses duplicates (see :func:`key_hold`);
+        ``key_retention`` how long a ``"retained"`` key outlives the job's row (seconds or
+        a timedelta, None: for ever; by default the task's setting).
         ``concurrency_key`` names the key a task's concurrency limit counts this job by,
         instead of its ``concurrency_key`` function. ``after`` names jobs (handles or ids)
         this one waits for: it is ``waiting`` until they are all done, or, with
@@ -343,6 +372,9 @@ class Task(Generic[P, R]):
             concurrency_key=concurrency_key,
             after=parent_ids(after),
             after_policy=check_policy(after_policy),
+            key_retention=check_key_retention(
+                key_retention, key_scope, "with_options(key_retention=...)"
+            ),
         )
         return BoundTask(self, opts)
 

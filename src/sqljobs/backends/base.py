@@ -14,9 +14,20 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..browse import JobCount, JobFilter, JobPage, WorkerStatus
-from ..jobs import ClaimedJob, Due, EnqueueResult, ExpiredJob, HeldJob, Job, NewJob, Outcome
+from ..jobs import (
+    ClaimedJob,
+    Due,
+    EnqueueResult,
+    ExpiredJob,
+    HeldJob,
+    Job,
+    NewJob,
+    Outcome,
+    SpentKey,
+)
 from ..limits import QueueLimit
 from ..notifiers.base import Notifier
+from ..retention import KEY_RETENTION
 from ..rollup import MetricAmount
 from ..schedules import Schedule, ScheduleState, Tick, TickResult
 from ..stats import Stats
@@ -321,8 +332,23 @@ class Backend(Protocol):
     def queue_states(self) -> dict[str, tuple[bool, float | None]]:
         """Queues with a stored setting: name -> (paused, paused since)."""
 
-    def prune_finished(self, before: float, limit: int = 1000, state: str = "done") -> int:
-        """Delete up to ``limit`` jobs that ended in ``state`` before ``before``."""
+    def prune_finished(
+        self,
+        before: float,
+        limit: int = 1000,
+        state: str = "done",
+        key_retention: float = KEY_RETENTION,
+    ) -> int:
+        """Delete up to ``limit`` jobs that ended in ``state`` before ``before``, keeping
+        the key of each keyed one in the spent keys, in the same transaction, for as long
+        as its job says (``key_retention`` seconds, ``inf`` for ever, where it says
+        nothing)."""
+
+    def prune_spent_keys(self, before: float, limit: int = 1000) -> int:
+        """Delete up to ``limit`` spent keys whose period ended by ``before``."""
+
+    def spent_key_of_job(self, job_id: int) -> SpentKey | None:
+        """The key pruned job ``job_id`` left in the spent keys, while it is kept."""
 
     def prune_starts(self, before: float, limit: int = 1000) -> int:
         """Delete up to ``limit`` rate-limit starts made before ``before``."""

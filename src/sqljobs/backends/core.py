@@ -18,8 +18,19 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from .. import dependencies
-from ..jobs import ClaimedJob, Due, EnqueueResult, HeldJob, Job, JobState, NewJob, Outcome
+from ..jobs import (
+    ClaimedJob,
+    Due,
+    EnqueueResult,
+    HeldJob,
+    Job,
+    JobState,
+    NewJob,
+    Outcome,
+    SpentKey,
+)
 from ..limits import QueueLimit
+from ..retention import KEY_RETENTION
 from ..rollup import MetricAmount
 from ..stats import (
     COUNT_CAP,
@@ -372,6 +383,10 @@ class BackendCore(Dialect):
     def _insert_dependent(self, conn: Any, job: NewJob) -> EnqueueResult:
         """Insert a job that waits for ``job.after``, in the caller's transaction: lock
         its parents, decide its first state, and record an edge from each open parent."""
+        if job.key is not None:  # a key kept after its job was pruned answers first
+            spent = result(conn.execute(self.sql["spent_key"], {"key": job.key, "now": self.now()}))
+            if (kept := spent.first("job_id")) is not None:
+                return EnqueueResult(int(kept[0]), False)
         parents = list(job.after)
         locked = result(conn.execute(self.sql["lock_parents"], {"ids": self._array(parents)}))
         found = {i: (state, res) for i, state, res in locked.pick("id", "state", "result")}
@@ -524,17 +539,46 @@ class BackendCore(Dialect):
         found = self._query("queue_states").pick("name", "paused", "paused_at")
         return {name: (bool(paused), paused_at) for name, paused, paused_at in found}
 
-    def prune_finished(self, before: float, limit: int = 1000, state: str = "done") -> int:
+    def prune_finished(
+        self,
+        before: float,
+        limit: int = 1000,
+        state: str = "done",
+        key_retention: float = KEY_RETENTION,
+    ) -> int:
         """Up to ``limit`` in all, queue by queue (the one index on ended jobs is by state,
         queue and age), each queue a statement of its own."""
         queues = self._query("ended_queues", {"state": state}).pick("queue")
         deleted = 0
         for (queue,) in queues:
-            params = {"before": before, "limit": limit - deleted, "state": state, "queue": queue}
-            deleted += self._change("prune_finished", params).rowcount
+            params = {
+                "before": before,
+                "limit": limit - deleted,
+                "state": state,
+                "queue": queue,
+                "now": self.now(),
+                "key_retention": key_retention,
+            }
+            deleted += self._prune_batch(params)
             if deleted >= limit:
                 break
         return deleted
+
+    def _prune_batch(self, params: Mapping[str, Any]) -> int:
+        """Delete one batch and keep its keys (one statement: see prune_finished's SQL)."""
+        counted = self._change("prune_finished", params).first("n")
+        return int(counted[0]) if counted else 0
+
+    def prune_spent_keys(self, before: float, limit: int = 1000) -> int:
+        return self._change("prune_spent_keys", {"before": before, "limit": limit}).rowcount
+
+    def spent_key_of_job(self, job_id: int) -> SpentKey | None:
+        found = self._query("spent_key_of_job", {"id": job_id})
+        row = found.first("key", "task", "state", "spent_at", "expires_at")
+        if row is None:
+            return None
+        key, task, state, spent_at, expires_at = row
+        return SpentKey(key, job_id, task, state, float(spent_at), float(expires_at))
 
     def prune_starts(self, before: float, limit: int = 1000) -> int:
         return self._change("prune_starts", {"before": before, "limit": limit}).rowcount

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -169,6 +170,9 @@ class PostgresEnqueue(PostgresPart):
         """The keys whose finished jobs' scope lets go of them first, and the insert of
         jobs that wait for nothing, with its parameters."""
         server_clock = self.server_clock
+        keys = [j.key for j in jobs if j.key is not None]
+        if keys:  # and how long each key outlives its row: NULL, seconds or "Infinity"
+            return keys, self.sql["insert_jobs"], self._keyed_params(jobs, notify)
         rows_json = json.dumps(
             [
                 [
@@ -193,8 +197,41 @@ class PostgresEnqueue(PostgresPart):
         )
         params = {"jobs": rows_json, "channel": self.notifier.channel, "notify": notify,
                   **self._caller_now()}  # fmt: skip
-        keys = [j.key for j in jobs if j.key is not None]
-        return keys, self.sql["insert_jobs" if keys else "insert_unkeyed_jobs"], params
+        return keys, self.sql["insert_unkeyed_jobs"], params
+
+    def _keyed_params(self, jobs: Sequence[NewJob], notify: list[str]) -> dict[str, Any]:
+        """insert_jobs' parameters: each row also says how long its key outlives it, and
+        ``now`` is when a key kept after its job was pruned must still be valid."""
+        server_clock = self.server_clock
+        rows_json = json.dumps(
+            [
+                [
+                    j.queue,
+                    j.task,
+                    j.payload,
+                    j.key,
+                    j.priority,
+                    j.run_at,
+                    j.deadline_at,
+                    j.max_attempts,
+                    j.lease,
+                    j.key_hold,
+                    j.delay if server_clock else None,
+                    j.limit_key,
+                    j.limit_max,
+                    j.rate_max,
+                    j.rate_window,
+                    _json_seconds(j.key_retention),
+                ]
+                for j in jobs
+            ]
+        )
+        return {
+            "jobs": rows_json,
+            "channel": self.notifier.channel,
+            "notify": notify,
+            "now": self.now(),
+        }
 
     async def enqueue_jobs_async(
         self, jobs: Sequence[NewJob], connection: Any
@@ -235,6 +272,11 @@ class PostgresEnqueue(PostgresPart):
         except psycopg.Error as exc:
             raise BackendError(f"PostgreSQL enqueue failed: {str(exc).strip()}") from exc
         return out
+
+
+def _json_seconds(value: float | None) -> float | str | None:
+    """``value`` as JSON can carry it: for ever (``inf``) as PostgreSQL's "Infinity"."""
+    return "Infinity" if value is not None and math.isinf(value) else value
 
 
 def _known(found: dict[str, int], keys: list[str]) -> dict[str, int]:

@@ -17,7 +17,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -335,8 +335,15 @@ class SqliteBackend(JobBrowser, ScheduleStore):
             if job.after or job.collect:
                 out.append(self._insert_dependent(conn, job))
                 continue
+            keyed: tuple[Any, ...] = ()
+            if job.key is not None:
+                spent = conn.execute(Q["spent_key"], {"key": job.key, "now": now}).fetchone()
+                if spent is not None:  # its job was pruned, and the key is still kept
+                    out.append(EnqueueResult(int(spent[0]), False))
+                    continue
+                keyed = (job.key_retention,)
             cur = conn.execute(
-                insert,
+                Q["insert_keyed_job"] if keyed else insert,
                 (
                     job.queue,
                     job.task,
@@ -353,6 +360,7 @@ class SqliteBackend(JobBrowser, ScheduleStore):
                     job.limit_max,
                     job.rate_max,
                     job.rate_window,
+                    *keyed,
                 ),
             )
             if cur.rowcount == 1:
@@ -363,6 +371,24 @@ class SqliteBackend(JobBrowser, ScheduleStore):
         return out
 
     _enqueue_on = _insert
+
+    def _prune_batch(self, params: Mapping[str, Any]) -> int:
+        """Delete one batch and keep its keys, in one write transaction (SQLite's DELETE
+        cannot feed an INSERT in one statement, as PostgreSQL's does)."""
+
+        def work(conn: sqlite3.Connection) -> int:
+            gone = result(conn.execute(Q["prune_finished"], params))
+            columns = ("key", "job_id", "task", "state", "expires_at")
+            kept = [
+                dict(zip(columns, row, strict=True), now=params["now"])
+                for row in gone.pick(*columns)
+                if row[0] is not None and row[4] > params["now"]
+            ]
+            if kept:
+                conn.executemany(Q["spend_key"], kept)
+            return len(gone.rows)
+
+        return self._write(work)
 
     # -- claim, finish, lease ----------------------------------------------------------
 

@@ -1,7 +1,8 @@
 """The pruner: deletes finished jobs once older than the retention for their state (see
-:class:`sqljobs.Retention`), idempotency markers whose ttl ran out, rate-limit starts
-older than any window, and minutes of the metrics rollup older than a day, in bounded
-batches.
+:class:`sqljobs.Retention`), keeping each one's business key apart for its own period
+(guarantee 4), and deletes those keys once their period is over, idempotency markers
+whose ttl ran out, rate-limit starts older than any window, and minutes of the metrics
+rollup older than a day, in bounded batches.
 
 Small batches keep each delete's lock short, so claims are never stalled behind it; a
 run stops after ``max_batches`` per state and the next run (every ``prune_interval``)
@@ -38,20 +39,22 @@ class Pruner:
 
     def run_once(self, max_batches: int = 10) -> int:
         """Delete up to ``max_batches`` batches of each kind (idempotency markers, rate
-        starts, the jobs of each ended state); return how many jobs went. ``behind`` says
-        whether a kind had more than that: its owner runs the pruner again soon, so a
-        steady stream of more than ``max_batches`` x ``batch`` rows an interval is kept
-        up with, a short delete at a time."""
+        starts, spent keys, the jobs of each ended state); return how many jobs went.
+        ``behind`` says whether a kind had more than that: its owner runs the pruner again
+        soon, so a steady stream of more than ``max_batches`` x ``batch`` rows an interval
+        is kept up with, a short delete at a time."""
         now = self.backend.now()
         self.behind = False
         self._batches(lambda: self.backend.prune_idempotency(now, self.batch), max_batches)
         self._batches(lambda: self.backend.prune_starts(now - STARTS_KEPT, self.batch), max_batches)
+        self._batches(lambda: self.backend.prune_spent_keys(now, self.batch), max_batches)
         self.backend.prune_metric_minutes(now - MINUTES_KEPT, ROLLUP_MINUTES_PER_RUN)
         total = 0
+        keys = self.retention.key_seconds()
         for state, age in self.retention.ages().items():
 
             def prune_state(before: float = now - age, state: str = state) -> int:
-                return self.backend.prune_finished(before, self.batch, state)
+                return self.backend.prune_finished(before, self.batch, state, keys)
 
             total += self._batches(prune_state, max_batches)
         return total

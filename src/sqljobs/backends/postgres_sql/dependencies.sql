@@ -18,14 +18,15 @@ WITH inserted AS (
     INSERT INTO {schema}.sqljobs_jobs
         (queue, task, payload, key, state, priority, run_at, deadline_at, max_attempts,
          lease, key_hold, limit_key, limit_max, rate_max, rate_window, parents, after_policy,
-         waiting_on, collected, last_error, finished_at)
+         waiting_on, collected, last_error, finished_at, key_retention)
     VALUES (%(queue)s, %(task)s, %(payload)s, %(key)s, %(state)s, %(priority)s,
             coalesce(now() + make_interval(secs => %(delay)s::float8),
                      to_timestamp(%(run_at)s::float8)),
             to_timestamp(%(deadline_at)s::float8), %(max_attempts)s, %(lease)s,
             %(key_hold)s, %(limit_key)s, %(limit_max)s, %(rate_max)s, %(rate_window)s,
             %(parents)s::bigint[], %(after_policy)s, %(waiting_on)s, %(collected)s::jsonb,
-            %(error)s, CASE WHEN %(state)s = 'cancelled' THEN now() END)
+            %(error)s, CASE WHEN %(state)s = 'cancelled' THEN now() END,
+            %(key_retention)s::float8)
     ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING
     RETURNING id, state, queue
 )

@@ -18,7 +18,7 @@
 -- name: insert_jobs
 -- A batch arrives as one JSON array of [queue, task, payload, key, priority, run_at,
 -- deadline_at, max_attempts, lease, key_hold, delay, limit_key, limit_max, rate_max,
--- rate_window] rows: one parameter, parsed by the
+-- rate_window, key_retention] rows: one parameter, parsed by the
 -- server, is far cheaper than typed arrays built element by element in Python. A delay,
 -- if given, counts from the server's now() and wins over run_at (the client's clock).
 WITH input AS (
@@ -28,29 +28,34 @@ WITH input AS (
            (e.j ->> 6)::float8 AS deadline_at, (e.j ->> 7)::int AS max_attempts,
            (e.j ->> 8)::float8 AS lease, (e.j ->> 9)::float8 AS key_hold,
            (e.j ->> 10)::float8 AS delay, e.j ->> 11 AS limit_key, (e.j ->> 12)::int AS limit_max,
-           (e.j ->> 13)::int AS rate_max, (e.j ->> 14)::float8 AS rate_window
+           (e.j ->> 13)::int AS rate_max, (e.j ->> 14)::float8 AS rate_window,
+           (e.j ->> 15)::float8 AS key_retention
     FROM jsonb_array_elements(%(jobs)s::jsonb) WITH ORDINALITY AS e(j, ord)
+), spent AS (  -- keys kept after their jobs' rows were pruned: each one primary key probe
+    SELECT s.key, s.job_id FROM {schema}.sqljobs_spent_keys AS s
+    WHERE s.key IN (SELECT key FROM input) AND s.expires_at > to_timestamp(%(now)s)
 ), inserted AS (
     INSERT INTO {schema}.sqljobs_jobs
         (id, queue, task, payload, key, priority, run_at, deadline_at, max_attempts, lease,
-         key_hold, limit_key, limit_max, rate_max, rate_window)
+         key_hold, limit_key, limit_max, rate_max, rate_window, key_retention)
     SELECT new_id, queue, task, payload, key, priority,
            coalesce(now() + make_interval(secs => delay), to_timestamp(run_at)),
            to_timestamp(deadline_at), max_attempts, lease, key_hold, limit_key, limit_max,
-           rate_max, rate_window
-    FROM input ORDER BY ord
+           rate_max, rate_window, key_retention
+    FROM input WHERE key IS NULL OR key NOT IN (SELECT key FROM spent) ORDER BY ord
     ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING
     RETURNING id, key
 ), notified AS (
     SELECT count(pg_notify(%(channel)s, queue)) AS n FROM unnest(%(notify)s::text[]) AS queue
 )
 SELECT input.ord,
-       coalesce(mine.id, same_batch.id, existing.id) AS id,
+       coalesce(mine.id, same_batch.id, existing.id, spent.job_id) AS id,
        mine.id IS NOT NULL AS created
 FROM input
 LEFT JOIN inserted AS mine ON mine.id = input.new_id
 LEFT JOIN inserted AS same_batch ON mine.id IS NULL AND same_batch.key = input.key
 LEFT JOIN {schema}.sqljobs_jobs AS existing ON mine.id IS NULL AND existing.key = input.key
+LEFT JOIN spent ON mine.id IS NULL AND spent.key = input.key
 CROSS JOIN notified
 ORDER BY input.ord
 
@@ -513,12 +518,47 @@ SELECT queue FROM found WHERE queue IS NOT NULL
 
 -- name: prune_finished
 -- One bounded batch of a queue's jobs that ended in %(state)s before %(before)s (a range
--- of sqljobs_jobs_ended, whose predicate the last line repeats).
-DELETE FROM {schema}.sqljobs_jobs WHERE id IN (
-    SELECT id FROM {schema}.sqljobs_jobs
-    WHERE state = %(state)s AND queue = %(queue)s AND finished_at < to_timestamp(%(before)s)
-      AND state <> 'pending' AND state <> 'running'
-    LIMIT %(limit)s)
+-- of sqljobs_jobs_ended, whose predicate repeats), and, in the same statement, the keys
+-- of the keyed ones kept in sqljobs_spent_keys: a "retained" key for its key_retention
+-- from now (NULL: the pruning App's), a key_scope duration to its end. A key kept there
+-- before (its period over, not yet dropped) has since named another job: the newer one's
+-- is kept.
+WITH deleted AS (
+    DELETE FROM {schema}.sqljobs_jobs WHERE id IN (
+        SELECT id FROM {schema}.sqljobs_jobs
+        WHERE state = %(state)s AND queue = %(queue)s
+          AND finished_at < to_timestamp(%(before)s)
+          AND state <> 'pending' AND state <> 'running'
+        LIMIT %(limit)s)
+    RETURNING id, key, task, state,
+              CASE WHEN key IS NULL THEN NULL
+                   WHEN key_hold IS NOT NULL THEN finished_at + make_interval(secs => key_hold)
+                   ELSE to_timestamp(%(now)s + coalesce(key_retention, %(key_retention)s))
+              END AS expires_at
+), spent AS (
+    INSERT INTO {schema}.sqljobs_spent_keys (key, job_id, task, state, spent_at, expires_at)
+    SELECT key, id, task, state, to_timestamp(%(now)s), expires_at FROM deleted
+    WHERE key IS NOT NULL AND expires_at > to_timestamp(%(now)s)
+    ON CONFLICT (key) DO UPDATE SET
+        job_id = excluded.job_id, task = excluded.task, state = excluded.state,
+        spent_at = excluded.spent_at, expires_at = excluded.expires_at
+)
+SELECT count(*) AS n FROM deleted
+
+-- name: prune_spent_keys
+DELETE FROM {schema}.sqljobs_spent_keys WHERE key IN (
+    SELECT key FROM {schema}.sqljobs_spent_keys
+    WHERE expires_at <= to_timestamp(%(before)s) LIMIT %(limit)s)
+
+-- name: spent_key
+-- The job a key named before the pruner deleted its row, while the key is kept.
+SELECT job_id FROM {schema}.sqljobs_spent_keys
+WHERE key = %(key)s AND expires_at > to_timestamp(%(now)s)
+
+-- name: spent_key_of_job
+SELECT key, task, state, extract(epoch FROM spent_at)::float8 AS spent_at,
+       extract(epoch FROM expires_at)::float8 AS expires_at
+FROM {schema}.sqljobs_spent_keys WHERE job_id = %(id)s
 
 -- name: prune_idempotency
 DELETE FROM {schema}.sqljobs_idempotency WHERE key IN (

@@ -41,7 +41,8 @@ CREATE TABLE {schema}.sqljobs_jobs (
     after_policy    text             CHECK (after_policy IN ('done', 'always')),
     waiting_on      integer          NOT NULL DEFAULT 0, -- how many parents have not ended
     children        integer          NOT NULL DEFAULT 0, -- how many jobs were enqueued after it
-    collected       jsonb            -- a group callback's parents' results
+    collected       jsonb,           -- a group callback's parents' results
+    key_retention   double precision -- seconds its key outlives the row (0016)
 ) WITH (
     -- a queue table churns: vacuum it early and often so claims never wade through
     -- dead row versions
@@ -215,3 +216,16 @@ CREATE TABLE {schema}.sqljobs_metric_totals (
     amount  double precision NOT NULL,
     PRIMARY KEY (queue, task, outcome, series, le)
 );
+
+-- 0016: business keys kept after the pruner deleted their jobs' rows, each until its
+-- expires_at ('infinity': for ever); a keyed enqueue that finds one answers with its job.
+CREATE TABLE {schema}.sqljobs_spent_keys (
+    key        text        PRIMARY KEY,
+    job_id     bigint      NOT NULL,
+    task       text        NOT NULL,
+    state      text        NOT NULL, -- how the job ended
+    spent_at   timestamptz NOT NULL, -- when its row was pruned
+    expires_at timestamptz NOT NULL  -- when the key is free again
+);
+CREATE INDEX sqljobs_spent_keys_expiry ON {schema}.sqljobs_spent_keys (expires_at);
+CREATE INDEX sqljobs_spent_keys_job ON {schema}.sqljobs_spent_keys (job_id);

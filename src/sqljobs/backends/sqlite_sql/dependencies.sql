@@ -14,11 +14,11 @@ RETURNING id, state, result
 INSERT INTO sqljobs_jobs
     (queue, task, payload, key, state, priority, run_at, created_at, deadline_at,
      max_attempts, lease, key_hold, limit_key, limit_max, rate_max, rate_window, parents,
-     after_policy, waiting_on, collected, last_error, finished_at)
+     after_policy, waiting_on, collected, last_error, finished_at, key_retention)
 VALUES (:queue, :task, :payload, :key, :state, :priority, :run_at, :now, :deadline_at,
         :max_attempts, :lease, :key_hold, :limit_key, :limit_max, :rate_max, :rate_window,
         :parents, :after_policy, :waiting_on, :collected, :error,
-        CASE WHEN :state = 'cancelled' THEN :now END)
+        CASE WHEN :state = 'cancelled' THEN :now END, :key_retention)
 ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING
 RETURNING id
 

@@ -9,6 +9,18 @@ INSERT INTO sqljobs_jobs
 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING
 
+-- name: insert_keyed_job
+-- insert_job, with how long the key outlives the row (unkeyed jobs bind one value fewer).
+INSERT INTO sqljobs_jobs
+    (queue, task, payload, key, priority, run_at, created_at, deadline_at, max_attempts, lease,
+     key_hold, limit_key, limit_max, rate_max, rate_window, key_retention)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING
+
+-- name: spent_key
+-- The job a key named before the pruner deleted its row, while the key is kept.
+SELECT job_id FROM sqljobs_spent_keys WHERE key = :key AND expires_at > :now
+
 -- name: release_key
 -- A finished job whose key_scope has run out gives its key up to a new enqueue.
 UPDATE sqljobs_jobs SET released_key = key, key = NULL
@@ -365,12 +377,34 @@ SELECT queue FROM found WHERE queue IS NOT NULL
 
 -- name: prune_finished
 -- One bounded batch of a queue's jobs that ended in :state before :before (a range of
--- sqljobs_jobs_ended, whose predicate the last line repeats).
+-- sqljobs_jobs_ended, whose predicate the last line repeats). Each keyed one says until
+-- when its key is kept (spend_key, in the same transaction): a "retained" key for its
+-- key_retention from now (NULL: the pruning App's), a key_scope duration to its end.
 DELETE FROM sqljobs_jobs WHERE id IN (
     SELECT id FROM sqljobs_jobs INDEXED BY sqljobs_jobs_ended
     WHERE state = :state AND queue = :queue AND finished_at < :before
       AND state <> 'pending' AND state <> 'running'
     LIMIT :limit)
+RETURNING id AS job_id, key, task, state,
+          CASE WHEN key IS NULL THEN NULL
+               WHEN key_hold IS NOT NULL THEN finished_at + key_hold
+               ELSE :now + coalesce(key_retention, :key_retention) END AS expires_at
+
+-- name: spend_key
+-- A pruned job's key, kept until expires_at. A key kept here before (its period over,
+-- not yet dropped) has since named another job: the newer one's is kept.
+INSERT INTO sqljobs_spent_keys (key, job_id, task, state, spent_at, expires_at)
+VALUES (:key, :job_id, :task, :state, :now, :expires_at)
+ON CONFLICT (key) DO UPDATE SET
+    job_id = excluded.job_id, task = excluded.task, state = excluded.state,
+    spent_at = excluded.spent_at, expires_at = excluded.expires_at
+
+-- name: prune_spent_keys
+DELETE FROM sqljobs_spent_keys WHERE key IN (
+    SELECT key FROM sqljobs_spent_keys WHERE expires_at <= :before LIMIT :limit)
+
+-- name: spent_key_of_job
+SELECT key, task, state, spent_at, expires_at FROM sqljobs_spent_keys WHERE job_id = :id
 
 -- name: prune_idempotency
 DELETE FROM sqljobs_idempotency WHERE key IN (

@@ -39,7 +39,8 @@ CREATE TABLE sqljobs_jobs (
     after_policy    TEXT CHECK (after_policy IN ('done', 'always')),
     waiting_on      INTEGER NOT NULL DEFAULT 0, -- how many parents have not ended
     children        INTEGER NOT NULL DEFAULT 0, -- how many jobs were enqueued after it
-    collected       TEXT                        -- a group callback's parents' results
+    collected       TEXT,                       -- a group callback's parents' results
+    key_retention   REAL                        -- seconds its key outlives the row (0013)
 );
 
 -- A business key names one job (sqljobs enqueue keys); unkeyed jobs cost no index entry.
@@ -203,3 +204,16 @@ CREATE TABLE sqljobs_metric_totals (
     amount  REAL NOT NULL,
     PRIMARY KEY (queue, task, outcome, series, le)
 ) WITHOUT ROWID;
+
+-- 0013: business keys kept after the pruner deleted their jobs' rows, each until its
+-- expires_at (Inf: for ever); a keyed enqueue that finds one answers with its job.
+CREATE TABLE sqljobs_spent_keys (
+    key        TEXT    PRIMARY KEY,
+    job_id     INTEGER NOT NULL,
+    task       TEXT    NOT NULL,
+    state      TEXT    NOT NULL, -- how the job ended
+    spent_at   REAL    NOT NULL, -- when its row was pruned
+    expires_at REAL    NOT NULL  -- when the key is free again
+) WITHOUT ROWID;
+CREATE INDEX sqljobs_spent_keys_expiry ON sqljobs_spent_keys (expires_at);
+CREATE INDEX sqljobs_spent_keys_job ON sqljobs_spent_keys (job_id);
