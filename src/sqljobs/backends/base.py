@@ -19,7 +19,7 @@ from ..limits import QueueLimit
 from ..notifiers.base import Notifier
 from ..rollup import MetricAmount
 from ..schedules import Schedule, ScheduleState, Tick, TickResult
-from ..stats import Stats
+from ..stats import Stats, WorkerScope
 from ..tasks import TaskInfo
 
 
@@ -235,6 +235,9 @@ class Backend(Protocol):
 
     def served_tasks(self) -> set[str]:
         """The task names that live workers run."""
+
+    def worker_scopes(self) -> list[WorkerScope]:
+        """What each live worker claims: its tasks, and its queues (None: every queue)."""
 
     def get_job(self, job_id: int) -> Job | None: ...
 
