@@ -678,6 +678,16 @@ class App:
         and bucket): what the Prometheus counters and histograms show."""
         return self.backend.metric_totals()
 
+    def metric_label_sets(self) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+        """The ``(queue, task)`` pairs the metrics show before anything is counted: every
+        task this app registers or workers have written to the catalogue, and those that
+        schedules enqueue (this app's periodic tasks, and the schedules table's)."""
+        tasks = {(task.queue, name) for name, task in self.tasks.items()}
+        scheduled = {(s.queue, s.task) for s in self.periodic_schedules.values()}
+        for queue, task, is_scheduled in self.backend.metric_label_sets():
+            (scheduled if is_scheduled else tasks).add((queue, task))
+        return tasks, scheduled
+
     def get_job(self, job_id: int) -> Job | None:
         if not is_job_id(job_id):  # no job has it: and the database would not take it
             return None

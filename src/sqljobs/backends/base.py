@@ -339,6 +339,10 @@ class Backend(Protocol):
     def metric_totals(self) -> list[MetricAmount]:
         """Every amount of the totals table (never pruned: Prometheus's counters)."""
 
+    def metric_label_sets(self) -> list[tuple[str, str, bool]]:
+        """``(queue, task, scheduled)``: each task of the catalogue (scheduled False) and
+        each schedule's task (True), with its queue."""
+
     def prune_metric_minutes(self, before: float, limit: int = 1000) -> int:
         """Delete up to ``limit`` minutes of the rollup older than ``before``; return the
         rows deleted."""

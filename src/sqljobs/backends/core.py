@@ -572,6 +572,10 @@ class BackendCore(Dialect):
         found = self._query("metric_totals").pick(*columns)
         return [MetricAmount(q, t, o, s, float(le), float(n)) for q, t, o, s, le, n in found]
 
+    def metric_label_sets(self) -> list[tuple[str, str, bool]]:
+        found = self._query("metric_label_sets").pick("queue", "task", "scheduled")
+        return [(queue, task, bool(scheduled)) for queue, task, scheduled in found]
+
     def prune_metric_minutes(self, before: float, limit: int = 1000) -> int:
         params = {"before": before, "limit": limit}
         return self._change("prune_metric_minutes", params).rowcount
