@@ -696,12 +696,16 @@ class App:
     def list_jobs(
         self, state: str | None = None, queue: str | None = None, limit: int = 50
     ) -> list[Job]:
+        """The newest ``limit`` jobs, of one state and queue or all. A state or queue that
+        cannot be is refused, as :class:`JobFilter` refuses it."""
+        JobFilter(state=state, queue=queue)  # a typo would otherwise list nothing, quietly
         return self.backend.list_jobs(state, queue, limit)
 
     def retry_job(self, job_id: int) -> bool:
         """Send a dead or cancelled job back to pending with fresh attempts. A job enqueued
         ``after`` others is refused while one of them is not done: it would run before
         them (retry those first)."""
+        job_id = self.job(job_id).id
         job = self.backend.get_job(job_id)
         if job is not None and job.parents and job.state is JobState.CANCELLED:
             parents = [(p, self.backend.get_job(p)) for p in job.parents]
