@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from sqljobs import App, JobState, Retry
-from sqljobs.stats import WorkerScope, unserved_tasks
 
 from .conftest import wait_until, worker_thread
 
@@ -74,6 +73,8 @@ def test_a_job_in_a_queue_no_worker_with_its_task_serves_is_shown_as_unserved(ap
 def test_unserved_counts_each_job_by_whether_a_worker_serves_its_task_and_queue() -> None:
     """One worker runs a on queue x, another b on every queue: a's jobs in y are unserved,
     b's anywhere are not; c runs nowhere. Only queue y (where a has no worker) is asked."""
+    from sqljobs.stats import WorkerScope, unserved_tasks
+
     scopes = [
         WorkerScope(frozenset({"a"}), frozenset({"x"})),
         WorkerScope(frozenset({"b"}), None),
