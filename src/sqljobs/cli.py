@@ -968,9 +968,10 @@ def dashboard(
 )  # fmt: skip
 @pass_ctx
 def metrics(ctx: Ctx, host: str, port: int) -> None:
-    """Serve /metrics for Prometheus alone, without the dashboard: the same gauges, read
-    from the database at every scrape (job counts, oldest due age, workers, paused
-    queues, limits)."""
+    """Serve /metrics for Prometheus alone, without the dashboard: the same gauges,
+    counters and histograms, read from the database at every scrape (job counts, oldest
+    due age, workers, paused queues, limits, attempts, durations); every task's series
+    are there at zero from the first scrape."""
     try:
         from .dashboard.metrics import serve_metrics
     except ImportError as exc:
