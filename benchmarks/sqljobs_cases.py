@@ -22,6 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import startup_probe
 import worker_app
 from common import (
     WAIT_LIMIT,
@@ -233,19 +234,15 @@ def article(url: str, n: int = 200, work: float = 0.002, concurrency: int = 8) -
 
 
 def startup(url: str) -> Sample:
-    """Two fresh processes (``startup_probe.py``): ``run_worker()`` to the first job's
-    handler, and to the end of the article's 200 jobs of 2 ms enqueued beforehand."""
+    """Two worker processes that have only imported sqljobs (``startup_probe.py``; this
+    process migrates and enqueues first): to the first job's handler, and to the end of the
+    article's 200 jobs of 2 ms, each from the child's ``run_worker()`` call and from the
+    moment this process spawned it."""
     sample: Sample = {}
-    for mode, figure in (("first", "first_job_ms"), ("article", "article_from_start_ms")):
-        out = subprocess.run(
-            [sys.executable, str(HERE / "startup_probe.py"), url, mode],
-            capture_output=True, text=True, timeout=WAIT_LIMIT, cwd=HERE,
-        )  # fmt: skip
-        if out.returncode != 0 or not out.stdout.strip():
-            raise RuntimeError(
-                f"startup_probe {mode} failed ({out.returncode}):\n{out.stderr[-2000:]}"
-            )
-        sample[figure] = float(out.stdout.split()[0])
+    for mode, figure in (("first", "first_job"), ("article", "article_from_start")):
+        got = startup_probe.measure(url, mode, timeout=WAIT_LIMIT)
+        sample[f"{figure}_ms"] = got["from_run_worker_ms"]
+        sample[f"{figure}_from_launch_ms"] = got["from_launch_ms"]
     return sample
 
 

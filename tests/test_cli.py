@@ -327,7 +327,9 @@ def test_cancel_and_retry_say_what_is_allowed(url: str) -> None:
     db_execute(app, "UPDATE sqljobs_jobs SET state = 'done' WHERE id = ?", params=(job,))
     done = run_cli("jobs", "cancel", str(job), url=url, check=False)
     assert done.returncode == 1
-    assert f"job {job} is done; only pending or running jobs can be cancelled" in done.stderr
+    assert (
+        f"job {job} is done; only pending, waiting or running jobs can be cancelled" in done.stderr
+    )
     done = run_cli("jobs", "retry", str(job), url=url, check=False)
     assert done.returncode == 1
     assert f"job {job} is done; only dead or cancelled jobs can be retried" in done.stderr

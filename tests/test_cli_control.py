@@ -19,7 +19,7 @@ from sqljobs import App, JobContext, JobState
 from sqljobs.cli import Ctx, cli
 from sqljobs.worker import EventLog
 
-from .conftest import wait_until, worker_thread
+from .conftest import db_execute, wait_until, worker_thread
 
 RAW_TIME = re.compile(r"\b1\d{9}(\.\d+)?\b")  # a Unix timestamp, as a person should not see
 RUNNING_CANCELLED = (
@@ -255,7 +255,10 @@ def test_cancelling_many_asks_first_with_the_count(app: App) -> None:
 
     no = sqljobs(url, "jobs", "cancel", "--queue", "mail", "--task", "send", answer="n\n")
     assert no.exit_code == 1 and "Aborted" in no.stderr
-    assert "cancel 3 pending or running jobs of task 'send' in queue 'mail'? [y/N]" in no.stderr
+    assert (
+        "cancel 3 pending, waiting or running jobs of task 'send' in queue 'mail'? [y/N]"
+        in no.stderr
+    )
     assert all(app.job(i).refresh().state is JobState.PENDING for i in send), "nothing changed"
 
     yes = sqljobs(url, "jobs", "cancel", "--queue", "mail", "--task", "send", answer="y\n")
@@ -278,7 +281,7 @@ def test_a_bulk_count_by_task_past_what_is_read_is_an_upper_bound(app: App) -> N
     app.tasks["send"].enqueue_many([() for _ in range(1000)])
     app.tasks["other"].enqueue_many([() for _ in range(2)])
     asked = sqljobs(app.url, "jobs", "cancel", "--task", "send", answer="n\n").stderr
-    assert "cancel up to 1002 pending or running jobs of task 'send'?" in asked
+    assert "cancel up to 1002 pending, waiting or running jobs of task 'send'?" in asked
     told = sqljobs(app.url, "jobs", "cancel", "--task", "other", "--yes").stdout
     assert told.startswith("2 job(s) cancelled")
     assert app.stats().total("pending") == 1000
@@ -417,3 +420,26 @@ def test_the_dashboards_alert_age_must_be_a_positive_number(app: App) -> None:
             cli, ["--url", app.url, "dashboard", "--alert-age", bad], obj=Ctx()
         )
         assert result.exit_code == 2 and "--alert-age" in result.output
+
+
+def test_a_job_id_out_of_64_bits_is_a_usage_error_naming_it(app: App) -> None:
+    """``jobs retry`` once died of the driver's OverflowError; every command that takes a
+    job id says what it was given and what an id is."""
+    app.migrate()
+    huge = str(2**70)
+    for command in (["jobs", "show"], ["jobs", "retry"], ["jobs", "cancel"], ["jobs", "delete"]):
+        got = sqljobs(app.url, *command, huge)
+        assert got.exit_code == 2, (command, got.output)
+        assert huge in got.output and f"1<=x<={2**63 - 1}" in got.output, got.output
+
+
+def test_cancelling_an_ended_job_names_every_state_that_can_be_cancelled(app: App) -> None:
+    """Waiting jobs (for parents) can be cancelled too, and the refusal once left them out."""
+    parent = app.enqueue("t", known=False)
+    waiting = app.enqueue("t", known=False, after=[parent.id]).id
+    assert app.job(waiting).refresh().state is JobState.WAITING
+    assert sqljobs(app.url, "jobs", "cancel", str(waiting)).output == f"job {waiting} cancelled\n"
+    db_execute(app, "UPDATE sqljobs_jobs SET state = 'done' WHERE id = ?", params=(parent.id,))
+    done = sqljobs(app.url, "jobs", "cancel", str(parent.id))
+    assert done.exit_code == 1
+    assert f"job {parent.id} is done; only pending, waiting or running jobs" in done.output

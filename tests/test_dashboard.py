@@ -192,8 +192,8 @@ def test_every_refusal_says_why(app: App) -> None:
     cases = [
         ("retry", jobs.done, "done; only dead or cancelled jobs can be retried"),
         ("retry", jobs.pending, "pending; only dead or cancelled jobs can be retried"),
-        ("cancel", jobs.done, "done; only pending or running jobs can be cancelled"),
-        ("cancel", jobs.dead, "dead; only pending or running jobs can be cancelled"),
+        ("cancel", jobs.done, "done; only pending, waiting or running jobs can be cancelled"),
+        ("cancel", jobs.dead, "dead; only pending, waiting or running jobs can be cancelled"),
     ]
     for action, job_id, reason in cases:
         refused = client.post(f"/api/jobs/{job_id}/{action}")
@@ -204,7 +204,7 @@ def test_every_refusal_says_why(app: App) -> None:
     # a person using the page's form sees the same sentence on the page
     form = _submit(client, f"/api/jobs/{jobs.done}/cancel")
     assert form.status_code == 303
-    reason = f"job {jobs.done} is done; only pending or running jobs can be cancelled"
+    reason = f"job {jobs.done} is done; only pending, waiting or running jobs can be cancelled"
     assert _flash(form.headers["location"]) == {"error": [reason]}
     assert escape(reason) in client.get(form.headers["location"]).text
 

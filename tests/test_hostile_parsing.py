@@ -139,6 +139,38 @@ def test_a_database_url_parses_or_is_refused_clearly(url: str) -> None:
     assert repr(app)
 
 
+@pytest.mark.parametrize(
+    ("url", "typo", "known"),
+    [
+        ("sqlite:///jobs.db?lisen=false", "'lisen' (did you mean 'listen'?)", "takes only listen"),
+        ("sqlite:///jobs.db?listen=false&timeout=5", "'timeout'", "takes only listen"),
+        ("postgresql://u:hunter2@h/db?lisen=false", "'lisen' (did you mean 'listen'?)", "sslmode"),
+        ("postgresql://u@h/db?sslmode=require&connect_timout=3", "'connect_timout'", "listen"),
+    ],
+)
+def test_an_unknown_url_option_is_refused_naming_it_and_the_known_ones(
+    url: str, typo: str, known: str
+) -> None:
+    """SQLite once ignored any option but listen, typos included; libpq refused an unknown
+    one only at the first connection. Both are refused where the URL is given."""
+    with pytest.raises(ConfigurationError, match="unknown option") as refused:
+        App(url)
+    assert typo in str(refused.value) and known in str(refused.value)
+    assert "hunter2" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "sqlite:///jobs.db?listen=false",
+        "sqlite:///jobs.db?",
+        "postgresql://u@h/db?sslmode=require&listen=off&application_name=web&ssl=true",
+    ],
+)
+def test_the_known_url_options_are_taken(url: str) -> None:
+    assert App(url).url == url
+
+
 schemas = st.one_of(
     st.sampled_from(
         ["public", "sqljobs", "_x", "a" * 63, "a" * 64, "public\n", "public; DROP TABLE x",

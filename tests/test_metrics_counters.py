@@ -94,7 +94,7 @@ def test_a_workers_attempts_reach_the_scrape_and_the_minute_they_ended_in(url: s
     attempts = {
         (dict(labels)["task"], dict(labels)["outcome"]): value
         for (name, labels), value in samples.items()
-        if name == "sqljobs_attempts_total"
+        if name == "sqljobs_attempts_total" and value  # every known task's are there, at 0
     }
     assert attempts == {
         ("ok", "done"): 3,
@@ -341,3 +341,49 @@ def test_a_worker_counts_the_lag_of_every_tick_it_fires(url: str) -> None:
     labels = {"queue": "default", "task": "tick"}
     assert sample(samples, "sqljobs_schedule_lag_seconds_count", **labels) == fired
     assert sample(samples, "sqljobs_attempts_total", **labels, outcome="done") >= 2
+
+
+def test_every_family_has_its_series_from_the_first_scrape(url: str) -> None:
+    """Before any worker has flushed (a fresh database), each known task's counters and
+    histograms are there at zero, as are its queue's gauges: a dashboard's rate or quantile
+    is 0 or empty, not "no data". An app that registers no task (``sqljobs metrics
+    --url``) learns them from the catalogue and the schedules a worker writes."""
+    app = sqljobs.App(url)
+
+    @app.task(queue="mail")
+    def send() -> None: ...
+
+    @app.periodic(every=3600)
+    def tick() -> None: ...
+
+    def has(samples: Samples, name: str, **labels: str) -> bool:
+        return samples.get((name, frozenset(labels.items()))) == 0.0
+
+    mail = {"queue": "mail", "task": "send"}
+    first = scrape(app)
+    for outcome in ("done", "retried", "dead", "cancelled", "lease_expired", "crashed"):
+        assert has(first, "sqljobs_attempts_total", **mail, outcome=outcome)
+    assert has(first, "sqljobs_retries_total", **mail)
+    assert has(first, "sqljobs_lease_expiries_total", **mail)
+    for le in ("0.005", "+Inf"):
+        assert has(first, "sqljobs_enqueue_to_start_seconds_bucket", **mail, le=le)
+        assert has(first, "sqljobs_attempt_duration_seconds_bucket", **mail, outcome="done", le=le)
+    assert has(first, "sqljobs_enqueue_to_start_seconds_count", **mail)
+    assert has(first, "sqljobs_schedule_lag_seconds_count", queue="default", task="tick")
+    assert has(first, "sqljobs_jobs", queue="mail", state="pending")
+    assert has(first, "sqljobs_oldest_pending_age_seconds", queue="mail")
+    assert has(first, "sqljobs_jobs_count_capped", queue="mail", state="done")
+    bare = sqljobs.App(url)
+
+    def learnt(samples: Samples) -> bool:
+        return (
+            has(samples, "sqljobs_attempts_total", **mail, outcome="done")
+            and has(samples, "sqljobs_enqueue_to_start_seconds_count", **mail)
+            and has(samples, "sqljobs_schedule_lag_seconds_count", queue="default", task="tick")
+        )
+
+    assert not learnt(scrape(bare))
+    with worker_thread(app):  # it writes its catalogue and schedules as it starts
+        wait_until(lambda: learnt(scrape(bare)))
+    bare.close()
+    app.close()

@@ -8,6 +8,7 @@ import datetime as dt
 import math
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -379,3 +380,34 @@ def test_a_postgres_url_without_psycopg_names_the_extra_to_install(
     with pytest.raises(ImportError) as raised:
         open_backend("postgresql://user@127.0.0.1/db")
     assert not isinstance(raised.value, ConfigurationError)
+
+
+# -- job ids and states that cannot be -------------------------------------------------
+
+
+def test_list_jobs_refuses_a_state_or_queue_that_cannot_be(app: App) -> None:
+    """A typo once listed nothing, quietly, as if there were no such jobs."""
+    app.enqueue("t", known=False)
+    with pytest.raises(ConfigurationError, match=r"state='bogus'.*one of pending, waiting"):
+        app.list_jobs(state="bogus")
+    with pytest.raises(ConfigurationError, match="queue"):
+        app.list_jobs(queue="")
+    assert [j.state.value for j in app.list_jobs(state="pending")] == ["pending"]
+
+
+@pytest.mark.parametrize("job_id", [2**63, 2**70, -(2**70)])
+def test_every_id_taking_call_refuses_an_id_out_of_64_bits_naming_it(app: App, job_id: int) -> None:
+    """retry_job() once raised the driver's OverflowError; each says what it was given."""
+    calls: dict[str, Callable[[], object]] = {
+        "job": lambda: app.job(job_id),
+        "cancel": lambda: app.cancel(job_id),
+        "cancel_job": lambda: app.cancel_job(job_id),
+        "retry_job": lambda: app.retry_job(job_id),
+        "delete_job": lambda: app.delete_job(job_id),
+        "job_children": lambda: app.job_children(job_id),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ConfigurationError, match=f"job id .*{job_id}") as refused:
+            call()
+        assert refused.value.__cause__ is None, name
+    assert app.get_job(job_id) is None  # a lookup: no job has it

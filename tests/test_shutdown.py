@@ -191,3 +191,33 @@ def test_a_signal_while_the_main_thread_holds_the_wake_lock_cannot_deadlock(app:
     with worker:
         step = worker.run_once()
     assert step.stopped, "first signal drains, the second stops at once"
+
+
+def test_a_worker_off_the_main_thread_says_it_does_not_handle_sigterm(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Python lets only the main thread install signal handlers: run_worker() elsewhere
+    once skipped them without a word, so a SIGTERM killed the process undrained."""
+    caplog.set_level("WARNING", logger="sqljobs.worker")
+
+    @app.task
+    def t() -> None: ...
+
+    worker = sqljobs.Worker(app)  # install_signal_handlers=True, as run_worker() has it
+    thread = threading.Thread(target=worker.run, name="off-main")
+    thread.start()
+    try:
+        wait_until(lambda: app.stats().workers == 1, what="the worker registered")
+    finally:
+        worker.stop()
+        thread.join(10)
+    assert not thread.is_alive()
+    warned = [r.getMessage() for r in caplog.records if "SIGTERM" in r.getMessage()]
+    assert len(warned) == 1 and "'off-main', not the main thread" in warned[0]
+    assert "worker.handle_signal(signum)" in warned[0]
+    assert "install_signal_handlers=False" in warned[0]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # nothing was installed
+    caplog.clear()
+    with worker_thread(app):  # told not to: no warning
+        wait_until(lambda: app.stats().workers == 1)
+    assert not [r for r in caplog.records if "SIGTERM" in r.getMessage()]

@@ -38,6 +38,38 @@ def test_empty_queue_has_no_oldest_age(app: App) -> None:
     assert app.stats().oldest_pending_age is None
 
 
+def test_a_registered_tasks_queue_is_counted_with_zeros_while_it_has_no_jobs(url: str) -> None:
+    """SPEC's ``st.counts["default"]["pending"]`` on a fresh database, and on one whose
+    last job the pruner took, as ``queues()`` lists them; other queues keep their counts."""
+    now = [1_000_000.0]
+    app = App(url, clock=lambda: now[0], retention=60)
+
+    @app.task
+    def t() -> None: ...
+
+    @app.task(queue="mail")
+    def m() -> None: ...
+
+    zeros = {s.value: 0 for s in JobState}
+    fresh = app.stats()
+    assert fresh.counts == {"default": zeros, "mail": zeros}
+    assert fresh.counts["default"]["pending"] == 0
+    assert fresh.to_dict()["counts"]["mail"] == zeros
+    assert [q.name for q in app.queues()] == ["default", "mail"]
+    app.enqueue("elsewhere", known=False, queue="other")
+    db_execute(
+        app,
+        "UPDATE sqljobs_jobs SET state = 'done', finished_at = ?",
+        "UPDATE sqljobs_jobs SET state = 'done', finished_at = to_timestamp(?)",
+        (now[0],),
+    )
+    assert app.stats().counts["other"]["done"] == 1
+    now[0] += 61
+    assert Pruner(app.backend, app.retention).run_once() == 1
+    assert app.stats().counts == {"default": zeros, "mail": zeros}
+    app.close()
+
+
 def test_pruner_deletes_old_done_jobs_in_batches_and_keeps_dead_ones(url: str) -> None:
     now = [1_000_000.0]
     app = App(url, clock=lambda: now[0], retention=3600)
@@ -60,7 +92,12 @@ def test_pruner_deletes_old_done_jobs_in_batches_and_keeps_dead_ones(url: str) -
 
 # -- what stats costs with a million finished jobs kept --------------------------------------
 
-STATS_STATEMENTS = ("count_by_queue_state", "pending_by_queue", "pending_by_task")
+STATS_STATEMENTS = (
+    "count_by_queue_state",
+    "pending_by_queue",
+    "pending_by_task",
+    "pending_by_task_in_queue",
+)
 WORKING_SET_INDEXES = {
     "sqljobs_jobs_claim",
     "sqljobs_jobs_claim_any",
@@ -180,7 +217,7 @@ def _core(app: App) -> BackendCore:
 
 
 def _params(core: BackendCore) -> dict[str, object]:
-    return {"now": core.now(), "cap": COUNT_CAP}
+    return {"now": core.now(), "cap": COUNT_CAP, "queue": "default"}
 
 
 def _sqlite_reads(core: BackendCore, sql: str) -> list[tuple[str, str, str]]:

@@ -42,3 +42,53 @@ def test_a_job_retried_by_hand_starts_afresh_and_its_history_says_so(app: App) -
     assert job.history[-1]["from"] == "dead"
     assert "boom" in job.history[0]["error"]
     assert app.retry_dead() == 0
+
+
+def test_a_job_in_a_queue_no_worker_with_its_task_serves_is_shown_as_unserved(app: App) -> None:
+    @app.task(queue="mail")
+    def send() -> None: ...
+
+    @app.task(queue="other")
+    def other() -> None: ...
+
+    stranded = send.enqueue().id
+    elsewhere = send.with_options(queue="other").enqueue().id
+    with worker_thread(app, queues=["other"]):
+        wait_until(lambda: (j := app.get_job(elsewhere)) is not None and j.state is JobState.DONE)
+        st = app.stats()
+        assert st.workers == 1 and st.unserved == {"send": 1}
+        assert st.to_dict()["unserved"] == {"send": 1}
+        job = app.get_job(stranded)
+        assert job is not None and job.state is JobState.PENDING
+        reason = app.waiting_reason(job) or ""
+        assert "no live worker that runs task 'send' serves its queue 'mail'" in reason
+        assert "(they serve other)" in reason and "--queues mail" in reason
+        other.enqueue()  # a task that is served where it waits is not named
+        assert app.stats().unserved.keys() == {"send"}
+    with worker_thread(app):  # every queue
+        wait_until(lambda: (j := app.get_job(stranded)) is not None and j.state is JobState.DONE)
+        assert app.stats().unserved == {}
+
+
+def test_unserved_counts_each_job_by_whether_a_worker_serves_its_task_and_queue() -> None:
+    """One worker runs a on queue x, another b on every queue: a's jobs in y are unserved,
+    b's anywhere are not; c runs nowhere. Only queue y (where a has no worker) is asked."""
+    from sqljobs.stats import WorkerScope, unserved_tasks
+
+    scopes = [
+        WorkerScope(frozenset({"a"}), frozenset({"x"})),
+        WorkerScope(frozenset({"b"}), None),
+    ]
+    rows = {"x": [("a", 2), ("b", 1)], "y": [("a", 3), ("b", 4), ("c", 1)]}
+    asked: list[str] = []
+
+    def in_queue(queue: str) -> list[tuple[str, int]]:
+        asked.append(queue)
+        return rows[queue]
+
+    by_task = [("a", 5), ("b", 5), ("c", 1)]
+    assert unserved_tasks(by_task, scopes, ["x", "y", "y"], in_queue) == {"a": 3, "c": 1}
+    assert asked == ["y"]
+    everywhere = [WorkerScope(frozenset({"a", "b"}), None)]
+    assert unserved_tasks(by_task, everywhere, ["x", "y"], in_queue) == {"c": 1}
+    assert asked == ["y"]  # every worker serves every queue: no queue is asked

@@ -59,7 +59,7 @@ from .schedules import (
     schedule_job,
     tick_key,
 )
-from .stats import Stats
+from .stats import Stats, with_queues
 from .tasks import (
     _P,
     _R,
@@ -689,8 +689,10 @@ class App:
     # -- inspection --------------------------------------------------------------------
 
     def stats(self) -> Stats:
-        """Counts by queue and state, and the age of the oldest due pending job."""
-        return self.backend.stats()
+        """Counts by queue and state, and the age of the oldest due pending job. Every
+        queue a task of this app uses is counted, with zeros while it has no jobs (as
+        :meth:`queues` lists it), so ``counts["default"]["pending"]`` never raises."""
+        return with_queues(self.backend.stats(), {t.queue for t in self.tasks.values()})
 
     def throughput(self, minutes: int = 60, queue: str | None = None) -> list[MinuteCounts]:
         """Attempts that ended done, failed and cancelled in each of the last ``minutes``
@@ -708,6 +710,16 @@ class App:
         and bucket): what the Prometheus counters and histograms show."""
         return self.backend.metric_totals()
 
+    def metric_label_sets(self) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
+        """The ``(queue, task)`` pairs the metrics show before anything is counted: every
+        task this app registers or workers have written to the catalogue, and those that
+        schedules enqueue (this app's periodic tasks, and the schedules table's)."""
+        tasks = {(task.queue, name) for name, task in self.tasks.items()}
+        scheduled = {(s.queue, s.task) for s in self.periodic_schedules.values()}
+        for queue, task, is_scheduled in self.backend.metric_label_sets():
+            (scheduled if is_scheduled else tasks).add((queue, task))
+        return tasks, scheduled
+
     def get_job(self, job_id: int) -> Job | None:
         if not is_job_id(job_id):  # no job has it: and the database would not take it
             return None
@@ -716,12 +728,16 @@ class App:
     def list_jobs(
         self, state: str | None = None, queue: str | None = None, limit: int = 50
     ) -> list[Job]:
+        """The newest ``limit`` jobs, of one state and queue or all. A state or queue that
+        cannot be is refused, as :class:`JobFilter` refuses it."""
+        JobFilter(state=state, queue=queue)  # a typo would otherwise list nothing, quietly
         return self.backend.list_jobs(state, queue, limit)
 
     def retry_job(self, job_id: int) -> bool:
         """Send a dead or cancelled job back to pending with fresh attempts. A job enqueued
         ``after`` others is refused while one of them is not done: it would run before
         them (retry those first)."""
+        job_id = self.job(job_id).id
         job = self.backend.get_job(job_id)
         if job is not None and job.parents and job.state is JobState.CANCELLED:
             parents = [(p, self.backend.get_job(p)) for p in job.parents]
@@ -749,8 +765,8 @@ class App:
 
     def waiting_reason(self, job: Job) -> str | None:
         """Why a pending job is not running yet, if it is not simply next in line: no
-        live worker has its task, or its time has not come; or which parents a waiting
-        job waits for."""
+        live worker has its task, or none that has it serves its queue, or its time has
+        not come; or which parents a waiting job waits for."""
         if job.state is JobState.WAITING:
             open_parents = self.backend.open_parents(job.id, job.parents)
             ids = ", ".join(map(str, open_parents))
@@ -758,10 +774,18 @@ class App:
             return f"waiting for {n} parent{'s' if n != 1 else ''} to end (jobs {ids})"
         if job.state is not JobState.PENDING:
             return None
-        if job.task not in self.backend.served_tasks():
+        scopes = self.backend.worker_scopes()
+        if not any(job.task in scope.tasks for scope in scopes):
             return (
                 f"no live worker has registered task {job.task!r}: start a worker whose "
                 "app registers it (a worker claims only the tasks it has)"
+            )
+        if not any(scope.serves(job.task, job.queue) for scope in scopes):
+            served = sorted({q for s in scopes if job.task in s.tasks for q in s.queues or ()})
+            return (
+                f"no live worker that runs task {job.task!r} serves its queue {job.queue!r} "
+                f"(they serve {', '.join(served)}): start a worker with --queues "
+                f"{job.queue} (or none: every queue)"
             )
         if job.run_at > self.clock():
             return "its run_at lies in the future"
@@ -985,9 +1009,9 @@ class App:
     def queues(self) -> list[QueueInfo]:
         """Every queue that has jobs, tasks of this app, or a pause: (name, paused, counts by state,
         age of the oldest due pending job in seconds or None), by name."""
-        stats = self.backend.stats()  # it reads the paused queues too: no second query
+        stats = self.stats()  # it reads the paused queues too: no second query
         paused = set(stats.paused)
-        names = set(stats.counts) | paused | {t.queue for t in self.tasks.values()}
+        names = set(stats.counts) | paused
         empty = {s.value: 0 for s in JobState}
         return [
             QueueInfo(

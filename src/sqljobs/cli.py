@@ -25,7 +25,7 @@ import click
 from rich.text import Text
 
 from .app import App
-from .browse import JobFilter, WorkerStatus
+from .browse import MAX_ID, JobFilter, WorkerStatus
 from .cli_format import (
     RUNNING_CANCELLED,
     job_parts,
@@ -50,6 +50,9 @@ from .roles import grants as grant_statements
 from .tasks import check_queue_name
 from .url import DEFAULT_URL
 
+JOB_ID = click.IntRange(1, MAX_ID)
+"""A job id argument: a number out of the 64-bit range is a usage error that names it
+(the database could not even be asked about it)."""
 NO_DATABASE = (
     "no database given: pass --url URL or --app MODULE:ATTR, or set SQLJOBS_URL or "
     f"SQLJOBS_APP (a new SQLite file would be --url {DEFAULT_URL})"
@@ -505,7 +508,7 @@ def _filter(**fields: Any) -> JobFilter:
 
 
 @jobs.command("delete")
-@click.argument("job_id", type=int, required=False)
+@click.argument("job_id", type=JOB_ID, required=False)
 @click.option(
     "--state",
     type=click.Choice(["done", "dead", "cancelled"]),
@@ -571,7 +574,7 @@ def _redacted(ctx: Ctx, job: Job) -> Job:
 
 
 @jobs.command("show")
-@click.argument("job_id", type=int)
+@click.argument("job_id", type=JOB_ID)
 @click.option("--json", "as_json", is_flag=True, help="The job as JSON, times in Unix seconds.")
 @pass_ctx
 def jobs_show(ctx: Ctx, job_id: int, as_json: bool) -> None:
@@ -587,7 +590,7 @@ def jobs_show(ctx: Ctx, job_id: int, as_json: bool) -> None:
 
 
 @jobs.command("retry")
-@click.argument("job_id", type=int, required=False)
+@click.argument("job_id", type=JOB_ID, required=False)
 @click.option("--dead", "all_dead", is_flag=True, help="Retry every dead job.")
 @click.option("--queue", default=None, show_default="all", help="With --dead: only this queue.")
 @pass_ctx
@@ -610,7 +613,7 @@ def jobs_retry(ctx: Ctx, job_id: int | None, all_dead: bool, queue: str | None) 
 
 
 @jobs.command("cancel")
-@click.argument("job_id", type=int, required=False)
+@click.argument("job_id", type=JOB_ID, required=False)
 @click.option("--queue", default=None, help="Cancel every job of this queue (with the others).")
 @click.option("--task", default=None, help="Cancel every job of this task (with the others).")
 @click.option(
@@ -630,10 +633,10 @@ def jobs_cancel(
     state: str | None,
     yes: bool,
 ) -> None:
-    """Cancel one job by id, or every pending or running job matching --queue, --task and
-    --state (asks first, with the count, unless --yes).
+    """Cancel one job by id, or every pending, waiting or running job matching --queue,
+    --task and --state (asks first, with the count, unless --yes).
 
-    A pending job never runs; a running one's worker is told to stop (its handler sees
+    A pending or waiting job never runs; a running one's worker is told to stop (its handler sees
     ctx.cancelled) and its outcome is discarded. Cancelling a cancelled job is not an
     error."""
     filters = queue is not None or task is not None or state is not None
@@ -659,7 +662,7 @@ def jobs_cancel(
         click.echo(f"job {job_id} was already cancelled")
         return
     raise click.ClickException(
-        f"job {job_id} is {job.state.value}; only pending or running jobs can be cancelled"
+        f"job {job_id} is {job.state.value}; only pending, waiting or running jobs can be cancelled"
     )
 
 
@@ -687,8 +690,8 @@ def _cancel_many(
 
 
 def _describe_filters(queue: str | None, task: str | None, state: str | None) -> str:
-    """``pending or running jobs of task 'send' in queue 'mail'``."""
-    text = f"{state or 'pending or running'} jobs"
+    """``pending, waiting or running jobs of task 'send' in queue 'mail'``."""
+    text = f"{state or 'pending, waiting or running'} jobs"
     if task is not None:
         text += f" of task {task!r}"
     if queue is not None:
@@ -965,9 +968,10 @@ def dashboard(
 )  # fmt: skip
 @pass_ctx
 def metrics(ctx: Ctx, host: str, port: int) -> None:
-    """Serve /metrics for Prometheus alone, without the dashboard: the same gauges, read
-    from the database at every scrape (job counts, oldest due age, workers, paused
-    queues, limits)."""
+    """Serve /metrics for Prometheus alone, without the dashboard: the same gauges,
+    counters and histograms, read from the database at every scrape (job counts, oldest
+    due age, workers, paused queues, limits, attempts, durations); every task's series
+    are there at zero from the first scrape."""
     try:
         from .dashboard.metrics import serve_metrics
     except ImportError as exc:

@@ -15,8 +15,9 @@ figure is read through a partial index, and what each costs is bounded by what i
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+import json
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from .jobs import JobState
@@ -75,8 +76,9 @@ class Stats:
     oldest_pending_age_by_queue: dict[str, float] = field(default_factory=dict)
     workers: int = 0
     unserved: dict[str, int] = field(default_factory=dict)
-    """Pending jobs by task, for tasks no live worker has registered: they wait until a
-    worker that runs the task starts (a worker claims only the tasks it has)."""
+    """Pending jobs by task that no live worker would claim: none has registered the task,
+    or none that has serves the job's queue (``--queues``). They wait until such a worker
+    starts (a worker claims only the tasks it has, from the queues it serves)."""
     paused: list[str] = field(default_factory=list)
     """Queues paused with ``app.pause_queue``: workers claim none of their jobs."""
     capped: dict[str, list[str]] = field(default_factory=dict)
@@ -142,6 +144,18 @@ def capped_counts(
     return by_queue, {q: sorted(capped[q]) for q in sorted(capped)}
 
 
+def with_queues(stats: Stats, queues: Iterable[str]) -> Stats:
+    """``stats`` with every one of ``queues`` in its counts, all zeros where it has no
+    jobs: a queue that a task uses exists before its first job and after the pruner has
+    taken its last, and code that reads its counts should not have to know which."""
+    missing = set(queues) - set(stats.counts)
+    if not missing:
+        return stats
+    empty = {s.value: 0 for s in JobState}
+    counts = {**stats.counts, **{q: dict(empty) for q in missing}}
+    return replace(stats, counts={q: counts[q] for q in sorted(counts)})
+
+
 def limit_usages(
     waiting: Iterable[Sequence[Any]], running: Iterable[Sequence[Any]], most: int = LIMITS_SHOWN
 ) -> dict[str, LimitUsage]:
@@ -170,14 +184,47 @@ def oldest_due_ages(rows: Iterable[Sequence[Any]]) -> dict[str, float]:
     return ages
 
 
+@dataclass(frozen=True)
+class WorkerScope:
+    """What one live worker claims: jobs of its ``tasks`` in its ``queues`` (None: in
+    every queue)."""
+
+    tasks: frozenset[str]
+    queues: frozenset[str] | None
+
+    def serves(self, task: str, queue: str) -> bool:
+        return task in self.tasks and (self.queues is None or queue in self.queues)
+
+
+def worker_scope(tasks: str, queues: str | None) -> WorkerScope:
+    """A worker's scope from its row: both columns hold JSON lists (queues null: all)."""
+    names = json.loads(queues) if queues else None
+    return WorkerScope(frozenset(json.loads(tasks)), None if names is None else frozenset(names))
+
+
 def unserved_tasks(
-    pending_by_task: Iterable[Sequence[Any]], live_worker_tasks: Iterable[Iterable[str]]
+    pending_by_task: Iterable[Sequence[Any]],
+    scopes: Sequence[WorkerScope],
+    pending_queues: Iterable[str],
+    pending_in_queue: Callable[[str], Iterable[Sequence[Any]]],
 ) -> dict[str, int]:
-    """Pending counts of the tasks that no live worker runs, from ``(task, pending)`` rows
-    (a task may come in several, which add up)."""
-    served = {name for tasks in live_worker_tasks for name in tasks}
-    unserved: dict[str, int] = {}
+    """Pending counts, by task, of the jobs no live worker would claim: their task is run
+    by none, or by none that serves their queue. From ``(task, pending)`` rows (a task may
+    come in several, which add up), the queues that have pending jobs, and a way to ask
+    for one queue's ``(task, pending)`` rows: asked only of a queue where a task that some
+    worker runs is not run by a worker serving that queue (never, while every worker
+    serves every queue)."""
+    served = {name for scope in scopes for name in scope.tasks}
+    pending: dict[str, int] = {}
     for task, n in pending_by_task:
-        if task not in served:
-            unserved[task] = unserved.get(task, 0) + int(n)
+        pending[task] = pending.get(task, 0) + int(n)
+    unserved = {task: n for task, n in pending.items() if task not in served}
+    runnable = set(pending) & served
+    for queue in sorted(set(pending_queues)):
+        here = {name for s in scopes if s.queues is None or queue in s.queues for name in s.tasks}
+        if runnable <= here:
+            continue
+        for task, n in pending_in_queue(queue):
+            if task in served and task not in here:
+                unserved[task] = unserved.get(task, 0) + int(n)
     return unserved

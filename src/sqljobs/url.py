@@ -19,6 +19,22 @@ or CLI started from a URL alone can be told not to listen: on PostgreSQL behind 
 in transaction mode (no LISTEN), on SQLite where sockets beside the file are unwanted
 (workers read its change counter every few milliseconds instead). sqljobs takes them out
 before the URL reaches libpq."""
+LIBPQ_PARAMETERS = frozenset({
+    "application_name", "channel_binding", "client_encoding", "connect_timeout", "dbname",
+    "fallback_application_name", "gssdelegation", "gssencmode", "gsslib", "host", "hostaddr",
+    "keepalives", "keepalives_count", "keepalives_idle", "keepalives_interval", "krbsrvname",
+    "load_balance_hosts", "max_protocol_version", "min_protocol_version", "oauth_client_id",
+    "oauth_client_secret", "oauth_issuer", "oauth_scope", "options", "passfile", "password",
+    "port", "replication", "require_auth", "requirepeer", "scram_client_key",
+    "scram_server_key", "service", "ssl", "ssl_max_protocol_version",
+    "ssl_min_protocol_version", "sslcert", "sslcertmode", "sslcompression", "sslcrl",
+    "sslcrldir", "sslkey", "sslkeylogfile", "sslmode", "sslnegotiation", "sslpassword",
+    "sslrootcert", "sslsni", "target_session_attrs", "tcp_user_timeout", "user",
+})  # fmt: skip
+"""The connection parameters libpq (version 18) takes in a URL's query string, ``ssl``
+(its URI-only spelling of ``sslmode=require``) included: a PostgreSQL URL may carry these
+beside sqljobs's own. A name not here is looked up in the installed libpq before it is
+refused, so a newer libpq's parameters pass too."""
 _FLAGS = {"true": True, "on": True, "yes": True, "1": True,
           "false": False, "off": False, "no": False, "0": False}  # fmt: skip
 
@@ -72,6 +88,7 @@ def parse_url(url: str) -> DatabaseURL:
                 f"SQLite URL {shown} names no file: workers and enqueuers share the queue "
                 "through a file, e.g. sqlite:///jobs.db"
             )
+        _check_option_names(url, "sqlite")
         url_options(url)  # a bad value fails here, where the URL is given
         return DatabaseURL(url, "sqlite", path)
     if driver in ("postgresql", "postgres"):
@@ -81,6 +98,7 @@ def parse_url(url: str) -> DatabaseURL:
             raise ConfigurationError(f"malformed PostgreSQL URL {url!r}: {exc}") from None
         if not parts.hostname and not parts.path.strip("/") and not parts.query:
             raise ConfigurationError(f"PostgreSQL URL {shown} names no host or database")
+        _check_option_names(url, "postgresql")
         url_options(url)  # a bad value fails here, where the URL is given
         return DatabaseURL(url, "postgresql", "")
     raise ConfigurationError(
@@ -108,6 +126,48 @@ def check_sqlite_directory(url: str) -> None:
             f"(sqlite:///relative.db is relative to the working directory {os.getcwd()}, "
             "sqlite:////abs/path.db is absolute)"
         )
+
+
+def _check_option_names(url: str, scheme: str) -> None:
+    """Refuse an option the URL's engine would not use: SQLite would ignore it silently,
+    and libpq refuses it only at the first connection, without saying what it takes."""
+    names = [item.partition("=")[0] for item in url.partition("?")[2].split("&") if item]
+    if scheme == "sqlite":
+        known: frozenset[str] = frozenset(URL_OPTIONS)
+    else:
+        known = LIBPQ_PARAMETERS | frozenset(URL_OPTIONS)
+        if any(name not in known for name in names):
+            known |= _installed_libpq_parameters()
+    unknown = [name for name in names if name not in known]
+    if not unknown:
+        return
+    import difflib
+
+    name = unknown[0]
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    shown = redact_url(url)
+    if scheme == "sqlite":
+        raise ConfigurationError(
+            f"SQLite URL {shown!r}: unknown option {name!r}{hint}. A SQLite URL takes only "
+            "listen (?listen=false: no wake-up sockets, workers read the file's change "
+            "counter instead)"
+        )
+    raise ConfigurationError(
+        f"PostgreSQL URL {shown!r}: unknown option {name!r}{hint}. A PostgreSQL URL takes "
+        "sqljobs's listen (?listen=false: poll-only mode) and libpq's connection "
+        f"parameters: {', '.join(sorted(known - set(URL_OPTIONS)))}"
+    )
+
+
+def _installed_libpq_parameters() -> frozenset[str]:
+    """The parameters the installed libpq knows (none if psycopg is not installed: then
+    no connection is made anyway); asked only for a name not in LIBPQ_PARAMETERS."""
+    try:
+        from psycopg.pq import Conninfo
+    except ImportError:
+        return frozenset()
+    return frozenset(option.keyword.decode() for option in Conninfo.get_defaults())
 
 
 def url_options(url: str) -> tuple[str, dict[str, bool]]:

@@ -30,7 +30,7 @@ from ..notifiers.base import Notifier
 from ..retention import KEY_RETENTION
 from ..rollup import MetricAmount
 from ..schedules import Schedule, ScheduleState, Tick, TickResult
-from ..stats import Stats
+from ..stats import Stats, WorkerScope
 from ..tasks import TaskInfo
 
 
@@ -253,6 +253,9 @@ class Backend(Protocol):
     def served_tasks(self) -> set[str]:
         """The task names that live workers run."""
 
+    def worker_scopes(self) -> list[WorkerScope]:
+        """What each live worker claims: its tasks, and its queues (None: every queue)."""
+
     def get_job(self, job_id: int) -> Job | None: ...
 
     def list_jobs(
@@ -367,6 +370,10 @@ class Backend(Protocol):
 
     def metric_totals(self) -> list[MetricAmount]:
         """Every amount of the totals table (never pruned: Prometheus's counters)."""
+
+    def metric_label_sets(self) -> list[tuple[str, str, bool]]:
+        """``(queue, task, scheduled)``: each task of the catalogue (scheduled False) and
+        each schedule's task (True), with its queue."""
 
     def prune_metric_minutes(self, before: float, limit: int = 1000) -> int:
         """Delete up to ``limit`` minutes of the rollup older than ``before``; return the

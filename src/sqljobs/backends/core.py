@@ -36,10 +36,12 @@ from ..stats import (
     COUNT_CAP,
     LIMITS_SHOWN,
     Stats,
+    WorkerScope,
     capped_counts,
     limit_usages,
     oldest_due_ages,
     unserved_tasks,
+    worker_scope,
 )
 from ..tasks import TaskInfo
 from .base import Decide, EffectRecord, WorkerInfo
@@ -305,6 +307,10 @@ class BackendCore(Dialect):
         live = self._query("live_workers", {"now": self.now()}).pick("tasks")
         return {name for (tasks,) in live for name in json.loads(tasks)}
 
+    def worker_scopes(self) -> list[WorkerScope]:
+        live = self._query("live_workers", {"now": self.now()}).pick("tasks", "queues")
+        return [worker_scope(tasks, queues) for tasks, queues in live]
+
     # -- inspection and admin -------------------------------------------------------------
 
     def stats(self) -> Stats:
@@ -325,8 +331,14 @@ class BackendCore(Dialect):
         rows = counted.pick("queue", "state", "jobs") + [(q, "pending", n) for q, n, _ in pending]
         counts, capped = capped_counts(rows, COUNT_CAP)
         ages = oldest_due_ages((queue, age) for queue, _, age in pending)
-        live = [json.loads(t) for (t,) in query("live_workers", {"now": now}).pick("tasks")]
-        unserved = unserved_tasks(query("pending_by_task").pick("task", "pending"), live)
+        workers = query("live_workers", {"now": now}).pick("tasks", "queues")
+        live = [worker_scope(tasks, queues) for tasks, queues in workers]
+
+        def in_queue(queue: str) -> list[tuple[Any, ...]]:
+            return query("pending_by_task_in_queue", {"queue": queue}).pick("task", "pending")
+
+        by_task = query("pending_by_task").pick("task", "pending")
+        unserved = unserved_tasks(by_task, live, [queue for queue, _, _ in pending], in_queue)
         states = query("queue_states").pick("name", "paused")
         paused = sorted(name for name, on in states if on)
         oldest = max(ages.values()) if ages else None
@@ -614,6 +626,10 @@ class BackendCore(Dialect):
         columns = ("queue", "task", "outcome", "series", "le", "amount")
         found = self._query("metric_totals").pick(*columns)
         return [MetricAmount(q, t, o, s, float(le), float(n)) for q, t, o, s, le, n in found]
+
+    def metric_label_sets(self) -> list[tuple[str, str, bool]]:
+        found = self._query("metric_label_sets").pick("queue", "task", "scheduled")
+        return [(queue, task, bool(scheduled)) for queue, task, scheduled in found]
 
     def prune_metric_minutes(self, before: float, limit: int = 1000) -> int:
         params = {"before": before, "limit": limit}

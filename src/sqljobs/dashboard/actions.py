@@ -82,7 +82,9 @@ def cancel(app: App, job_id: int) -> Outcome:
     if job.state is JobState.CANCELLED:
         return done(f"job {job_id} was already cancelled", note="already cancelled")
     return refused(
-        409, f"job {job_id} is {job.state.value}; only pending or running jobs can be cancelled"
+        409,
+        f"job {job_id} is {job.state.value}; only pending, waiting or running jobs can be "
+        "cancelled",
     )
 
 

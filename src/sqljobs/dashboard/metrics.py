@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest, start_http_server
 from prometheus_client.core import (
@@ -24,6 +24,7 @@ from prometheus_client.registry import Collector
 from ..app import App
 from ..jobs import JobState
 from ..rollup import BUCKET_BOUNDS, INF, AttemptOutcome, MetricAmount, Series
+from ..stats import CAPPED_STATES
 
 
 class StatsCollector(Collector):
@@ -43,13 +44,13 @@ class StatsCollector(Collector):
         yield jobs
         capped = GaugeMetricFamily(
             "sqljobs_jobs_count_capped",
-            f"1 where sqljobs_jobs stopped counting at {stats.count_cap} (done and cancelled "
-            "jobs are counted up to a cap per queue, so a scrape never reads them all).",
+            f"1 where sqljobs_jobs stopped counting at {stats.count_cap}, else 0 (done and "
+            "cancelled jobs are counted up to a cap per queue, so a scrape never reads them all).",
             labels=["queue", "state"],
         )
-        for queue, states in sorted(stats.capped.items()):
-            for state_name in states:
-                capped.add_metric([queue, state_name], 1)
+        for queue in sorted(stats.counts):
+            for state in CAPPED_STATES:
+                capped.add_metric([queue, state.value], 1 if stats.is_capped(state, queue) else 0)
         yield capped
         age = GaugeMetricFamily(
             "sqljobs_oldest_pending_age_seconds",
@@ -97,6 +98,7 @@ class RollupCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         totals = self.app.metric_totals()
+        tasks, scheduled = self.app.metric_label_sets()
         attempts = CounterMetricFamily(
             "sqljobs_attempts",
             "Attempts that ended, by outcome: done, retried (raised, runs again), dead (will "
@@ -113,7 +115,11 @@ class RollupCollector(Collector):
             "Attempts that raised or timed out and were scheduled to run again.",
             labels=["queue", "task"],
         )
-        for (queue, task, outcome), count in sorted(_counts(totals).items()):
+        # a series exists from the first scrape, at zero, for every task known: a rate or
+        # quantile over it is 0 or empty rather than absent until a worker's first flush
+        counts = {(q, t, o.value): 0.0 for q, t in tasks for o in AttemptOutcome}
+        counts.update(_counts(totals))
+        for (queue, task, outcome), count in sorted(counts.items()):
             attempts.add_metric([queue, task, outcome], count)
             if outcome == AttemptOutcome.LEASE_EXPIRED:
                 expiries.add_metric([queue, task], count)
@@ -127,21 +133,23 @@ class RollupCollector(Collector):
             "How long attempts ran, by outcome (for lease_expired and crashed: how long the "
             "attempt held its job until the rescuer ended it).",
             ["queue", "task", "outcome"],
-            _by_labels(totals, Series.DURATION, Series.DURATION_SUM, with_outcome=True),
+            _zeros((q, t, AttemptOutcome.DONE.value) for q, t in tasks)
+            | _by_labels(totals, Series.DURATION, Series.DURATION_SUM, with_outcome=True),
         )
         yield _histogram(
             "sqljobs_enqueue_to_start_seconds",
             "From a job's due time (its run_at, or its enqueue if later) to its handler's "
             "start, per attempt.",
             ["queue", "task"],
-            _by_labels(totals, Series.WAIT, Series.WAIT_SUM, with_outcome=False),
+            _zeros(tasks) | _by_labels(totals, Series.WAIT, Series.WAIT_SUM, with_outcome=False),
         )
         yield _histogram(
             "sqljobs_schedule_lag_seconds",
             "How late a schedule's tick enqueued its job, against the tick's planned time, "
             "by the task and queue it enqueued.",
             ["queue", "task"],
-            _by_labels(totals, Series.SCHEDULE_LAG, Series.SCHEDULE_LAG_SUM, with_outcome=False),
+            _zeros(scheduled)
+            | _by_labels(totals, Series.SCHEDULE_LAG, Series.SCHEDULE_LAG_SUM, with_outcome=False),
         )
 
 
@@ -150,6 +158,11 @@ Labels = tuple[str, ...]
 
 def _counts(totals: list[MetricAmount]) -> dict[tuple[str, str, str], float]:
     return {(a.queue, a.task, a.outcome): a.amount for a in totals if a.series == Series.ATTEMPTS}
+
+
+def _zeros(label_sets: Iterable[Labels]) -> dict[Labels, tuple[dict[float, float], float]]:
+    """A histogram series with nothing counted yet, per label set."""
+    return {labels: ({}, 0.0) for labels in label_sets}
 
 
 def _by_labels(

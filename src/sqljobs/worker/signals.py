@@ -65,6 +65,16 @@ class Signals(WorkerState):
         if not self.config.install_signal_handlers:
             return {}
         if threading.current_thread() is not threading.main_thread():
+            # Python lets only the main thread install handlers: say so, or SIGTERM would
+            # kill the process (jobs in hand left to the reaper) with no hint why
+            log.warning(
+                "worker %s runs on thread %r, not the main thread: it installs no SIGTERM or "
+                "SIGINT handler, so a SIGTERM will not drain it. Run it on the main thread, "
+                "or forward signals from there with worker.handle_signal(signum) (or stop it "
+                "with worker.stop()), and pass install_signal_handlers=False to say so",
+                self.id,
+                threading.current_thread().name,
+            )
             return {}
         restore: dict[int, Any] = {}
         self._start_relay()

@@ -27,6 +27,13 @@ GROUP BY minute, outcome
 -- name: metric_totals
 SELECT queue, task, outcome, series, le, amount FROM {schema}.sqljobs_metric_totals
 
+-- name: metric_label_sets
+-- What the metrics show before anything is counted: each task of the catalogue (workers
+-- write it when they start) with its queue, and each schedule's task and queue.
+SELECT queue, name AS task, 0 AS scheduled FROM {schema}.sqljobs_tasks
+UNION
+SELECT queue, task, 1 AS scheduled FROM {schema}.sqljobs_schedules
+
 -- name: prune_metric_minutes
 -- Up to %(limit)s whole minutes older than %(before)s (each a few rows per task and outcome).
 DELETE FROM {schema}.sqljobs_metric_minutes WHERE minute IN (

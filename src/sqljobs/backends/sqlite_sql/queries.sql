@@ -308,9 +308,22 @@ UNION ALL
 SELECT task, count(*) AS pending FROM sqljobs_jobs
 WHERE state = 'pending' AND crashes >= 2 AND limit_key IS NULL GROUP BY task
 
+-- name: pending_by_task_in_queue
+-- One queue's pending jobs by task, through the same indexes (the claim index by queue):
+-- asked only for a queue where some task's jobs may find no live worker that serves it.
+SELECT task, count(*) AS pending FROM sqljobs_jobs
+WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL AND queue = :queue GROUP BY task
+UNION ALL
+SELECT task, count(*) AS pending FROM sqljobs_jobs
+WHERE state = 'pending' AND limit_key IS NOT NULL AND queue = :queue GROUP BY task
+UNION ALL
+SELECT task, count(*) AS pending FROM sqljobs_jobs
+WHERE state = 'pending' AND crashes >= 2 AND limit_key IS NULL AND queue = :queue GROUP BY task
+
 -- name: live_workers
--- The task names each live worker runs (a JSON list per worker).
-SELECT tasks FROM sqljobs_workers WHERE last_seen >= :now - 2.5 * heartbeat_interval
+-- The task names each live worker runs (a JSON list per worker) and the queues it serves
+-- (a JSON list, or null: every queue).
+SELECT tasks, queues FROM sqljobs_workers WHERE last_seen >= :now - 2.5 * heartbeat_interval
 
 -- name: get_job
 SELECT id, queue, task, payload, key, state, priority, run_at, created_at, attempts,

@@ -23,6 +23,13 @@ GROUP BY minute, outcome
 -- name: metric_totals
 SELECT queue, task, outcome, series, le, amount FROM sqljobs_metric_totals
 
+-- name: metric_label_sets
+-- What the metrics show before anything is counted: each task of the catalogue (workers
+-- write it when they start) with its queue, and each schedule's task and queue.
+SELECT queue, name AS task, 0 AS scheduled FROM sqljobs_tasks
+UNION
+SELECT queue, task, 1 AS scheduled FROM sqljobs_schedules
+
 -- name: prune_metric_minutes
 -- Up to :limit whole minutes older than :before (each a few rows per task and outcome).
 DELETE FROM sqljobs_metric_minutes WHERE minute IN (
