@@ -77,8 +77,9 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
             )
         self.app = app
         self.config = config or WorkerConfig(**options)
-        leases = [t.lease for t in app.tasks.values()] or [app.default_lease]
-        self.shortest_lease = min([*leases, app.default_lease])
+        # the leases its claims give (each registered task's own, whatever queue a job of
+        # it was sent to: a worker claims no other task), not the App's default_lease
+        self.shortest_lease = min(t.lease for t in app.tasks.values())
         self.drain_timeout = self.config.checked_drain_timeout(self.shortest_lease)
         self.id = self.config.worker_id or (
             f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
