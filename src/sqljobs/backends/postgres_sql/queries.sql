@@ -145,6 +145,8 @@ SELECT d.ids, c.* FROM (
 LEFT JOIN claimed AS c ON true
 
 -- name: claim_suspect
+-- A job that was in two workers that crashed, claimed to run alone once the worker has
+-- emptied: `prefetched` (not started) until then, so a crash meanwhile does not blame it.
 WITH picked AS MATERIALIZED (
     SELECT id FROM {schema}.sqljobs_jobs
     WHERE state = 'pending' AND run_at <= now() AND crashes >= 2
@@ -157,7 +159,7 @@ WITH picked AS MATERIALIZED (
 )
 UPDATE {schema}.sqljobs_jobs AS j
 SET state = 'running', attempts = j.attempts + 1, token = j.token + 1,
-    worker = %(worker)s, started_at = now(), prefetched = false,
+    worker = %(worker)s, started_at = now(), prefetched = true,
     lease = coalesce((%(leases)s::jsonb ->> j.task)::float8, j.lease),
     lease_until = now() + make_interval(secs => coalesce((%(leases)s::jsonb ->> j.task)::float8,
                                                          j.lease))

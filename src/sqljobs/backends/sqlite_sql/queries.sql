@@ -46,10 +46,11 @@ RETURNING id, task, payload, queue, priority, attempts AS attempt, token, lease,
 
 -- name: claim_suspect
 -- A job that was in two workers that crashed is claimed alone and run alone, so a
--- further crash is blamed on it and not on innocent jobs that ran beside it.
+-- further crash is blamed on it and not on innocent jobs that ran beside it. It waits
+-- for the worker to empty `prefetched` (not started): a crash meanwhile does not blame it.
 UPDATE sqljobs_jobs
 SET state = 'running', attempts = attempts + 1, token = token + 1,
-    worker = :worker, started_at = :now, prefetched = 0,
+    worker = :worker, started_at = :now, prefetched = 1,
     lease = coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease),
     lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
 WHERE id IN (
