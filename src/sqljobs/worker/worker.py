@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends import worker_options
 from ..backends.base import Backend, WorkerInfo
 from ..errors import BackendError, ConfigurationError
-from ..jobs import ClaimedJob, Outcome
+from ..jobs import ClaimedJob, HeldJob, Outcome
 from ..maintenance import Pruner, Reaper, Scheduler
 from ..rollup import Meter
 from .claiming import Claiming
@@ -108,6 +108,9 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         self._drain_deadline = 0.0
         self._heartbeat_requested = False
         self._suspect: ClaimedJob | None = None  # claimed, waiting to run alone
+        self._holds: dict[tuple[int, int], bool] = {}
+        self._ended_holds: set[tuple[int, int]] = set()
+        self._unhold: list[HeldJob] = []
         self._solo: int | None = None  # id of the suspect running alone
         self._backend: Backend | None = None
         self._checks_changes = False
