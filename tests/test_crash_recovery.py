@@ -8,7 +8,7 @@ import time
 from sqljobs import App, JobState
 from sqljobs.maintenance import Reaper
 
-from .conftest import Runs, Spawn, wait_until
+from .conftest import Runs, Spawn, db_execute, wait_until
 
 
 def test_a_worker_killed_mid_job_loses_nothing(app: App, spawn: Spawn, runs: Runs) -> None:
@@ -94,3 +94,44 @@ def test_a_crash_blames_only_the_job_that_ran_not_the_one_waiting_in_the_buffer(
     assert handed_back == [
         f"job {waited}: its worker is gone and never started it (no attempt charged) -> pending"
     ]
+
+
+def test_a_suspect_waiting_to_run_alone_is_not_blamed_when_its_worker_dies(
+    app: App, spawn: Spawn, runs: Runs
+) -> None:
+    """A job from two crashed workers is claimed, then waits for the worker to empty so it
+    can run alone: a crash while it waits is not its doing. It goes back uncharged, still a
+    suspect, not ``dead`` ("crashed its worker 3 times" for a run it never had)."""
+    busy = app.enqueue("record", args=["busy", 30], known=False).id
+    victim = spawn("--concurrency", "1", "--poll-interval", "0.2", lease=2.0)
+    wait_until(lambda: runs.started_by(victim.pid) == ["busy"], what="the busy job to start")
+    suspect = app.enqueue("record", args=["suspect"], known=False, delay=3600).id
+    db_execute(
+        app,
+        "UPDATE sqljobs_jobs SET crashes = 2, run_at = 0 WHERE id = ?",
+        "UPDATE sqljobs_jobs SET crashes = 2, run_at = now() - interval '1 s' WHERE id = ?",
+        (suspect,),
+    )
+
+    def held(job_id: int) -> bool:
+        job = app.get_job(job_id)
+        return job is not None and job.state is JobState.RUNNING
+
+    wait_until(lambda: held(suspect), timeout=20, what="the worker to claim the suspect")
+    assert held(busy), "the suspect waits: the worker still runs another job"
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=10)
+    reaper = Reaper(app.backend)
+
+    def all_reaped() -> bool:
+        reaper.run_once()
+        return app.stats().total("running") == 0
+
+    wait_until(all_reaped, timeout=20, what="both jobs reaped")
+    job = app.get_job(suspect)
+    assert job is not None
+    assert job.state is JobState.PENDING and job.crashes == 2 and job.attempts == 0
+    assert [h["outcome"] for h in job.history] == ["worker_died_before_start"]
+    assert runs.started_by(victim.pid) == ["busy"]
+    ran = app.get_job(busy)
+    assert ran is not None and ran.crashes == 1

@@ -296,6 +296,104 @@ def test_a_cancelled_buffered_job_gives_its_slot_back(app: App) -> None:
         assert later.result(timeout=10) == "later"
 
 
+class Stubborn:
+    """A handler that ignores ctx.cancelled and its timeout: it runs until released, and
+    says when each run began and ended."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.lock = threading.Lock()
+        self.began: dict[str, float] = {}
+        self.ended: dict[str, float] = {}
+
+    def run(self, name: str) -> str:
+        with self.lock:
+            self.began[name] = time.monotonic()
+        if name == "first":
+            self.release.wait(30)
+        with self.lock:
+            self.ended[name] = time.monotonic()
+        return name
+
+
+def _marker(app: App) -> Any:
+    """An unlimited task: each of its jobs run start to end is a claim pass of the worker."""
+
+    @app.task(name="marker")
+    def marker(n: int) -> int:
+        return n
+
+    return marker
+
+
+def _second_waits_for_the_first(
+    app: App, stubborn: Stubborn, log: EventLog, first: int, marker: Any
+) -> None:
+    """With the first job out of `running` but its handler running on, the worker makes
+    claim passes and the second, limited, job stays pending; once the handler returns,
+    the second starts, after it."""
+    for n in range(3):  # each a claim pass after the first left `running`
+        assert marker.enqueue(n).result(timeout=10) == n
+    assert "second" not in stubborn.began, "a second handler started beside the first"
+    second = app.get_job(first + 1)
+    assert second is not None and second.state is JobState.PENDING
+    stubborn.release.set()
+    log.wait("finished", job_id=first + 1, timeout=10)
+    assert stubborn.began["second"] >= stubborn.ended["first"]
+
+
+def test_a_cancelled_handler_that_runs_on_keeps_its_slot_until_it_returns(app: App) -> None:
+    """SPEC: a running job becomes `cancelled` and its concurrency slot is held until its
+    handler has ended. A handler that ignores ctx.cancelled keeps it until it returns."""
+    stubborn = Stubborn()
+
+    @app.task(concurrency=1, lease=1.0)
+    def limited(name: str) -> str:
+        return stubborn.run(name)
+
+    first, marker = limited.enqueue("first").id, _marker(app)
+    with worker_thread(app, concurrency=2, on_event=(log := EventLog())):
+        wait_until(lambda: "first" in stubborn.began, what="the first handler to begin")
+        assert limited.enqueue("second").id == first + 1
+        app.cancel(first)
+        log.wait("cancelled", job_id=first, timeout=10)
+        cancelled = app.get_job(first)
+        assert cancelled is not None and cancelled.state is JobState.CANCELLED
+        held_until = cancelled.lease_until
+        assert held_until is not None
+
+        def renewed() -> bool:  # the hold outlives the lease it had: the heartbeat renews it
+            job = app.get_job(first)
+            return job is not None and (job.lease_until or 0) > held_until + 0.5
+
+        wait_until(renewed, timeout=10, what="the worker to renew the held slot")
+        _second_waits_for_the_first(app, stubborn, log, first, marker)
+    job = app.get_job(first)
+    assert job is not None and job.lease_until is None, "the slot was given back"
+
+
+def test_a_timed_out_handler_that_runs_on_keeps_its_slot_until_it_returns(app: App) -> None:
+    """A handler past its timeout is given up (the attempt fails and is retried or ends
+    dead) but its thread runs on: the slot stays taken until it returns."""
+    from sqljobs import Retry
+
+    stubborn = Stubborn()
+
+    @app.task(concurrency=1, lease=30, timeout=0.2, retry=Retry(max_attempts=1))
+    def limited(name: str) -> str:
+        return stubborn.run(name)
+
+    first, marker = limited.enqueue("first").id, _marker(app)
+    with worker_thread(app, concurrency=2, on_event=(log := EventLog())):
+        wait_until(lambda: "first" in stubborn.began, what="the first handler to begin")
+        assert limited.enqueue("second").id == first + 1
+        log.wait("timed_out", job_id=first, timeout=10)
+        wait_until(lambda: app.get_job(first).state is JobState.DEAD)  # type: ignore[union-attr]
+        _second_waits_for_the_first(app, stubborn, log, first, marker)
+    job = app.get_job(first)
+    assert job is not None and job.lease_until is None, "the slot was given back"
+
+
 # -- limits on whole queues ----------------------------------------------------------------
 
 

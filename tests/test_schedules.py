@@ -247,6 +247,35 @@ def test_overlap_skip_enqueues_nothing_while_a_run_is_pending_or_running(url: st
     assert len(keys_of(app, "schedule:relaxed:")) == 4, "another schedule is never held up"
 
 
+def test_overlap_skip_waits_for_a_cancelled_run_whose_handler_runs_on(url: str) -> None:
+    """A run cancelled while running keeps its lease while its handler runs on (its worker
+    renews it): the schedule counts it as running until the worker says it ended."""
+    app, clock = frozen_app(url, 1_800_000_000.0)
+    app.schedule("exclusive", every=1, task="t", overlap="skip", known=False)
+    scheduler = Scheduler(app, app.backend)
+    clock.advance(1)
+    scheduler.run_once()
+    first_id = state(app, "exclusive").last_job_id
+    held = (
+        "UPDATE sqljobs_jobs SET state = 'cancelled', lease_until = ? WHERE id = ?",
+        "UPDATE sqljobs_jobs SET state = 'cancelled', "
+        "lease_until = now() + make_interval(secs => %s) WHERE id = %s",
+    )
+    hour = 3600.0
+    sqlite_until = clock() + hour  # (SQLite leases are read by the App's clock)
+    db_execute(app, *held, params=(hour if is_pg(app) else sqlite_until, first_id))
+    clock.advance(1)
+    scheduler.run_once()
+    assert state(app, "exclusive").last_outcome == "skipped_overlap"
+    handle = app.run_schedule_now("exclusive")
+    assert (handle.id, handle.created) == (first_id, False), "run-now obeys it too"
+    db_execute(app, "UPDATE sqljobs_jobs SET lease_until = NULL WHERE id = ?", params=(first_id,))
+    clock.advance(1)
+    scheduler.run_once()
+    assert state(app, "exclusive").last_outcome == "enqueued"
+    assert len(keys_of(app, "schedule:exclusive:")) == 2
+
+
 @pytest.mark.parametrize("misfire", ["catch_up_once", "skip"])
 def test_misfire_policy_after_ten_seconds_of_downtime(url: str, misfire: str) -> None:
     app, clock = frozen_app(url, 1_800_000_000.0)

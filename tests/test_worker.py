@@ -197,6 +197,27 @@ def test_a_drain_timeout_not_shorter_than_the_lease_is_refused(app: App) -> None
         sqljobs.Worker(app, drain_timeout=5)
 
 
+def test_the_drain_timeout_is_held_to_the_leases_of_the_tasks_the_worker_runs(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The App's default_lease (30 s) is no task's lease here: it neither refuses a drain
+    timeout of 120 s nor shows in the banner as the shortest lease."""
+
+    @app.task(lease=600)
+    def long_lived() -> None: ...
+
+    assert app.default_lease < 120
+    worker = sqljobs.Worker(app, drain_timeout=120, install_signal_handlers=False)
+    assert worker.shortest_lease == 600 and worker.drain_timeout == 120
+    with pytest.raises(ConfigurationError, match="shortest lease of this worker's tasks, 600 s"):
+        sqljobs.Worker(app, drain_timeout=600)
+    caplog.set_level(logging.INFO, logger="sqljobs.worker")
+    with worker_thread(app, drain_timeout=120):
+        wait_until(lambda: any("started on" in r.getMessage() for r in caplog.records))
+    banner = next(r.getMessage() for r in caplog.records if "started on" in r.getMessage())
+    assert "shortest lease 600 s" in banner and "drain timeout 120 s" in banner
+
+
 def test_a_local_enqueue_wakes_the_worker_at_once(app: App) -> None:
     started: list[float] = []
 

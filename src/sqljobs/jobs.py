@@ -117,7 +117,9 @@ class Outcome:
     or ``dead``. ``delay`` (seconds from the backend's now) sets a retry's ``run_at``.
     ``uncharge`` gives the attempt back (a release at shutdown). ``result`` is the
     handler's return value as JSON text (None: nothing to store); ``progress`` the job's
-    last reported progress (JSON text) that no flush has written yet.
+    last reported progress (JSON text) that no flush has written yet. ``hold``: the
+    handler still runs (it timed out): the row keeps its lease, and so the job's
+    concurrency slot, until the worker says the handler ended (see ``Backend.hold_slots``).
     """
 
     job_id: int
@@ -133,6 +135,7 @@ class Outcome:
     crashes: int = 0
     result: str | None = None
     progress: str | None = None
+    hold: bool = False
 
     @property
     def plain(self) -> bool:

@@ -161,6 +161,13 @@ class Backend(Protocol):
     def renew_leases(self, worker: str, held: Sequence[HeldJob]) -> set[int]:
         """Extend the lease of every held job (fenced) in one statement; mark the worker seen."""
 
+    def hold_slots(self, keep: Sequence[HeldJob], end: Sequence[HeldJob]) -> None:
+        """Handlers that run on after their job left ``running`` (cancelled, or timed out
+        with an ``Outcome.hold``): renew the lease of those in ``keep``, so their rows go on
+        holding the job's concurrency slot and its schedule's overlap, and clear it for
+        those in ``end``, whose handlers have ended (fenced by token; rare: its own
+        transaction)."""
+
     def rescue_jobs(
         self, decide: Decide, worker: str | None = None, limit: int = 500
     ) -> list[Outcome]:

@@ -528,7 +528,8 @@ class BackendCore(Dialect):
         return bool(found and found[0])
 
     def limit_usage(self, key: str, window: float) -> tuple[int, int]:
-        params = {"key": key, "window": window, "since": self.now() - window}
+        now = self.now()
+        params = {"key": key, "window": window, "since": now - window, "now": now}
         found = self._query("limit_usage", params).first("running", "starts")
         return (int(found[0]), int(found[1])) if found else (0, 0)
 

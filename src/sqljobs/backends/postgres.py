@@ -649,6 +649,17 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         }
         return {job_id for (job_id,) in self._change("renew_leases", params).pick("id")}
 
+    def hold_slots(self, keep: Sequence[HeldJob], end: Sequence[HeldJob]) -> None:
+        def work(conn: psycopg.Connection[Any]) -> None:
+            if keep:
+                conn.execute(self.sql["renew_holds"], _held(keep))
+            if end:
+                params = {**_held(end), "channel": self.notifier.channel}
+                conn.execute(self.sql["end_holds"], params)
+
+        if keep or end:
+            self._write(work)
+
     def save_progress(self, reports: Sequence[tuple[HeldJob, str]]) -> set[int]:
         if not reports:
             return set()
@@ -744,6 +755,11 @@ def _began(started: Sequence[HeldJob]) -> dict[str, str]:
     }
 
 
+def _held(held: Sequence[HeldJob]) -> dict[str, str]:
+    """The ids and fencing tokens of held jobs, as the statements' two arrays."""
+    return {"ids": int_array(h.id for h in held), "tokens": int_array(h.token for h in held)}
+
+
 def _fenced(outcomes: Sequence[Outcome]) -> dict[str, str]:
     """The ids and fencing tokens a batch of outcomes is conditional on."""
     return {
@@ -781,6 +797,7 @@ def _finish_params(
         "histories": [None if o.history is None else json.dumps(o.history) for o in outcomes],
         "results": [o.result for o in outcomes],
         "progresses": [o.progress for o in outcomes],
+        "holds": [o.hold for o in outcomes],
         "channel": channel,
         "with_children": with_children,
     }

@@ -454,10 +454,11 @@ class SqliteBackend(JobBrowser, ScheduleStore):
         keys = self._limited_keys(conn)
         if not keys:
             return []
-        running = dict(conn.execute(Q["limit_running"], {"keys": json.dumps(keys)}).fetchall())
         sql, params = self._claim_statement("limited_candidates", claim)
         params.update(most=claim.limit, keys=json.dumps(keys))
         now = params["now"]
+        counted = {"keys": json.dumps(keys), "now": now}
+        running = dict(conn.execute(Q["limit_running"], counted).fetchall())
         by_key: dict[str, list[Any]] = {}  # each key's rows in claim order: the first win
         for row in sorted(conn.execute(sql, params).fetchall(), key=_claim_order):
             by_key.setdefault(row[6], []).append(row)
@@ -568,6 +569,18 @@ class SqliteBackend(JobBrowser, ScheduleStore):
             renewed = result(conn.execute(Q["renew_leases"], {"held": packed, "now": now}))
         return {job_id for (job_id,) in renewed.pick("id")}
 
+    def hold_slots(self, keep: Sequence[HeldJob], end: Sequence[HeldJob]) -> None:
+        now = self.now()
+        with self._writing() as conn:
+            if keep:
+                held = json.dumps([[h.id, h.token] for h in keep])
+                conn.execute(Q["renew_holds"], {"held": held, "now": now})
+            if end:
+                held = json.dumps([[h.id, h.token] for h in end])
+                freed = conn.execute(Q["end_holds"], {"held": held}).fetchall()
+                if freed:  # slots came free: workers of those queues may claim
+                    self._made_work(sorted({queue for (queue,) in freed}))
+
     def save_progress(self, reports: Sequence[tuple[HeldJob, str]]) -> set[int]:
         if not reports:
             return set()
@@ -627,6 +640,7 @@ def _outcome_params(o: Outcome, now: float) -> dict[str, Any]:
         "history": None if o.history is None else json.dumps(o.history),
         "result": o.result,
         "progress": o.progress,
+        "hold": 1 if o.hold else 0,
     }
 
 

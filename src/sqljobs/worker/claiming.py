@@ -209,11 +209,15 @@ class Claiming(WorkerState):
 
     def _take_suspect(self, backend: Backend, look: bool) -> None:
         """Claim a job that was in a crashed worker (if ``look``), then run it once nothing
-        else runs."""
+        else runs. It was claimed not started (``prefetched``): the database learns that it
+        starts before its handler runs, so a crash of this worker while it waited does not
+        blame it, and one while it runs does."""
         if look and self._suspect is None and self._solo not in self.inflight:
             self._suspect = backend.claim_suspect(self.id, self.config.queues, self._leases)
         if self._suspect is not None and not self.inflight and not self.lanes_busy:
-            job, self._suspect = self._suspect, None
+            job = self._suspect  # (if this write fails, it stays held, to try again)
+            backend.finish_jobs((), [HeldJob(job.id, job.token)])  # rare: its own statement
+            self._suspect = None
             self._solo = job.id
             self.counters["suspects"] += 1
             self.counters["claimed"] += 1

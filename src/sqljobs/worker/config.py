@@ -12,7 +12,9 @@ class WorkerConfig:
     """How a worker process runs.
 
     ``drain_timeout`` bounds the wait for in-flight jobs at shutdown; it must be shorter
-    than the shortest lease, so held jobs are released before anyone could reap them.
+    than the shortest lease of the tasks the worker runs (the App's ``default_lease`` counts
+    only through tasks that took it), so held jobs are released before anyone could reap
+    them.
     ``heartbeat=False`` stops lease renewal (for demonstrating what a lease alone does).
     ``supervisor_pid``, set by ``--processes``, makes the worker drain and exit if its
     supervisor dies, instead of living on as an orphan.
@@ -84,7 +86,8 @@ class WorkerConfig:
         if self.drain_timeout >= shortest_lease:
             raise ConfigurationError(
                 f"drain_timeout {self.drain_timeout:g} s is not shorter than the shortest "
-                f"lease {shortest_lease:g} s: jobs still held at the end of the drain could "
-                "already have been reaped and re-run; lower drain_timeout or raise the lease"
+                f"lease of this worker's tasks, {shortest_lease:g} s: jobs still held at the "
+                "end of the drain could already have been reaped and re-run; lower "
+                "drain_timeout or raise that task's lease"
             )
         return self.drain_timeout

@@ -12,7 +12,7 @@ from typing import Any
 from ..backends.base import Backend
 from ..context import JobContext
 from ..errors import PayloadError
-from ..jobs import ClaimedJob, JobState, Outcome
+from ..jobs import ClaimedJob, HeldJob, JobState, Outcome
 from ..payload import decode
 from ..rollup import AttemptOutcome
 from .events import EventKind
@@ -122,6 +122,8 @@ class Dispatching(WorkerState):
                 abandoned.discard(run)
                 freed = True  # its thread is free again
             if run.closed:
+                if self._holds:
+                    self._handler_ended(run)
                 self._late_result(run, outcome)
                 continue
             run.closed = True
@@ -217,6 +219,12 @@ class Dispatching(WorkerState):
         for outcome in batch:
             job_id, state = outcome.job_id, outcome.state
             attempt = job_id, outcome.token
+            if outcome.hold:  # the row holds the slot now; or its handler ended meanwhile
+                if attempt in self._ended_holds:
+                    self._ended_holds.discard(attempt)
+                    self._unhold.append(HeldJob(*attempt))
+                elif attempt in self._holds:
+                    self._holds[attempt] = True
             job = finishing.pop(attempt, None) if finishing else None
             taken = metered.pop(attempt, None)
             if job_id not in written:

@@ -48,6 +48,8 @@ class Draining(WorkerState):
             # taken off the thread queue, so no thread will report it: a given-up run
             # (a cancelled or lost buffered job) must not hold a slot for ever
             self._abandoned.discard(run)
+            if self._holds:
+                self._handler_ended(run)
             outcomes.append(handed_back(run.job, label, self.id, run.started_wall, wall))
         if not outcomes:
             return

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import replace
 
 from ..backends.base import Backend
 from ..jobs import HeldJob
@@ -44,6 +45,14 @@ class Upkeep(WorkerState):
             t.progress = now + PROGRESS_INTERVAL
         if self._abandoned:
             self._check_cancelled_handlers(now)
+        if self._unhold:  # a slot held for a handler that ran on is free: say so now
+            end, self._unhold = self._unhold, []
+            try:
+                backend.hold_slots((), end)
+            except Exception:
+                self._unhold = end + self._unhold
+                raise
+            t.want_claim = True
         if now >= t.reap:
             if self._reaper.run_once():
                 t.want_claim, t.suspect_check = True, now
@@ -108,6 +117,9 @@ class Upkeep(WorkerState):
             waiting = []
         renewed = backend.renew_leases(self.id, held + waiting)
         self.counters["heartbeats"] += 1
+        keep = [HeldJob(*attempt) for attempt, holding in self._holds.items() if holding]
+        if keep and self.config.heartbeat:  # handlers that ran on still hold their slots
+            backend.hold_slots(keep, ())
         if self._meter.pending:  # what was tallied since the last heartbeat, one transaction
             self._meter.flush(backend)
         if self._limited:  # a limited job in our buffer would hold a slot a peer could use
@@ -145,6 +157,11 @@ class Upkeep(WorkerState):
             self._meter, sample(run, run.cancelled_at), AttemptOutcome.CANCELLED, self.app.clock()
         )
         self._close(run, abandon=True)
+        attempt = run.job.id, run.job.token
+        if run.future is None:  # a thread may run it on: the row holds its slot until then
+            self._holds[attempt] = True
+        else:  # an async task is cancelled at its next await
+            self._unhold.append(HeldJob(*attempt))
         self.counters["cancelled_running"] += 1
         self._event("cancelled", run.job)
         log.info(
@@ -179,6 +196,22 @@ class Upkeep(WorkerState):
                 self.replace_requested = True
                 self.stop()
 
+    def _handler_ended(self, run: Running) -> None:
+        """A handler given up while it ran on (cancelled, timed out) has returned, or was
+        never started: the slot its job's row held is free."""
+        attempt = run.job.id, run.job.token
+        held = self._holds.pop(attempt, None)
+        if held is None:
+            return
+        if held:
+            self._unhold.append(HeldJob(*attempt))
+            return
+        for i, outcome in enumerate(self._to_write):  # its timeout's outcome, not yet sent
+            if outcome.hold and (outcome.job_id, outcome.token) == attempt:
+                self._to_write[i] = replace(outcome, hold=False)
+                return
+        self._ended_holds.add(attempt)  # on its way: freed once written (see _account)
+
     def _flush_progress(self, backend: Backend) -> None:
         """Write the latest ctx.progress() report of each job that has one, fenced, in
         one statement. A refused report means the job is no longer ours: the heartbeat
@@ -205,6 +238,9 @@ class Upkeep(WorkerState):
             self._close(run, abandon=True)
             error = TimeoutError(f"timed out after {run.task.timeout:g} s")
             outcome = failure(run, error, self.app.clock(), outcome="timed_out")
+            if run.future is None:  # its thread runs on: the row keeps holding its slot
+                outcome = replace(outcome, hold=True)
+                self._holds[outcome.job_id, outcome.token] = False  # (once written)
             self._to_write.append(outcome)
             self._finishing[outcome.job_id, outcome.token] = run.job
             self._metered[outcome.job_id, outcome.token] = sample(run, now)

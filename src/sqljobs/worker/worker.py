@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends import worker_options
 from ..backends.base import Backend, WorkerInfo
 from ..errors import BackendError, ConfigurationError
-from ..jobs import ClaimedJob, Outcome
+from ..jobs import ClaimedJob, HeldJob, Outcome
 from ..maintenance import Pruner, Reaper, Scheduler
 from ..rollup import Meter
 from .claiming import Claiming
@@ -77,8 +77,9 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
             )
         self.app = app
         self.config = config or WorkerConfig(**options)
-        leases = [t.lease for t in app.tasks.values()] or [app.default_lease]
-        self.shortest_lease = min([*leases, app.default_lease])
+        # the leases its claims give (each registered task's own, whatever queue a job of
+        # it was sent to: a worker claims no other task), not the App's default_lease
+        self.shortest_lease = min(t.lease for t in app.tasks.values())
         self.drain_timeout = self.config.checked_drain_timeout(self.shortest_lease)
         self.id = self.config.worker_id or (
             f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -107,6 +108,9 @@ class Worker(Signals, Claiming, Dispatching, Upkeep, Draining):
         self._drain_deadline = 0.0
         self._heartbeat_requested = False
         self._suspect: ClaimedJob | None = None  # claimed, waiting to run alone
+        self._holds: dict[tuple[int, int], bool] = {}
+        self._ended_holds: set[tuple[int, int]] = set()
+        self._unhold: list[HeldJob] = []
         self._solo: int | None = None  # id of the suspect running alone
         self._backend: Backend | None = None
         self._checks_changes = False

@@ -78,8 +78,8 @@ WHERE j.id = ANY(%(ids)s::bigint[]) AND j.state IN ('dead', 'cancelled')
 -- once; running ones too, so their outcome (fenced on `running`) is never written.
 WITH cancelled AS (
     UPDATE {schema}.sqljobs_jobs AS j
-    SET state = 'cancelled', finished_at = now(), lease_until = NULL, prefetched = false,
-        waiting_on = 0,
+    SET state = 'cancelled', finished_at = now(), prefetched = false, waiting_on = 0,
+        lease_until = CASE WHEN j.state = 'running' THEN j.lease_until END,  -- (cancel_job)
         history = CASE WHEN j.state = 'running' THEN j.history || jsonb_build_array(
             jsonb_build_object('attempt', j.attempts, 'outcome', 'cancelled',
                 'started_at', extract(epoch FROM j.started_at),

@@ -55,7 +55,13 @@ WITH RECURSIVE slots AS (
            least(
                coalesce(l.limit_max - (SELECT count(*) FROM {schema}.sqljobs_jobs AS r
                                        WHERE r.limit_key = k.key AND r.state = 'running'
-                                         AND r.limit_key IS NOT NULL),
+                                         AND r.limit_key IS NOT NULL)
+                                    -- handlers that run on after their job left `running`
+                                    - (SELECT count(*) FROM {schema}.sqljobs_jobs AS h
+                                       WHERE h.limit_key = k.key AND h.state <> 'running'
+                                         AND h.lease_until > statement_timestamp()
+                                         AND h.lease_until IS NOT NULL
+                                         AND h.limit_key IS NOT NULL),
                         2147483647),
                coalesce(l.rate_max - (SELECT count(*) FROM {schema}.sqljobs_starts AS s
                                       WHERE s.limit_key = k.key
@@ -215,7 +221,10 @@ WHERE state = 'pending' AND limit_key IS NOT NULL AND run_at > now() {queue_filt
 -- name: limit_usage
 -- What a limit key uses now: its running jobs, and its starts within %(window)s seconds.
 SELECT (SELECT count(*) FROM {schema}.sqljobs_jobs
-        WHERE state = 'running' AND limit_key = %(key)s) AS running,
+        WHERE state = 'running' AND limit_key = %(key)s)
+       + (SELECT count(*) FROM {schema}.sqljobs_jobs
+          WHERE lease_until > now() AND lease_until IS NOT NULL AND state <> 'running'
+            AND limit_key IS NOT NULL AND limit_key = %(key)s) AS running,
        (SELECT count(*) FROM {schema}.sqljobs_starts
         WHERE limit_key = %(key)s AND started_at > now() - make_interval(secs => %(window)s))
            AS starts

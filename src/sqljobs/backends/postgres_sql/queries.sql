@@ -153,6 +153,8 @@ SELECT d.ids, c.* FROM (
 LEFT JOIN claimed AS c ON true
 
 -- name: claim_suspect
+-- A job that was in two workers that crashed, claimed to run alone once the worker has
+-- emptied: `prefetched` (not started) until then, so a crash meanwhile does not blame it.
 WITH picked AS MATERIALIZED (
     SELECT id FROM {schema}.sqljobs_jobs
     WHERE state = 'pending' AND run_at <= now() AND crashes >= 2
@@ -165,7 +167,7 @@ WITH picked AS MATERIALIZED (
 )
 UPDATE {schema}.sqljobs_jobs AS j
 SET state = 'running', attempts = j.attempts + 1, token = j.token + 1,
-    worker = %(worker)s, started_at = now(), prefetched = false,
+    worker = %(worker)s, started_at = now(), prefetched = true,
     lease = coalesce((%(leases)s::jsonb ->> j.task)::float8, j.lease),
     lease_until = now() + make_interval(secs => coalesce((%(leases)s::jsonb ->> j.task)::float8,
                                                          j.lease))
@@ -234,7 +236,7 @@ SET state = o.state,
                   ELSE now() + make_interval(secs => o.delay) END,
     attempts = j.attempts - o.uncharge,
     finished_at = CASE WHEN o.state IN ('done', 'dead', 'cancelled') THEN now() END,
-    lease_until = NULL,
+    lease_until = CASE WHEN o.hold THEN j.lease_until END,  -- (see renew_holds)
     last_error = coalesce(o.error, j.last_error),
     last_traceback = CASE WHEN o.error IS NULL THEN j.last_traceback ELSE o.traceback END,
     errors = j.errors + o.errors,
@@ -247,9 +249,10 @@ SET state = o.state,
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[], %(states)s::text[], %(delays)s::float8[],
             %(uncharges)s::int[], %(errors_text)s::text[], %(tracebacks)s::text[],
             %(errors)s::int[], %(lease_expiries)s::int[], %(crashes)s::int[],
-            %(histories)s::text[], %(results)s::text[], %(progresses)s::text[])
+            %(histories)s::text[], %(results)s::text[], %(progresses)s::text[],
+            %(holds)s::bool[])
      AS o(id, token, state, delay, uncharge, error, traceback, errors, lease_expiries,
-          crashes, history, result, progress)
+          crashes, history, result, progress, hold)
 WHERE j.id = o.id AND j.token = o.token AND j.state = 'running'
   AND (j.children = 0 OR o.state NOT IN ('done', 'dead', 'cancelled') OR %(with_children)s)
 RETURNING j.id, j.waited, j.state, j.queue, j.limit_key, j.children
@@ -284,6 +287,29 @@ SET lease_until = now() + make_interval(secs => j.lease)
 FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
 WHERE j.id = h.id AND j.token = h.token AND j.state = 'running'
 RETURNING j.id
+
+-- name: renew_holds
+-- Handlers that run on after their job left `running` (cancelled, or timed out with the
+-- outcome written): their rows keep lease_until, renewed by the worker's heartbeat, and
+-- so hold the job's concurrency slot and its schedule's overlap, until end_holds.
+UPDATE {schema}.sqljobs_jobs AS j
+SET lease_until = now() + make_interval(secs => j.lease)
+FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
+WHERE j.id = h.id AND j.token = h.token AND j.state <> 'running'
+  AND j.lease_until IS NOT NULL
+
+-- name: end_holds
+-- Those handlers have ended: the slots they held are free, and the workers of a limited
+-- job's queue are told.
+WITH ended AS (
+    UPDATE {schema}.sqljobs_jobs AS j SET lease_until = NULL
+    FROM unnest(%(ids)s::bigint[], %(tokens)s::bigint[]) AS h(id, token)
+    WHERE j.id = h.id AND j.token = h.token AND j.state <> 'running'
+      AND j.lease_until IS NOT NULL
+    RETURNING j.queue, j.limit_key
+)
+SELECT count(pg_notify(%(channel)s, queue)) FILTER (WHERE limit_key IS NOT NULL) AS n
+FROM ended
 
 -- name: save_progress
 -- What handlers reported with ctx.progress(), fenced like every other write about a
@@ -480,10 +506,12 @@ key_hold, released_key
 -- Pending or waiting: cancelled at once. Running: cancelled too, so the worker's outcome (fenced on
 -- `running`) can never be written; the NOTIFY tells the worker holding it (and anyone
 -- waiting on its result) at once. No attempt is charged; the history notes a run that
--- was cut short.
+-- was cut short. A running job keeps its lease_until: its handler may run on, and holds
+-- the job's slots until its worker says it ended (end_holds) or the lease lapses.
 WITH cancelled AS (
     UPDATE {schema}.sqljobs_jobs AS j
-    SET state = 'cancelled', finished_at = now(), lease_until = NULL, prefetched = false,
+    SET state = 'cancelled', finished_at = now(), prefetched = false,
+        lease_until = CASE WHEN j.state = 'running' THEN j.lease_until END,
         waiting_on = 0,
         history = CASE WHEN j.state = 'running' THEN j.history || jsonb_build_array(
             jsonb_build_object('attempt', j.attempts, 'outcome', 'cancelled',

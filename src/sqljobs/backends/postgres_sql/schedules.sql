@@ -62,7 +62,8 @@ SET next_run_at = to_timestamp(%(next_run_at)s), updated_at = to_timestamp(%(now
     last_outcome = CASE
         WHEN %(skip_if_active)s AND EXISTS (
             SELECT 1 FROM {schema}.sqljobs_jobs AS j
-            WHERE j.id = s.last_job_id AND j.state IN ('pending', 'running'))
+            WHERE j.id = s.last_job_id
+              AND (j.state IN ('pending', 'running') OR j.lease_until > now()))
         THEN 'skipped_overlap'
         ELSE %(outcome)s END
 WHERE s.name = %(name)s AND NOT s.paused
@@ -75,7 +76,8 @@ UPDATE {schema}.sqljobs_schedules AS s SET updated_at = to_timestamp(%(now)s)
 WHERE s.name = %(name)s
 RETURNING CASE WHEN s.overlap = 'skip' THEN (
     SELECT j.id FROM {schema}.sqljobs_jobs AS j
-    WHERE j.id = s.last_job_id AND j.state IN ('pending', 'running'))
+    WHERE j.id = s.last_job_id
+      AND (j.state IN ('pending', 'running') OR j.lease_until > now()))
 END AS active_job_id
 
 -- name: record_job

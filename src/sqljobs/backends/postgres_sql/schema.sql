@@ -80,6 +80,9 @@ CREATE INDEX sqljobs_jobs_lease ON {schema}.sqljobs_jobs (lease_until) WHERE sta
 -- The running jobs of each limit key, which every limited claim counts (0010).
 CREATE INDEX sqljobs_jobs_limited_running ON {schema}.sqljobs_jobs (limit_key)
     WHERE state = 'running' AND limit_key IS NOT NULL;
+-- Rows out of `running` whose handler still runs hold their limit key's slot (0016).
+CREATE INDEX sqljobs_jobs_held ON {schema}.sqljobs_jobs (limit_key)
+    WHERE lease_until IS NOT NULL AND state <> 'running' AND limit_key IS NOT NULL;
 -- Ended jobs by state, queue and age: the pruner's and the stats' one index (0006).
 CREATE INDEX sqljobs_jobs_ended ON {schema}.sqljobs_jobs (state, queue, finished_at)
     WHERE state <> 'pending' AND state <> 'running';

@@ -80,7 +80,8 @@ WHERE id IN (SELECT value FROM json_each(:ids)) AND state IN ('dead', 'cancelled
 -- A batch of a cancel by filter (app.cancel_many, cancel_jobs): pending or waiting jobs at
 -- once; running ones too, so their outcome (fenced on `running`) is never written.
 UPDATE sqljobs_jobs
-SET state = 'cancelled', finished_at = :now, lease_until = NULL, prefetched = 0,
+SET state = 'cancelled', finished_at = :now, prefetched = 0,
+    lease_until = CASE WHEN state = 'running' THEN lease_until END,  -- (see cancel_job)
     waiting_on = 0,
     history = CASE WHEN state = 'running' THEN json_insert(history, '$[#]', json_object(
         'attempt', attempts, 'outcome', 'cancelled', 'started_at', started_at,

@@ -15,10 +15,16 @@ WITH RECURSIVE keys(key) AS (
 SELECT key FROM keys WHERE key IS NOT NULL LIMIT :max_keys
 
 -- name: limit_running
--- How many jobs of each of these keys run now (claimed and held, anywhere).
-SELECT limit_key AS key, count(*) AS running FROM sqljobs_jobs
-WHERE state = 'running' AND limit_key IN (SELECT value FROM json_each(:keys))
-GROUP BY limit_key
+-- How many jobs of each of these keys run now (claimed and held, anywhere), with the
+-- handlers that run on after their job left `running` (see renew_holds).
+SELECT key, count(*) AS running FROM (
+    SELECT limit_key AS key FROM sqljobs_jobs
+    WHERE state = 'running' AND limit_key IN (SELECT value FROM json_each(:keys))
+    UNION ALL
+    SELECT limit_key FROM sqljobs_jobs INDEXED BY sqljobs_jobs_held
+    WHERE lease_until > :now AND state <> 'running' AND limit_key IS NOT NULL
+      AND limit_key IN (SELECT value FROM json_each(:keys)))
+GROUP BY key
 
 -- name: limited_candidates
 -- The first due jobs of each key in :keys, in claim order (the caller keeps as many as
@@ -49,6 +55,7 @@ FROM key_levels AS l JOIN sqljobs_jobs AS j ON j.id IN (
 WITH RECURSIVE freed AS (
     SELECT limit_key AS key, min(limit_max) AS limit_max, count(*) AS slots FROM sqljobs_jobs
     WHERE id IN (SELECT value FROM json_each(:ended)) AND state <> 'running'
+      AND lease_until IS NULL  -- (a handler that runs on keeps its slot: renew_holds)
       AND limit_key IS NOT NULL AND limit_max IS NOT NULL AND rate_max IS NULL AND crashes < 2
     GROUP BY limit_key
 ), open_keys (key) AS (
@@ -126,7 +133,9 @@ WHERE state = 'pending' AND limit_key IS NOT NULL AND run_at > :now {queue_filte
 -- name: limit_usage
 -- What a limit key uses now: its running jobs, and its starts since :since.
 SELECT (SELECT count(*) FROM sqljobs_jobs WHERE state = 'running' AND limit_key = :key)
-           AS running,
+       + (SELECT count(*) FROM sqljobs_jobs INDEXED BY sqljobs_jobs_held
+          WHERE lease_until > :now AND state <> 'running' AND limit_key IS NOT NULL
+            AND limit_key = :key) AS running,
        (SELECT count(*) FROM sqljobs_starts WHERE limit_key = :key AND started_at > :since)
            AS starts
 

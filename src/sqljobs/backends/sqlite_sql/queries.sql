@@ -58,10 +58,11 @@ RETURNING id, task, payload, queue, priority, attempts AS attempt, token, lease,
 
 -- name: claim_suspect
 -- A job that was in two workers that crashed is claimed alone and run alone, so a
--- further crash is blamed on it and not on innocent jobs that ran beside it.
+-- further crash is blamed on it and not on innocent jobs that ran beside it. It waits
+-- for the worker to empty `prefetched` (not started): a crash meanwhile does not blame it.
 UPDATE sqljobs_jobs
 SET state = 'running', attempts = attempts + 1, token = token + 1,
-    worker = :worker, started_at = :now, prefetched = 0,
+    worker = :worker, started_at = :now, prefetched = 1,
     lease = coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease),
     lease_until = :now + coalesce((SELECT value FROM json_each(:leases) WHERE key = task), lease)
 WHERE id IN (
@@ -124,7 +125,7 @@ SET state = :state,
     run_at = CASE WHEN :delay IS NULL THEN run_at ELSE :now + :delay END,
     attempts = attempts - :uncharge,
     finished_at = CASE WHEN :state IN ('done', 'dead', 'cancelled') THEN :now END,
-    lease_until = NULL,
+    lease_until = CASE WHEN :hold THEN lease_until END,  -- (see renew_holds)
     last_error = coalesce(:error, last_error),
     last_traceback = CASE WHEN :error IS NULL THEN last_traceback ELSE :traceback END,
     errors = errors + :errors,
@@ -171,6 +172,25 @@ FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS t
 WHERE sqljobs_jobs.id = held.id AND sqljobs_jobs.token = held.token
   AND sqljobs_jobs.state = 'running'
 RETURNING sqljobs_jobs.id
+
+-- name: renew_holds
+-- Handlers that run on after their job left `running` (cancelled, or timed out with the
+-- outcome written): their rows keep lease_until, renewed by the worker's heartbeat, and
+-- so hold the job's concurrency slot and its schedule's overlap, until end_holds.
+UPDATE sqljobs_jobs SET lease_until = :now + lease
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token
+      FROM json_each(:held)) AS held
+WHERE sqljobs_jobs.id = held.id AND sqljobs_jobs.token = held.token
+  AND sqljobs_jobs.state <> 'running' AND sqljobs_jobs.lease_until IS NOT NULL
+
+-- name: end_holds
+-- Those handlers have ended: the slots they held are free.
+UPDATE sqljobs_jobs SET lease_until = NULL
+FROM (SELECT json_extract(value, '$[0]') AS id, json_extract(value, '$[1]') AS token
+      FROM json_each(:held)) AS held
+WHERE sqljobs_jobs.id = held.id AND sqljobs_jobs.token = held.token
+  AND sqljobs_jobs.state <> 'running' AND sqljobs_jobs.lease_until IS NOT NULL
+RETURNING sqljobs_jobs.queue
 
 -- name: save_progress
 -- What handlers reported with ctx.progress(), a batch of [id, token, progress] fenced
@@ -348,9 +368,12 @@ LIMIT :limit
 -- Pending or waiting: cancelled at once. Running: cancelled too, so the worker's outcome
 -- (fenced on `running`) can never be written; the worker learns of it at its next
 -- heartbeat. No attempt is charged; the history notes a run that was cut short. Its
--- children are settled by the caller, in the same transaction.
+-- children are settled by the caller, in the same transaction. A running job keeps its
+-- lease_until: its handler may run on, and holds the job's slots until its worker says
+-- it ended (end_holds) or the lease lapses.
 UPDATE sqljobs_jobs
-SET state = 'cancelled', finished_at = :now, lease_until = NULL, prefetched = 0,
+SET state = 'cancelled', finished_at = :now, prefetched = 0,
+    lease_until = CASE WHEN state = 'running' THEN lease_until END,
     waiting_on = 0,
     history = CASE WHEN state = 'running' THEN json_insert(history, '$[#]', json_object(
         'attempt', attempts, 'outcome', 'cancelled', 'started_at', started_at,

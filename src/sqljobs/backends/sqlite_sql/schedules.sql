@@ -63,7 +63,8 @@ SET next_run_at = :next_run_at, updated_at = :now,
     last_outcome = CASE
         WHEN :skip_if_active AND EXISTS (
             SELECT 1 FROM sqljobs_jobs AS j
-            WHERE j.id = sqljobs_schedules.last_job_id AND j.state IN ('pending', 'running'))
+            WHERE j.id = sqljobs_schedules.last_job_id
+              AND (j.state IN ('pending', 'running') OR j.lease_until > :now))
         THEN 'skipped_overlap'
         ELSE :outcome END
 WHERE name = :name AND next_run_at = :expected AND paused = 0
@@ -74,7 +75,8 @@ RETURNING last_outcome, next_run_at
 UPDATE sqljobs_schedules SET updated_at = :now WHERE name = :name
 RETURNING CASE WHEN overlap = 'skip' THEN (
     SELECT j.id FROM sqljobs_jobs AS j
-    WHERE j.id = sqljobs_schedules.last_job_id AND j.state IN ('pending', 'running'))
+    WHERE j.id = sqljobs_schedules.last_job_id
+      AND (j.state IN ('pending', 'running') OR j.lease_until > :now))
 END AS active_job_id
 
 -- name: record_job

@@ -66,6 +66,9 @@ CREATE INDEX sqljobs_jobs_limited_due ON sqljobs_jobs (run_at)
     WHERE limit_key IS NOT NULL;
 -- The reaper looks for expired leases.
 CREATE INDEX sqljobs_jobs_lease ON sqljobs_jobs (lease_until) WHERE state = 'running';
+-- Rows out of `running` whose handler still runs hold their limit key's slot (0013).
+CREATE INDEX sqljobs_jobs_held ON sqljobs_jobs (limit_key)
+    WHERE lease_until IS NOT NULL AND state <> 'running' AND limit_key IS NOT NULL;
 -- The pruner deletes finished jobs by state and age (0005).
 -- Ended jobs by state, queue and age: the pruner's and the stats' one index (0005).
 CREATE INDEX sqljobs_jobs_ended ON sqljobs_jobs (state, queue, finished_at)
