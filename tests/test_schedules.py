@@ -258,12 +258,10 @@ def test_overlap_skip_waits_for_a_cancelled_run_whose_handler_runs_on(url: str) 
     first_id = state(app, "exclusive").last_job_id
     held = (
         "UPDATE sqljobs_jobs SET state = 'cancelled', lease_until = ? WHERE id = ?",
-        "UPDATE sqljobs_jobs SET state = 'cancelled', "
-        "lease_until = now() + make_interval(secs => %s) WHERE id = %s",
+        "UPDATE sqljobs_jobs SET state = 'cancelled', lease_until = to_timestamp(%s) WHERE id = %s",
     )
-    hour = 3600.0
-    sqlite_until = clock() + hour  # (SQLite leases are read by the App's clock)
-    db_execute(app, *held, params=(hour if is_pg(app) else sqlite_until, first_id))
+    until = clock() + 3600.0  # the App's clock reads leases on both engines
+    db_execute(app, *held, params=(until, first_id))
     clock.advance(1)
     scheduler.run_once()
     assert state(app, "exclusive").last_outcome == "skipped_overlap"
