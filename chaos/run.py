@@ -1,21 +1,27 @@
 """The conductor: start workers and producers, make faults while they work, then check.
 
-Faults, all at once: a random worker SIGKILLed every fraction of a second (and replaced),
-and on PostgreSQL the server restarted (``fast`` and ``immediate``, a crash with WAL
-replay) and every worker connection cut with ``pg_terminate_backend``. PostgreSQL runs on
-a server of the run's own (:mod:`tests.pg_cluster`), never the shared one.
+Faults, all at once: a random worker SIGKILLed every fraction of a second (and replaced);
+every few seconds a worker that is running a job frozen (SIGSTOP) until its lease has
+passed and another worker has taken the job over, then thawed (SIGCONT), so its attempt
+goes on, stale, and must be refused; and on PostgreSQL the server restarted (``fast`` and
+``immediate``, a crash with WAL replay) and every worker connection cut with
+``pg_terminate_backend``. PostgreSQL runs on a server of the run's own
+(:mod:`tests.pg_cluster`), never the shared one.
 
 Checks, once the faults stop and the work drains: every acknowledged enqueue is ``done``
 (or ``dead`` because it crashed its worker too often, which the run expects and counts);
-the effect table holds each job exactly once; deliveries beyond one stay within
-(kills + connection cuts) x concurrency; each schedule tick ran once, none lost; nothing is
-left ``running``; on SQLite no producer or worker saw an error.
+the effect table holds each job exactly once; the unguarded fenced table holds exactly one
+row per done job, its completing attempt's token, and none for a job not done (a stale
+attempt's commit would add one); deliveries beyond one stay within (kills + freezes +
+connection cuts) x concurrency; each schedule tick ran once, none lost; nothing is left
+``running``; on SQLite no producer or worker saw an error.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 import os
 import random
 import re
@@ -33,7 +39,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from chaos.tasks import TICK_EVERY, prepare
+from chaos.tasks import LEASE, TICK_EVERY, prepare
 
 ROOT = Path(__file__).resolve().parent.parent
 _TICK_KEY = re.compile(r"^schedule:chaos_tick:(.+)$")
@@ -55,6 +61,8 @@ class Plan:
     ripe_after: float = 0.5  # a worker is killed only this long after it said it started
     restart_every: float = 8.0  # PostgreSQL: seconds between server restarts
     cut_every: float = 5.0  # PostgreSQL: seconds between pg_terminate_backend rounds
+    freeze_every: float = 3.0  # seconds between freezes of a worker that runs a job
+    freeze_for: float = 2 * LEASE  # long enough for the lease to pass and the job to move on
     seed: int = 1
     settle_timeout: float = 120.0  # after the faults stop, how long the drain may take
 
@@ -69,6 +77,7 @@ class Report:
     done_under_fire: int = 0
     dead_by_crashes: int = 0
     kills: int = 0
+    freezes: int = 0
     restarts: int = 0
     cut_rounds: int = 0
     connections_cut: int = 0
@@ -77,6 +86,8 @@ class Report:
     duplicate_bound: int = 0
     duplicate_effects: int = 0
     missing_effects: int = 0
+    stale_commits: int = 0
+    missing_fenced: int = 0
     producer_errors: Counter[str] = field(default_factory=Counter)
     worker_error_lines: int = 0
     ticks: int = 0
@@ -97,11 +108,14 @@ class Report:
             "done under fire": f"{self.done_under_fire:,}",
             "dead (crashes)": str(self.dead_by_crashes),
             "kills": str(self.kills),
+            "freezes": str(self.freezes),
             "restarts": str(self.restarts),
             "conns cut": str(self.connections_cut),
             "dup deliveries": f"{self.duplicate_deliveries} (<= {self.duplicate_bound})",
             "dup effects": str(self.duplicate_effects),
             "missing effects": str(self.missing_effects),
+            "stale commits": str(self.stale_commits),
+            "missing fenced": str(self.missing_fenced),
             "producer errors": str(errors),
             "ticks run": str(self.ticks),
             "ticks doubled": str(self.ticks_doubled),
@@ -120,6 +134,7 @@ class _Fleet:
         self.live: list[tuple[subprocess.Popen[bytes], Path]] = []
         self.logs: list[Path] = []
         self.ready_at: dict[Path, float] = {}
+        self.frozen: dict[subprocess.Popen[bytes], float] = {}  # -> when to thaw it
 
     def start(self) -> None:
         log = self.scratch / f"worker-{len(self.logs)}.log"
@@ -140,18 +155,24 @@ class _Fleet:
             self.ready_at[log] = time.monotonic()
         return self.ready_at.get(log)
 
-    def kill_one(self, rng: random.Random, ripe_after: float) -> bool:
-        """SIGKILL a worker that has been working ``ripe_after`` seconds (one still
-        importing proves nothing: on a loaded machine that takes seconds), then start its
-        replacement."""
+    def _ripe(self, ripe_after: float) -> list[int]:
+        """The live workers, not frozen, that have been working ``ripe_after`` seconds (one
+        still importing proves nothing: on a loaded machine that takes seconds); none while
+        fewer than two serve, so one worker always serves, as in a rolling deploy."""
         now = time.monotonic()
-        ripe = [
-            i
-            for i, (_, log) in enumerate(self.live)
-            if (ready := self._ready_since(log)) is not None and now - ready > ripe_after
+        serving = [
+            (i, ready)
+            for i, (proc, log) in enumerate(self.live)
+            if proc not in self.frozen and (ready := self._ready_since(log)) is not None
         ]
-        serving = sum(1 for _, log in self.live if self._ready_since(log) is not None)
-        if not ripe or serving < 2:  # one worker always serves, as in a rolling deploy
+        if len(serving) < 2:
+            return []
+        return [i for i, ready in serving if now - ready > ripe_after]
+
+    def kill_one(self, rng: random.Random, ripe_after: float) -> bool:
+        """SIGKILL a ripe worker, then start its replacement."""
+        ripe = self._ripe(ripe_after)
+        if not ripe:
             return False
         proc, _ = self.live.pop(rng.choice(ripe))
         proc.kill()
@@ -159,7 +180,26 @@ class _Fleet:
         self.start()
         return True
 
+    def freeze_one(self, rng: random.Random, running: set[int], seconds: float) -> bool:
+        """SIGSTOP a serving worker whose pid is in ``running`` (it holds a running job) for
+        ``seconds``: thawed, its handler goes on with a token that is no longer the job's."""
+        ripe = [i for i in self._ripe(0.0) if self.live[i][0].pid in running]
+        if not ripe:
+            return False
+        proc, _ = self.live[rng.choice(ripe)]
+        proc.send_signal(signal.SIGSTOP)
+        self.frozen[proc] = time.monotonic() + seconds
+        return True
+
+    def thaw(self, until: float = float("inf")) -> None:
+        """SIGCONT each frozen worker due to thaw by ``until`` (by default, all)."""
+        for proc, at in list(self.frozen.items()):
+            if at <= until:
+                proc.send_signal(signal.SIGCONT)
+                del self.frozen[proc]
+
     def stop(self, timeout: float = 30.0) -> None:
+        self.thaw()
         for proc, _ in self.live:
             proc.send_signal(signal.SIGTERM)
         for proc, _ in self.live:
@@ -201,6 +241,12 @@ class _Database:
 
         with psycopg.connect(self.url, autocommit=True) as conn:
             return conn.execute(sql).fetchall()
+
+    def running_pids(self) -> set[int]:
+        """The pids of the workers that hold a running job (a worker id ends
+        ``-<pid>-<suffix>``)."""
+        rows = self.query("SELECT DISTINCT worker FROM sqljobs_jobs WHERE state = 'running'")
+        return {int(worker.rsplit("-", 2)[-2]) for (worker,) in rows if worker}
 
     def cut_connections(self) -> int:
         """Terminate every other backend on the database: workers and producers alike."""
@@ -301,16 +347,30 @@ def _make_faults(
     rng = random.Random(plan.seed)
     begin = time.monotonic()
     next_kill = begin + rng.expovariate(1 / plan.kill_every)
+    next_freeze = begin + plan.freeze_every
     next_restart = begin + plan.restart_every
     next_cut = begin + plan.cut_every
     limit = begin + plan.seconds + plan.settle_timeout
-    while any(p.poll() is None for p in producers) or time.monotonic() - begin < plan.seconds:
+    # a frozen worker is thawed on time even after the rest ends: its stale attempt is the test
+    while (
+        any(p.poll() is None for p in producers)
+        or time.monotonic() - begin < plan.seconds
+        or fleet.frozen
+    ):
         now = time.monotonic()
         if now > limit:
             raise TimeoutError("the producers did not finish: see producer-*.log")
+        fleet.thaw(now)
         if now >= next_kill:
             report.kills += fleet.kill_one(rng, plan.ripe_after)
             next_kill = now + rng.expovariate(1 / plan.kill_every)
+        if now >= next_freeze and now - begin >= plan.seconds:
+            next_freeze = math.inf  # no new freeze once the faults are due to end
+        elif now >= next_freeze:
+            frozen = fleet.freeze_one(rng, db.running_pids(), plan.freeze_for)
+            report.freezes += frozen
+            # if no worker runs a job at this instant, look again soon
+            next_freeze = now + (plan.freeze_every if frozen else 0.05)
         if db.cluster is not None and now >= next_restart:
             db.cluster.restart("immediate" if report.restarts % 2 else "fast")
             report.restarts += 1
@@ -319,7 +379,8 @@ def _make_faults(
             report.connections_cut += db.cut_connections()
             report.cut_rounds += 1
             next_cut = time.monotonic() + plan.cut_every
-        time.sleep(max(0.0, min(next_kill, next_restart, next_cut) - time.monotonic()))
+        wake = min(next_kill, next_freeze, next_restart, next_cut, *fleet.frozen.values())
+        time.sleep(max(0.0, wake - time.monotonic()))
     for p in producers:
         if p.wait() != 0:
             raise RuntimeError(f"a producer exited with {p.returncode}: see producer-*.log")
@@ -366,9 +427,12 @@ def _check(
     report.acknowledged = len(acked)
     if report.acknowledged != plan.jobs:
         report.problems.append(f"{plan.jobs - report.acknowledged} enqueues never acknowledged")
-    rows = db.query(f"SELECT id, state, last_error, {db.epoch('finished_at')} FROM sqljobs_jobs")
+    rows = db.query(
+        f"SELECT id, state, last_error, {db.epoch('finished_at')}, token FROM sqljobs_jobs"
+    )
     states = {row[0]: (row[1], row[2] or "") for row in rows}
     finished = {row[0]: row[3] for row in rows}
+    tokens = {row[0]: row[4] for row in rows}
     report.done_under_fire = sum(
         1 for job_id in acked.values() if (finished.get(job_id) or faults_ended) < faults_ended
     )
@@ -384,13 +448,16 @@ def _check(
     report.duplicate_effects = sum(n - 1 for n in effects.values() if n > 1)
     done_items = {item for item, job_id in acked.items() if states.get(job_id, ("",))[0] == "done"}
     report.missing_effects = len(done_items - set(effects))
+    _check_fenced(
+        report, db, {job_id: tokens[job_id] for item, job_id in acked.items() if item in done_items}
+    )
     starts_log = scratch / "starts.log"
     starts = starts_log.read_text().splitlines() if starts_log.exists() else []
     job_starts = Counter(line.split()[1] for line in starts if line.startswith("job "))
     report.deliveries = sum(job_starts.values())
     report.duplicate_deliveries = report.deliveries - len(job_starts)
     cuts = report.restarts * plan.workers + report.connections_cut
-    report.duplicate_bound = (report.kills + cuts) * plan.concurrency
+    report.duplicate_bound = (report.kills + report.freezes + cuts) * plan.concurrency
     _check_ticks(report, db, fleet)
     running = db.query("SELECT count(*) FROM sqljobs_jobs WHERE state = 'running'")
     report.stuck_running = running[0][0]
@@ -407,11 +474,23 @@ def _check(
     _judge(plan, report)
 
 
+def _check_fenced(report: Report, db: _Database, done: dict[int, int]) -> None:
+    """Each done job's fenced row must be there once, with the token of the attempt that
+    completed it; any other row (a second one, an earlier attempt's, a row of a job not
+    done) is a commit the fenced completion should have refused."""
+    expected = set(done.items())  # (job id, token)
+    rows = Counter(tuple(row) for row in db.query("SELECT job_id, token FROM chaos_fenced"))
+    kept = expected & set(rows)
+    report.stale_commits = sum(rows.values()) - len(kept)
+    report.missing_fenced = len(expected) - len(kept)
+
+
 def _check_ticks(report: Report, db: _Database, fleet: _Fleet) -> None:
     """Ticks are ``TICK_EVERY`` apart from the schedule's first (one period after it was
-    first stored). A gap is *merged* when a worker logged that it caught up from the gap's
-    first tick (the schedule's misfire policy: ticks over ``misfire_grace`` late, while a
-    restart kept every worker from the database, run once); any other gap is *lost*."""
+    first stored). A gap is *merged* when the run at its left edge is a catch-up, one that
+    a worker logged it caught up from (the schedule's misfire policy: ticks over
+    ``misfire_grace`` late, while a restart or a frozen SQLite writer kept every worker
+    from the database, run once, keyed by the first of them); any other gap is *lost*."""
     keys = [row[0] for row in db.query("SELECT key FROM sqljobs_jobs WHERE task = 'chaos_tick'")]
     times = sorted(
         datetime.fromisoformat(m.group(1)).timestamp()
@@ -437,8 +516,9 @@ def _check_ticks(report: Report, db: _Database, fleet: _Fleet) -> None:
         missing = round((later - earlier) / TICK_EVERY) - 1
         if missing <= 0:
             continue
-        # the log names the first missed tick to the second
-        if any(abs(since - (earlier + TICK_EVERY)) < 1.0 for since in caught_up):
+        # the catch-up run is keyed by the first missed tick, which the log names cut to
+        # the second
+        if any(0.0 <= earlier - since < 1.0 for since in caught_up):
             report.ticks_merged += missing
         else:
             report.ticks_lost += missing
@@ -448,6 +528,8 @@ def _judge(plan: Plan, report: Report) -> None:
     figures = {
         "duplicate effects": report.duplicate_effects,
         "missing effects": report.missing_effects,
+        "stale commits (fenced rows beyond one per done job)": report.stale_commits,
+        "done jobs without their fenced row": report.missing_fenced,
         "ticks doubled": report.ticks_doubled,
         "ticks lost": report.ticks_lost,
         "jobs stuck running": report.stuck_running,

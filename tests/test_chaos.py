@@ -1,7 +1,8 @@
 """The chaos run's short version (``make chaos`` is the full one): workers SIGKILLed and
 replaced while producers enqueue, on PostgreSQL the server restarted and every connection
 cut, a schedule ticking throughout. Every acknowledged job must end done with its effect
-exactly once, no tick lost or doubled, nothing left running (see chaos/run.py)."""
+exactly once and exactly one unguarded fenced row (its completing attempt's: no stale
+commit), no tick lost or doubled, nothing left running (see chaos/run.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,15 @@ import pytest
 from chaos.run import Plan, run, table
 from tests import pg_cluster
 
-SHORT = Plan(backend="sqlite", seconds=6, jobs=300, workers=3, restart_every=2.5, cut_every=2.0)
+SHORT = Plan(
+    backend="sqlite",
+    seconds=6,
+    jobs=300,
+    workers=3,
+    restart_every=2.5,
+    cut_every=2.0,
+    freeze_every=1.0,
+)
 
 
 @pytest.mark.slow
@@ -31,7 +40,9 @@ def test_every_acknowledged_job_takes_effect_once_under_kills_restarts_and_cuts(
     report = run(dataclasses.replace(SHORT, backend=backend))
     print(table([report]))
     assert report.problems == [], f"kept in {report.scratch}"
+    assert (report.stale_commits, report.missing_fenced) == (0, 0)
     assert report.acknowledged == SHORT.jobs and report.done + report.dead_by_crashes == SHORT.jobs
     assert report.kills >= 1, "no worker was killed: the run proved nothing"
+    assert report.freezes >= 1, "no worker was frozen around a takeover: no stale attempt"
     if backend == "postgres":
         assert report.restarts >= 1 and report.connections_cut >= 1

@@ -21,6 +21,7 @@ from sqljobs import (
     JobFailed,
     JobNotFound,
     JobState,
+    Progress,
     ResultTimeout,
     Retention,
     Retry,
@@ -30,7 +31,7 @@ from sqljobs.jobs import HeldJob
 from sqljobs.maintenance import Pruner, Reaper
 from sqljobs.worker import EventLog
 
-from .conftest import db_execute, expire_lease, worker_thread
+from .conftest import db_execute, expire_lease, wait_until, worker_thread
 
 # -- results -------------------------------------------------------------------------------
 
@@ -224,7 +225,7 @@ def test_cancelling_a_running_cooperative_thread_task(app: App) -> None:
 
 def test_cancelling_a_running_async_task_cancels_it(app: App) -> None:
     seen: list[str] = []
-    started = threading.Event()
+    started, cancelled = threading.Event(), threading.Event()
 
     @app.task
     async def wait_long() -> None:
@@ -233,6 +234,7 @@ def test_cancelling_a_running_async_task_cancels_it(app: App) -> None:
             await asyncio.sleep(60)
         except asyncio.CancelledError:
             seen.append("CancelledError")
+            cancelled.set()
             raise
 
     handle = wait_long.enqueue()
@@ -240,9 +242,7 @@ def test_cancelling_a_running_async_task_cancels_it(app: App) -> None:
         assert started.wait(10)
         app.cancel(handle.id)
         log.wait("cancelled", job_id=handle.id, timeout=10)
-        deadline = time.monotonic() + 10
-        while not seen and time.monotonic() < deadline:
-            time.sleep(0.01)
+        assert cancelled.wait(10), "the handler's coroutine was never cancelled"
     assert seen == ["CancelledError"]
     assert handle.refresh().state is JobState.CANCELLED
 
@@ -415,12 +415,16 @@ def test_progress_is_visible_while_the_job_runs_and_kept_at_its_end(app: App) ->
         return pages
 
     handle = export.enqueue(10)
+
+    def written() -> Progress | None:
+        progress = handle.refresh().progress
+        return progress if progress is not None and progress.done >= 1 else None
+
     with worker_thread(app):
         assert step.wait(10)
-        deadline = time.monotonic() + 10
-        while (progress := handle.refresh().progress) is None or progress.done < 1:
-            assert time.monotonic() < deadline, "progress was never written"
-            time.sleep(0.02)
+        # the worker writes the latest report on its own beat, and tells no one: its
+        # write is seen in the job (the first report may have gone out alone)
+        progress = wait_until(written, what="the report of page 1 written")
         assert (progress.done, progress.total, progress.note) == (1, 10, "page 1")
         assert str(progress) == "1/10 (10%) page 1"
         go_on.set()

@@ -9,6 +9,8 @@ error (sqlite3, psycopg), never an ``OverflowError`` or ``UnicodeEncodeError``, 
 
 from __future__ import annotations
 
+import contextlib
+import json
 import math
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -283,6 +285,15 @@ def queues_and_filters(app: App, text: str) -> None:
     else:
         assert app.job(handle.id).refresh().queue == text
         assert app.pause_queue(text) and app.resume_queue(text)
+    # a job each filter must find, where the text can be stored so: the page is not empty
+    planted: dict[str, int] = {}
+    with contextlib.suppress(ConfigurationError):
+        planted["task"] = app.enqueue(text, known=False).id
+    with contextlib.suppress(ConfigurationError):
+        planted["key"] = app.enqueue("echo", key=text).id
+    if json.dumps(text, ensure_ascii=False)[1:-1] == text:  # the payload holds it verbatim
+        with contextlib.suppress(ConfigurationError, PayloadError):
+            planted["text"] = app.enqueue("echo", args=[text]).id
     for field in ("task", "key", "text"):
         try:
             wanted = JobFilter(**{field: cast(Any, text)})
@@ -292,8 +303,12 @@ def queues_and_filters(app: App, text: str) -> None:
             page = app.find_jobs(wanted, limit=5)
         except ConfigurationError:  # e.g. a lone surrogate: no database could compare it
             continue
+        if field in planted:
+            assert page.jobs, f"JobFilter({field}={text!r}) found not even the job planted"
         if field != "text":
             assert all(getattr(job, field) == text for job in page.jobs)
+        if field == "key" and field in planted:
+            assert [job.id for job in page.jobs] == [planted["key"]]  # a key is unique
 
 
 def test_a_concurrency_key_is_stored_or_refused(app: App) -> None:

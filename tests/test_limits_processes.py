@@ -90,8 +90,8 @@ def test_a_killed_workers_slot_comes_back_after_its_lease(
 
 
 def test_a_rate_holds_across_three_processes(app: App, spawn: Spawn, runs: Runs) -> None:
-    """100 jobs at 20/s take about 5 s, and no second holds more than 20 starts (read from
-    the start times the claims wrote)."""
+    """100 jobs at 20/s: no second holds more than 20 starts, and some second holds all 20
+    (read from the start times the claims wrote), so the whole takes at least 4 s."""
     procs = [spawn("--concurrency", "4", lease=5.0) for _ in range(3)]
     wait_until(lambda: app.backend.task_info("paced"), timeout=20, what="registration")
     began = time.monotonic()
@@ -103,7 +103,9 @@ def test_a_rate_holds_across_three_processes(app: App, spawn: Spawn, runs: Runs)
     most = max(sum(1 for t in starts[i:] if t - s < 1.0) for i, s in enumerate(starts))
     print(f"100 jobs at 20/s took {took:.2f} s; the busiest second held {most} starts")
     assert most <= 20, "a second held more starts than the rate"
-    assert 4.0 <= took < 10.0
+    # the limit is no stricter than it says (the first 20 may start at once)
+    assert most == 20, "no second held the 20 starts the rate allows"
+    assert took >= (100 - 20) / 20, "faster than the rate allows"
     assert len({pid for _, pid, _ in runs.lines()}) >= 2, "the processes shared the work"
     for proc in procs:
         proc.send_signal(signal.SIGTERM)

@@ -110,9 +110,14 @@ def test_a_workers_attempts_reach_the_scrape_and_the_minute_they_ended_in(url: s
     duration = "sqljobs_attempt_duration_seconds"
     assert sample(samples, f"{duration}_count", **ok_done) == 3
     assert sample(samples, f"{duration}_bucket", **ok_done, le="+Inf") == 3
-    assert sample(samples, f"{duration}_sum", **ok_done) >= 0
     buckets = [sample(samples, f"{duration}_bucket", **ok_done, le=str(b)) for b in BUCKET_BOUNDS]
     assert buckets == sorted(buckets), "buckets count up to their bound"
+    # the three runs took time, within what their buckets say of each
+    total = sample(samples, f"{duration}_sum", **ok_done)
+    assert total > 0
+    for bound, within in zip(BUCKET_BOUNDS, buckets, strict=True):
+        assert total >= (3 - within) * bound, f"{3 - within} ran over {bound} s: sum {total}"
+        assert within < 3 or total <= 3 * bound, f"all ran within {bound} s: sum {total}"
     assert sample(samples, f"{duration}_count", queue="other", task="ghostly",
                   outcome="lease_expired") == 1  # fmt: skip
     wait = "sqljobs_enqueue_to_start_seconds_count"

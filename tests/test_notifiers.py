@@ -8,7 +8,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -270,9 +269,15 @@ def test_an_idle_listener_blocks_and_never_looks_at_the_counter(url: str) -> Non
     conn = sqlite3.connect(backend.path, isolation_level=None)  # type: ignore[attr-defined]
     conn.execute("CREATE TABLE another_programs_table (x)")  # a commit, nothing more
     conn.close()
-    time.sleep(0.3)  # the window in which a periodic look would have come
+    # a datagram after the commit that wakes no one (a cancel of no job here): once it is
+    # heard, the listener has passed its loop since the commit
+    other = sqljobs.App(url).open_backend()
+    other.notifier.announce_events("cancel", [1])  # type: ignore[attr-defined]
+    wait_until(lambda: backend.notifier.heard() == 1, what="the datagram after the commit")  # type: ignore[attr-defined]
     assert backend.notifier.looks == 1  # type: ignore[attr-defined]
     assert not woken.event.is_set()
+    # and it blocks: no periodic look is coming either
+    assert backend.notifier._listener._socket.gettimeout() is None  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("url", ["sqlite"], indirect=True)
@@ -287,15 +292,17 @@ def test_an_idle_sqlite_worker_sleeps_until_a_timer_or_a_wake_up(url: str) -> No
     def t() -> None:
         ran.set()
 
-    with worker_thread(app) as worker:
+    with worker_thread(app, poll_interval=0.25) as worker:
         wait_until(lambda: worker.counters["claims"] >= 1, what="the first claim")
         assert not worker._checks_changes
-        loops = worker.counters["loops"]
-        time.sleep(1.0)  # the idle window measured, not a wait for anything
+        loops, polled = worker.counters["loops"], worker.counters["due_checks"]
+        # the window: four polls (a second), where the 2 ms check would pass 500 times
+        wait_until(lambda: worker.counters["due_checks"] >= polled + 4, what="four polls")
         idle_loops = worker.counters["loops"] - loops
+        polls = worker.counters["due_checks"] - polled
         enqueue_in_another_process(url, "default")
         assert ran.wait(10), "a job enqueued by another process woke the worker"
-    assert idle_loops <= 10, f"{idle_loops} passes over an idle second"
+    assert idle_loops <= 2 * polls, f"{idle_loops} passes over {polls} idle polls"
 
 
 @pytest.mark.parametrize("url", ["postgres"], indirect=True)

@@ -46,14 +46,13 @@ def test_jobs_still_running_after_the_drain_are_released_uncharged(
         app.enqueue("record", args=[f"long{i}", 5.0], known=False)
     proc = spawn("--concurrency", "4", "--drain-timeout", "0.3", lease=2.0)
     wait_until(lambda: len(_started(runs)) == 4, what="four long jobs in flight")
-    sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=10) == 0
-    assert time.monotonic() - sent < 3.0, "exit bounded by the drain timeout, not the jobs"
+    # exit bounded by the drain timeout, not the jobs: it came before any job ended
+    assert not runs.count("end"), "the worker waited for its jobs"
     jobs = app.list_jobs(limit=10)
     assert all(j.state is JobState.PENDING and j.attempts == 0 for j in jobs)
     assert all(j.history[-1]["outcome"] == "released" for j in jobs)
-    assert not runs.count("end")
 
 
 def test_a_second_signal_stops_at_once(app: App, spawn: Spawn, runs: Runs, tmp_path: Path) -> None:
@@ -61,14 +60,14 @@ def test_a_second_signal_stops_at_once(app: App, spawn: Spawn, runs: Runs, tmp_p
         app.enqueue("record", args=[f"long{i}", 5.0], known=False)
     proc = spawn("--concurrency", "2", "--drain-timeout", "9", lease=20.0)
     wait_until(lambda: len(_started(runs)) == 2, what="two jobs in flight")
-    sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     output = tmp_path / "worker-0.log"  # the spawn fixture's log of this worker
     wait_until(lambda: "stopping, draining" in output.read_text(), what="the drain to start")
     assert proc.poll() is None, "the first signal drains: the worker waits for its jobs"
     proc.send_signal(signal.SIGINT)
     assert proc.wait(timeout=10) == 0
-    assert time.monotonic() - sent < 3.0, "the second signal did not wait for the 9 s drain"
+    # the 9 s drain would have let the 5 s jobs end: the exit came before either did
+    assert not runs.count("end"), "the second signal did not stop the drain"
     assert all(j.state is JobState.PENDING for j in app.list_jobs(limit=10))
 
 
