@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from datetime import timedelta
+from typing import Any
 
 import pytest
 
@@ -17,7 +19,7 @@ from sqljobs.maintenance import Pruner
 from sqljobs.schedules import define_schedule, schedule_job
 from sqljobs.testing import Clock
 
-from .conftest import db_execute, is_pg
+from .conftest import db_execute, is_pg, wait_until
 
 DAY = 86400.0
 
@@ -269,4 +271,131 @@ def test_the_retention_as_described_says_how_long_dead_jobs_and_keys_are_kept(
     )
     assert App(url).retention.describe() == (
         "done 1 d, cancelled 7 d, dead 7 d, keys 7 d past their jobs"
+    )
+
+
+# -- an enqueue racing the prune of its key's job (PostgreSQL) ---------------------------
+
+
+def _prune_held(app: App, conn: Any, job_id: int, clock: Clock) -> None:
+    """Run the pruner's statement for ``job_id`` in ``conn``'s transaction, left open: the
+    row is deleted and its key kept, neither committed."""
+    found = app.get_job(job_id)
+    assert found is not None
+    params = {
+        "before": clock(),
+        "limit": 1000,
+        "state": "done",
+        "queue": found.queue,
+        "now": clock(),
+        "key_retention": 7 * DAY,
+    }
+    (n,) = conn.execute(app.backend.sql["prune_finished"], params).fetchone()  # type: ignore[attr-defined]
+    assert n == 1
+
+
+def _blocked_by(app: App, holder: Any) -> Callable[[], list[int]]:
+    import psycopg
+
+    def blocked() -> list[int]:
+        with psycopg.connect(app.url, autocommit=True) as admin:
+            return [pid for (pid,) in admin.execute(
+                "SELECT pid FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))",
+                (holder.info.backend_pid,),
+            ).fetchall()]  # fmt: skip
+
+    return blocked
+
+
+@pytest.mark.parametrize("url", ["postgres"], indirect=True)
+@pytest.mark.parametrize("path", ["own", "connection", "async", "after", "after-parent"])
+def test_an_enqueue_that_waited_on_the_prune_of_its_keys_job_is_answered_by_the_kept_key(
+    app: App, clock: Clock, path: str
+) -> None:
+    """The keyed enqueue's statement takes its snapshot before the prune commits, so it
+    cannot see the key the prune keeps; its insert meets the row being deleted, waits for
+    the prune and, the row gone, would insert a second job. Here the prune is held open
+    by the test until the enqueue is seen waiting on it (on the row, or, for ``after``
+    enqueues, on a parent's row lock taken between their spent-key check and insert)."""
+    import psycopg
+
+    @app.task
+    def pay(order: str) -> None: ...
+
+    parent = pay.enqueue("parent")
+    first = pay.with_options(key="order-9:pay").enqueue("9")
+    _end(app, first.id, clock)
+    clock.advance(timedelta(hours=25))
+    opts: dict[str, Any] = {"key": "order-9:pay"}
+    if path.startswith("after"):
+        opts["after"] = [parent]
+
+    def enqueue() -> sqljobs.JobHandle:
+        if path == "connection":
+            with psycopg.connect(app.url) as conn:
+                return pay.with_options(**opts, connection=conn).enqueue("9")
+        if path == "async":
+
+            async def on_async_connection() -> sqljobs.JobHandle:
+                async with await psycopg.AsyncConnection.connect(app.url) as conn:
+                    return await pay.with_options(**opts, connection=conn).enqueue_async("9")
+
+            return asyncio.run(on_async_connection())
+        return pay.with_options(**opts).enqueue("9")
+
+    got: list[sqljobs.JobHandle] = []
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            got.append(enqueue())
+        except BaseException as exc:  # asserted below
+            errors.append(exc)
+
+    with psycopg.connect(app.url) as pruning:
+        _prune_held(app, pruning, first.id, clock)
+        if path == "after-parent":  # the enqueue checks spent keys, then waits here
+            pruning.execute("SELECT 1 FROM sqljobs_jobs WHERE id = %s FOR UPDATE", (parent.id,))
+        thread = threading.Thread(target=target)
+        thread.start()
+        wait_until(_blocked_by(app, pruning), what="the enqueue waiting on the prune")
+        pruning.commit()
+    thread.join(timeout=10)
+    assert not thread.is_alive() and not errors, errors
+    (again,) = got
+    assert (again.id, again.created) == (first.id, False)
+    assert (
+        db_execute(app, "SELECT id FROM sqljobs_jobs WHERE key = ?", params=("order-9:pay",)) == []
+    )
+    assert _spent_keys(app) == ["order-9:pay"]
+
+
+@pytest.mark.parametrize("url", ["postgres"], indirect=True)
+def test_a_repeatable_read_transaction_that_missed_a_kept_key_is_refused(
+    app: App, clock: Clock
+) -> None:
+    """A transaction at REPEATABLE READ reads one snapshot throughout: a key the pruner
+    kept after it began is invisible to it for good. Its enqueue cannot be answered
+    with the kept key, so it fails as PostgreSQL fails a conflict at that level, to be
+    run again, rather than insert a second job."""
+    import psycopg
+
+    @app.task
+    def pay(order: str) -> None: ...
+
+    first = pay.with_options(key="order-5:pay").enqueue("5")
+    _end(app, first.id, clock)
+    clock.advance(timedelta(hours=25))
+    with psycopg.connect(app.url) as conn:
+        conn.isolation_level = psycopg.IsolationLevel.REPEATABLE_READ
+        conn.execute("SELECT 1 FROM sqljobs_jobs LIMIT 1")  # the snapshot is taken
+        assert _prune(app) == 1
+        with pytest.raises(sqljobs.BackendError, match=r"repeatable read.*run the transaction"):
+            pay.with_options(key="order-5:pay", connection=conn).enqueue("5")
+        conn.rollback()
+        again = pay.with_options(key="order-5:pay", connection=conn).enqueue("5")
+        conn.commit()
+    assert (again.id, again.created) == (first.id, False)
+    assert (
+        db_execute(app, "SELECT id FROM sqljobs_jobs WHERE key = ?", params=("order-5:pay",)) == []
     )

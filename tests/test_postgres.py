@@ -60,9 +60,14 @@ def _describe(conn: psycopg.Connection, schema: str) -> dict[str, object]:
         "ON n.oid = c.connamespace WHERE n.nspname = %s ORDER BY 1",
         (schema,),
     ).fetchall()
+    functions = conn.execute(
+        "SELECT p.proname, pg_get_functiondef(p.oid) FROM pg_proc p JOIN pg_namespace n "
+        "ON n.oid = p.pronamespace WHERE n.nspname = %s ORDER BY 1",
+        (schema,),
+    ).fetchall()
     described = [
         [r for r in rows if "sqljobs_migrations" not in r[0]]
-        for rows in (columns, indexes, options, checks)
+        for rows in (columns, indexes, options, checks, functions)
     ]
     text = repr(described).replace(schema, "SCHEMA")
     return {"described": re.sub(r"\s+", " ", text)}

@@ -418,11 +418,16 @@ class BackendCore(Dialect):
             "now": self.now(),
             "channel": self._event_channel(),
         }
-        inserted = result(conn.execute(self.sql["insert_dependent"], params)).first("id")
+        made = result(conn.execute(self.sql["insert_dependent"], params))
+        inserted = made.first("id")
         if inserted is None:  # its key names a job that exists: that one is the answer
             existing = result(conn.execute(self.sql["dependent_by_key"], {"key": job.key}))
             return EnqueueResult(int(existing.rows[0][0]), False)
         child = int(inserted[0])
+        kept = made.first("kept") if "kept" in made.names else None  # PostgreSQL's race
+        if kept is not None and kept[0] is not None:  # its key was kept meanwhile: undone
+            conn.execute(self.sql["undo_inserts"], {"ids": self._array([child])})
+            return EnqueueResult(int(kept[0]), False)
         if begin.open_parents:
             edges = {"ids": self._array(begin.open_parents), "child": child}
             conn.execute(self.sql["add_edges"], edges)

@@ -48,7 +48,9 @@ class PostgresEnqueue(PostgresPart):
             return []
         if not second and not any(_waits(j) for j in first):  # one statement: one round trip
             notify, later = self.notifier.debounce({j.queue for j in first})
-            rows = self._run(lambda c: result(self._plain(c, first, notify)), transaction=False)
+            rows = self._run(
+                lambda c: result(self._plain(c, first, notify, undo=True)), transaction=False
+            )
             sent = [(first, rows)]
         else:
             piped = self._run(lambda c: self._send_pipelined(c, chunks), transaction=False)
@@ -121,8 +123,11 @@ class PostgresEnqueue(PostgresPart):
     def _insert(
         self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob], notify: list[str]
     ) -> list[EnqueueResult]:
-        """One statement inserts the jobs and sends the NOTIFYs (in ``conn``'s transaction)."""
-        rows = result(self._plain(conn, jobs, notify))
+        """One statement inserts the jobs and sends the NOTIFYs (in ``conn``'s transaction);
+        a job inserted past a key kept meanwhile is deleted again (see insert_jobs)."""
+        rows = result(self._plain(conn, jobs, notify, undo=False))
+        if raced := _raced(rows):
+            conn.execute(self.sql["undo_inserts"], {"ids": list(raced)})
 
         def lookup(keys: list[str]) -> dict[str, int]:
             found = result(conn.execute(self.sql["job_ids_by_key"], {"keys": keys}))
@@ -145,7 +150,7 @@ class PostgresEnqueue(PostgresPart):
                 if any(_waits(j) for j in chunk):
                     sent = []
                     raise psycopg.Rollback  # ends the transaction block, rolled back
-                sent.append((chunk, self._plain(conn, chunk, [])))
+                sent.append((chunk, self._plain(conn, chunk, [], undo=True)))
                 queues.update(j.queue for j in chunk)
             notify, later = self.notifier.debounce(queues)
             if notify:
@@ -156,23 +161,25 @@ class PostgresEnqueue(PostgresPart):
         return [(chunk, result(cur)) for chunk, cur in sent], later
 
     def _plain(
-        self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob], notify: list[str]
+        self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob], notify: list[str], undo: bool
     ) -> psycopg.Cursor[Any]:
-        """Send the insert of jobs that wait for nothing (one statement)."""
-        keys, sql, params = self._plain_statement(jobs, notify)
+        """Send the insert of jobs that wait for nothing (one statement); ``undo``: a job
+        inserted past a key kept meanwhile fails the statement, to be run again (for a
+        statement that commits on its own), rather than come back to be deleted."""
+        keys, sql, params = self._plain_statement(jobs, notify, undo)
         if keys:
             conn.execute(self.sql["release_keys"], {"keys": keys, **self._caller_now()})
         return conn.cursor().execute(sql, params)
 
     def _plain_statement(
-        self, jobs: Sequence[NewJob], notify: list[str]
+        self, jobs: Sequence[NewJob], notify: list[str], undo: bool
     ) -> tuple[list[str], str, dict[str, Any]]:
         """The keys whose finished jobs' scope lets go of them first, and the insert of
         jobs that wait for nothing, with its parameters."""
         server_clock = self.server_clock
         keys = [j.key for j in jobs if j.key is not None]
         if keys:  # and how long each key outlives its row: NULL, seconds or "Infinity"
-            return keys, self.sql["insert_jobs"], self._keyed_params(jobs, notify)
+            return keys, self.sql["insert_jobs"], self._keyed_params(jobs, notify, undo)
         rows_json = json.dumps(
             [
                 [
@@ -199,7 +206,9 @@ class PostgresEnqueue(PostgresPart):
                   **self._caller_now()}  # fmt: skip
         return keys, self.sql["insert_unkeyed_jobs"], params
 
-    def _keyed_params(self, jobs: Sequence[NewJob], notify: list[str]) -> dict[str, Any]:
+    def _keyed_params(
+        self, jobs: Sequence[NewJob], notify: list[str], undo: bool
+    ) -> dict[str, Any]:
         """insert_jobs' parameters: each row also says how long its key outlives it, and
         ``now`` is when a key kept after its job was pruned must still be valid."""
         server_clock = self.server_clock
@@ -231,6 +240,7 @@ class PostgresEnqueue(PostgresPart):
             "channel": self.notifier.channel,
             "notify": notify,
             "now": self.now(),
+            "undo": undo,
         }
 
     async def enqueue_jobs_async(
@@ -255,13 +265,15 @@ class PostgresEnqueue(PostgresPart):
         try:
             for start in range(0, len(jobs), ENQUEUE_CHUNK):
                 chunk = jobs[start : start + ENQUEUE_CHUNK]
-                keys, sql, params = self._plain_statement(chunk, [] if start else notify)
+                keys, sql, params = self._plain_statement(chunk, [] if start else notify, False)
                 if keys:
                     await connection.execute(
                         self.sql["release_keys"], {"keys": keys, **self._caller_now()}
                     )
                 cursor = await connection.execute(sql, params)
                 rows = Result(columns(cursor) or (), await cursor.fetchall(), cursor.rowcount)
+                if raced := _raced(rows):  # see _insert
+                    await connection.execute(self.sql["undo_inserts"], {"ids": list(raced)})
                 missing = [k for o, i, _ in rows.pick("ord", "id", "created")
                            if i is None and (k := chunk[o - 1].key)]  # fmt: skip
                 found: dict[str, int] = {}
@@ -289,16 +301,30 @@ def _waits(job: NewJob) -> bool:
     return bool(job.after) or job.collect
 
 
+def _raced(inserted: Result) -> dict[int, int]:
+    """The jobs an insert made past a key kept meanwhile (insert_jobs' ``kept``), each
+    with the pruned job its key names: those rows are to be deleted again."""
+    if "kept" not in inserted.names:  # unkeyed jobs: no key to race on
+        return {}
+    return {id_: kept for id_, kept in inserted.pick("id", "kept") if kept is not None}
+
+
 def _results(
     jobs: Sequence[NewJob], inserted: Result, lookup: Callable[[list[str]], dict[str, int]]
 ) -> list[EnqueueResult]:
     """Results in call order; a key whose row a concurrent enqueue committed after our
-    statement's snapshot is looked up (``id`` came back NULL)."""
+    statement's snapshot is looked up (``id`` came back NULL); a job inserted past a key
+    kept meanwhile (deleted again by the caller) is answered by the job the key names."""
     rows = inserted.pick("ord", "id", "created")
+    raced = _raced(inserted)
     missing = [k for ord_, id_, _ in rows if id_ is None and (k := jobs[ord_ - 1].key)]
     found = lookup(missing) if missing else {}
     return [
-        EnqueueResult(int(id_ if id_ is not None else found[str(jobs[ord_ - 1].key)]), bool(new))
+        EnqueueResult(raced[id_], False)
+        if id_ in raced
+        else EnqueueResult(
+            int(id_ if id_ is not None else found[str(jobs[ord_ - 1].key)]), bool(new)
+        )
         for ord_, id_, new in rows
     ]
 

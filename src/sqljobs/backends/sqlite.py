@@ -337,6 +337,12 @@ class SqliteBackend(JobBrowser, ScheduleStore):
                 continue
             keyed: tuple[Any, ...] = ()
             if job.key is not None:
+                # No prune can commit between this check and the insert, as one can on
+                # PostgreSQL: this transaction holds SQLite's one write lock from its first
+                # write (release, above), and a caller's transaction whose earlier reads
+                # predate a prune cannot take that lock at all (SQLITE_BUSY_SNAPSHOT).
+                # A caller's connection in autocommit mode commits each statement alone,
+                # so there a prune could still come between the two.
                 spent = conn.execute(Q["spent_key"], {"key": job.key, "now": now}).fetchone()
                 if spent is not None:  # its job was pruned, and the key is still kept
                     out.append(EnqueueResult(int(spent[0]), False))

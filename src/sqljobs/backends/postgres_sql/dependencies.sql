@@ -14,6 +14,10 @@ WHERE id = ANY(%(ids)s::bigint[])
 RETURNING id, state, result
 
 -- name: insert_dependent
+-- A keyed job inserted past a key the pruner kept since the enqueue's spent_key check
+-- (this statement's snapshot shows it: the prune committed while the parents were
+-- locked) or kept meanwhile (see insert_jobs) comes back with `kept`, the job that key
+-- names: the caller deletes the new row and answers with that job.
 WITH inserted AS (
     INSERT INTO {schema}.sqljobs_jobs
         (queue, task, payload, key, state, priority, run_at, deadline_at, max_attempts,
@@ -30,7 +34,14 @@ WITH inserted AS (
     ON CONFLICT (key) WHERE key IS NOT NULL DO NOTHING
     RETURNING id, state, queue
 )
-SELECT id, CASE WHEN state = 'pending' THEN pg_notify(%(channel)s, queue) END AS notified
+SELECT id, CASE WHEN state = 'pending' THEN pg_notify(%(channel)s, queue) END AS notified,
+       CASE WHEN %(key)s::text IS NULL THEN NULL
+            ELSE coalesce(
+                (SELECT job_id FROM {schema}.sqljobs_spent_keys
+                 WHERE key = %(key)s AND expires_at > to_timestamp(%(now)s)),
+                CASE WHEN EXISTS (SELECT FROM {schema}.sqljobs_jobs WHERE key = %(key)s)
+                     THEN {schema}.sqljobs_key_kept_meanwhile(%(key)s, %(now)s, false) END)
+       END AS kept
 FROM inserted
 
 -- name: add_edges

@@ -21,6 +21,13 @@
 -- rate_window, key_retention] rows: one parameter, parsed by the
 -- server, is far cheaper than typed arrays built element by element in Python. A delay,
 -- if given, counts from the server's now() and wins over run_at (the client's clock).
+-- A job inserted although the statement's snapshot shows a row with its key met that row
+-- being deleted (or its key released) by a transaction that committed after the snapshot,
+-- most likely a prune, whose kept key the snapshot cannot show: `kept` reads it afresh
+-- (sqljobs_key_kept_meanwhile), the job it names being the answer, the new row to be
+-- undone (%(undo)s: by failing the statement, to be run again; else by the caller).
+-- `existing` is probed for every keyed row (a left join's condition on the outer row
+-- alone does not spare the inner probe) and the function runs only in that race.
 WITH input AS (
     SELECT e.ord, nextval('{schema}.sqljobs_jobs_id_seq'::regclass) AS new_id,
            e.j ->> 0 AS queue, e.j ->> 1 AS task, e.j ->> 2 AS payload, e.j ->> 3 AS key,
@@ -50,11 +57,14 @@ WITH input AS (
 )
 SELECT input.ord,
        coalesce(mine.id, same_batch.id, existing.id, spent.job_id) AS id,
-       mine.id IS NOT NULL AS created
+       mine.id IS NOT NULL AS created,
+       CASE WHEN mine.id IS NOT NULL AND existing.id IS NOT NULL
+            THEN {schema}.sqljobs_key_kept_meanwhile(input.key, %(now)s, %(undo)s)
+       END AS kept
 FROM input
 LEFT JOIN inserted AS mine ON mine.id = input.new_id
 LEFT JOIN inserted AS same_batch ON mine.id IS NULL AND same_batch.key = input.key
-LEFT JOIN {schema}.sqljobs_jobs AS existing ON mine.id IS NULL AND existing.key = input.key
+LEFT JOIN {schema}.sqljobs_jobs AS existing ON existing.key = input.key
 LEFT JOIN spent ON mine.id IS NULL AND spent.key = input.key
 CROSS JOIN notified
 ORDER BY input.ord
@@ -90,6 +100,10 @@ FROM input CROSS JOIN notified ORDER BY input.ord
 UPDATE {schema}.sqljobs_jobs SET released_key = key, key = NULL
 WHERE key = ANY(%(keys)s::text[]) AND state IN ('done', 'dead', 'cancelled')
   AND key_hold IS NOT NULL AND finished_at + make_interval(secs => key_hold) <= now()
+
+-- name: undo_inserts
+-- Jobs a keyed enqueue inserted in the caller's transaction past a key kept meanwhile.
+DELETE FROM {schema}.sqljobs_jobs WHERE id = ANY(%(ids)s::bigint[])
 
 -- name: job_ids_by_key
 SELECT key, id FROM {schema}.sqljobs_jobs WHERE key = ANY(%(keys)s::text[])

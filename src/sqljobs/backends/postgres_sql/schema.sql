@@ -232,3 +232,28 @@ CREATE TABLE {schema}.sqljobs_spent_keys (
 );
 CREATE INDEX sqljobs_spent_keys_expiry ON {schema}.sqljobs_spent_keys (expires_at);
 CREATE INDEX sqljobs_spent_keys_job ON {schema}.sqljobs_spent_keys (job_id);
+
+-- 0017: what a keyed enqueue that waited on a prune's delete of its key's row reads with a
+-- fresh snapshot (see the migration): the job of a key kept meanwhile.
+CREATE FUNCTION {schema}.sqljobs_key_kept_meanwhile(k text, at double precision, undo boolean)
+RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    kept bigint;
+    level text := current_setting('transaction_isolation');
+BEGIN
+    IF level <> 'read committed' THEN
+        RAISE EXCEPTION 'sqljobs: the job keyed % was deleted while this transaction ran at '
+            '%, whose snapshot cannot show whether the pruner kept its key: roll back and '
+            'run the transaction again', k, level
+            USING ERRCODE = 'serialization_failure';
+    END IF;
+    SELECT job_id INTO kept FROM {schema}.sqljobs_spent_keys
+    WHERE key = k AND expires_at > to_timestamp(at);
+    IF kept IS NOT NULL AND undo THEN
+        RAISE EXCEPTION 'sqljobs: the job keyed % was pruned while this enqueue waited on '
+            'it; run the enqueue again to be answered with its kept key', k
+            USING ERRCODE = 'serialization_failure';
+    END IF;
+    RETURN kept;
+END
+$$;
