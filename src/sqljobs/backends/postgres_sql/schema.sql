@@ -233,7 +233,7 @@ CREATE TABLE {schema}.sqljobs_spent_keys (
 CREATE INDEX sqljobs_spent_keys_expiry ON {schema}.sqljobs_spent_keys (expires_at);
 CREATE INDEX sqljobs_spent_keys_job ON {schema}.sqljobs_spent_keys (job_id);
 
--- 0017: what a keyed enqueue that waited on a prune's delete of its key's row reads with a
+-- 0018: what a keyed enqueue that waited on a prune's delete of its key's row reads with a
 -- fresh snapshot (see the migration): the job of a key kept meanwhile.
 CREATE FUNCTION {schema}.sqljobs_key_kept_meanwhile(k text, at double precision, undo boolean)
 RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$
