@@ -46,11 +46,15 @@ class JobContext:
         backend: Backend,
         request_heartbeat: Callable[[], None] = lambda: None,
         report_progress: Callable[[JobContext], None] = lambda _ctx: None,
+        encode_result: Callable[[Any], str | None] | None = None,
     ) -> None:
         self.job = job
         self._backend = backend
         self._request_heartbeat = request_heartbeat
         self._report_progress = report_progress
+        self._encode_result = encode_result  # None: the task stores no result
+        self.result_json: str | None = None
+        """What :meth:`set_result` was given, as stored JSON (None: nothing set)."""
         self._progress: str | None = None  # reported, not yet written
         self._progress_lock = threading.Lock()
         self.cancelled = False
@@ -149,6 +153,32 @@ class JobContext:
             report, self._progress = self._progress, None
         return report
 
+    def set_result(self, value: Any) -> None:
+        """Make ``value`` the job's result, stored by the job's completion: with
+        ``ctx.transaction()``, in the same commit as the transaction's writes, so a
+        ``handle.result()`` woken by that commit, and the jobs waiting for this one
+        (``after=``, a group's ``then=`` callback), see it at once.
+
+        Call it before or inside the ``ctx.transaction()`` block (or in a handler without
+        one). ``value`` is encoded at once, with the checks a returned value gets (JSON,
+        ``max_payload``, the task's result model): one that cannot be stored raises here,
+        before anything commits. A later call replaces it until the completion is
+        written; ``None`` clears it. Once set, the handler may still return the same
+        value, or None; a different one is logged as an error and recorded in the job's
+        history (outcome ``result_mismatch``), and the set value is kept.
+        """
+        if self.completed_in_transaction:
+            raise ConfigurationError(
+                f"job {self.job_id} already committed its completion in ctx.transaction(): "
+                "call ctx.set_result() before the transaction's block ends"
+            )
+        if self._encode_result is None:
+            raise ConfigurationError(
+                f"task {self.task!r} stores no result (store_result=False): drop the "
+                "ctx.set_result() call, or register the task with store_result=True"
+            )
+        self.result_json = self._encode_result(value)
+
     @contextmanager
     def transaction(self) -> Iterator[Any]:
         """A DB-API connection on the queue's database, inside one transaction.
@@ -158,9 +188,11 @@ class JobContext:
         raised. If the block raises, everything rolls back and the job is retried.
         The connection is the backend's own (sqlite3: ``?`` placeholders; psycopg: ``%s``).
 
-        Once it has committed, the job is ``done``: the handler's return value is stored
-        when it returns, and anything it raises after the block is logged and recorded in
-        the job's history (the job stays done: a retry would repeat the committed writes).
+        Once it has committed, the job is ``done``: a value given to :meth:`set_result`
+        committed with it; a value the handler returns instead is stored when it returns
+        (a moment after the commit: waiters and dependent jobs woken by the commit may not
+        see it), and anything it raises after the block is logged and recorded in the
+        job's history (the job stays done: a retry would repeat the committed writes).
 
         It blocks the calling thread (waiting for SQLite's write lock, each statement, the
         commit): in an ``async def`` task use :meth:`transaction_async`.
@@ -179,7 +211,7 @@ class JobContext:
                         f"job {self.job_id} lost its lease: its writes were rolled back"
                     )
                 self.completing = True  # from here the job may stop being `running` by our hand
-                done = Outcome(self.job_id, self.token, JobState.DONE)
+                done = Outcome(self.job_id, self.token, JobState.DONE, result=self.result_json)
                 if not self._backend.finish_in_transaction(conn, done):
                     raise LeaseLost(
                         f"job {self.job_id} is no longer held by this worker (attempt "

@@ -16,7 +16,7 @@ from ..jobs import ClaimedJob, HeldJob, JobState, Outcome
 from ..payload import decode
 from ..rollup import AttemptOutcome
 from .events import EventKind
-from .execute import Running, failure
+from .execute import Running, failure, result_encoder
 from .lanes import Trip
 from .metering import attempt_outcome, tally
 from .report import failed_attempt, job_fields
@@ -34,7 +34,9 @@ class Dispatching(WorkerState):
             self._event("claimed", job, detail="buffered" if prefetched else None)
         wall = self.app.clock()
         task = self.app.tasks.get(job.task)
-        ctx = JobContext(job, backend, self.request_heartbeat, self._progress_reported)
+        ctx = JobContext(
+            job, backend, self.request_heartbeat, self._progress_reported, result_encoder(task)
+        )
         if self._stopping:
             ctx.shutting_down = True
         try:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import json
 import logging
 import queue
 import random
@@ -11,11 +13,11 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..context import JobContext
-from ..errors import Discard, RetryLater
+from ..errors import ConfigurationError, Discard, RetryLater
 from ..jobs import ClaimedJob, JobState, Outcome
 from ..payload import encode_result, storable
 from ..tasks import Task
@@ -71,26 +73,87 @@ the error was raised); the job's last traceback is kept whole."""
 def success(run: Running, value: Any = None) -> Outcome:
     """The attempt succeeded; its return value is stored unless the task opts out.
     Encoding it may raise PayloadError (not JSON, too big): the caller fails the attempt."""
-    task = run.task
+    result = encoded_result(run.task, value)
+    return Outcome(run.job.id, run.job.token, JobState.DONE, result=result)
+
+
+def encoded_result(task: Task, value: Any) -> str | None:
+    """``value`` as ``task``'s stored result (None: nothing to store), through its result
+    model: what a returned value and ``ctx.set_result()`` both go through."""
     if value is None or not task.store_result:
-        return Outcome(run.job.id, run.job.token, JobState.DONE)
+        return None
     if task.result_model is not None:
         value = task.result_model.dump(value)
-    result = encode_result(task.name, value, task.app.max_payload)
-    return Outcome(run.job.id, run.job.token, JobState.DONE, result=result)
+    return encode_result(task.name, value, task.app.max_payload)
+
+
+def result_encoder(task: Task | None) -> Callable[[Any], str | None] | None:
+    """What a job's context encodes ``ctx.set_result()``'s value with (None: the task
+    stores no result)."""
+    if task is None or not task.store_result:
+        return None
+    return functools.partial(encoded_result, task)
 
 
 def finished(run: Running, value: Any, now: float) -> Outcome:
     """The handler returned ``value``. A value that cannot be stored (not JSON, too big, a
     ``result_model`` that refuses it) ends the job ``dead`` at once: the handler ran to
-    its end, so a retry would repeat its effects and fail the same way. A handler that
-    completed its job in ``ctx.transaction()`` is told by :func:`after_commit`."""
+    its end, so a retry would repeat its effects and fail the same way. A value given to
+    ``ctx.set_result()`` is the result instead. A handler that completed its job in
+    ``ctx.transaction()`` is told by :func:`after_commit`."""
     if run.ctx.completed_in_transaction:
         return after_commit(run, now, value=value)
+    if run.ctx.result_json is not None:
+        return _with_set_result(run, value, now)
     try:
         return success(run, value)
     except Exception as exc:
         return unstorable(run, exc, now)
+
+
+def _with_set_result(run: Running, value: Any, now: float) -> Outcome:
+    """The job is done with the value ``ctx.set_result()`` was given; a different value
+    returned as well is an error, recorded with the completion."""
+    job = run.job
+    done = Outcome(job.id, job.token, JobState.DONE, result=run.ctx.result_json)
+    mismatch = _unlike_set_result(run, value)
+    if mismatch is None:
+        return done
+    tb, entry = _attempt_entry(run, mismatch, now, "result_mismatch")
+    from .report import raised_after_commit
+
+    raised_after_commit(run, entry["error"], tb)
+    return replace(done, error=entry["error"], traceback=tb, history=entry)
+
+
+def _unlike_set_result(run: Running, value: Any) -> Exception | None:
+    """Why a returned ``value`` cannot stand beside the one ``ctx.set_result()`` was
+    given (None: it is None, or the same JSON)."""
+    given = run.ctx.result_json
+    if given is None or value is None or not run.task.store_result:
+        return None
+    try:
+        encoded = encoded_result(run.task, value)
+    except Exception as exc:
+        returned = f"a value that cannot be stored ({_describe(exc)})"
+    else:
+        if encoded is None or encoded == given or _same_json(encoded, given):
+            return None
+        returned = _clipped(encoded)
+    return ConfigurationError(
+        f"the handler returned {returned} after ctx.set_result() was given "
+        f"{_clipped(given)}; the set value is kept as the job's result. Return None (or "
+        "the same value) from a handler that calls ctx.set_result()"
+    )
+
+
+def _same_json(a: str, b: str) -> bool:
+    """The same JSON value, keys in any order (1 and 1.0, 1 and true stay apart)."""
+    return json.dumps(json.loads(a), sort_keys=True) == json.dumps(json.loads(b), sort_keys=True)
+
+
+def _clipped(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text):,} characters)"
 
 
 def unstorable(run: Running, exc: Exception, now: float) -> Outcome:
@@ -116,16 +179,22 @@ def after_commit(
 ) -> Outcome:
     """The handler's ``ctx.transaction()`` committed the job as ``done`` with its writes;
     then it returned ``value`` or raised ``exc``. The job stays ``done`` (its effects and
-    completion committed together: a retry would repeat them). A returned value is stored,
-    an exception (or a value that cannot be stored) is logged as an error and recorded
+    completion committed together: a retry would repeat them). A returned value is stored
+    (unless ``ctx.set_result()`` committed one: then it must be None or the same), an
+    exception (or a value that cannot be stored, or another) is logged as an error and recorded
     in the job's history and last error: written now, on this thread, fenced on the job
     still being ``done`` under this attempt's token. Never raises: a failed write is
     logged, and the job stays ``done`` as committed."""
     job = run.job
     done = Outcome(job.id, job.token, JobState.DONE)
     amend: Outcome | None = None
-    why = AFTER_COMMIT
-    if exc is None:
+    why, outcome = AFTER_COMMIT, "raised_after_commit"
+    if exc is None and run.ctx.result_json is not None:  # committed with the completion
+        exc = _unlike_set_result(run, value)
+        if exc is None:
+            return done
+        why, outcome = "returned a value after its transaction committed", "result_mismatch"
+    elif exc is None:
         try:
             amend = success(run, value)
         except Exception as err:  # the value cannot be stored: said as an error would be
@@ -134,7 +203,7 @@ def after_commit(
             if amend.result is None:
                 return done  # nothing to add: the committed completion says it all
     if exc is not None:
-        tb, entry = _attempt_entry(run, exc, now, "raised_after_commit")
+        tb, entry = _attempt_entry(run, exc, now, outcome)
         error = storable(f"{why} (the job stays done): {_describe(exc)}")
         entry["error"] = error
         amend = Outcome(job.id, job.token, JobState.DONE, error=error, traceback=tb, history=entry)
