@@ -232,7 +232,9 @@ def _limited_work(url: str, backend: Any, key: str, ended: tuple[int, int] | Non
                  "channel": "sqljobs_public", "hand_over": 5}  # fmt: skip
     else:  # hand_over follows its job's outcome, in the same transaction
         name, extra = "hand_over", {"ended": json.dumps([ended[0]]), "all_buffered": False}
-        before = f"UPDATE sqljobs_jobs SET state = 'done' WHERE id = {int(ended[0])}"
+        before = (
+            f"UPDATE sqljobs_jobs SET state = 'done', lease_until = NULL WHERE id = {int(ended[0])}"
+        )
     sql, params = backend._filtered(name, None, ["noop"])
     return _measured(url, sql, {**_PARAMS, **params, **extra, "now": time.time()}, before)
 
