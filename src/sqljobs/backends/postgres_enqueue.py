@@ -176,32 +176,10 @@ class PostgresEnqueue(PostgresPart):
     ) -> tuple[list[str], str, dict[str, Any]]:
         """The keys whose finished jobs' scope lets go of them first, and the insert of
         jobs that wait for nothing, with its parameters."""
-        server_clock = self.server_clock
         keys = [j.key for j in jobs if j.key is not None]
         if keys:  # and how long each key outlives its row: NULL, seconds or "Infinity"
             return keys, self.sql["insert_jobs"], self._keyed_params(jobs, notify, undo)
-        rows_json = json.dumps(
-            [
-                [
-                    j.queue,
-                    j.task,
-                    j.payload,
-                    j.key,
-                    j.priority,
-                    j.run_at,
-                    j.deadline_at,
-                    j.max_attempts,
-                    j.lease,
-                    j.key_hold,
-                    j.delay if server_clock else None,
-                    j.limit_key,
-                    j.limit_max,
-                    j.rate_max,
-                    j.rate_window,
-                ]
-                for j in jobs
-            ]
-        )
+        rows_json = json.dumps(_job_rows(jobs, self.server_clock))
         params = {"jobs": rows_json, "channel": self.notifier.channel, "notify": notify,
                   **self._caller_now()}  # fmt: skip
         return keys, self.sql["insert_unkeyed_jobs"], params
@@ -211,30 +189,10 @@ class PostgresEnqueue(PostgresPart):
     ) -> dict[str, Any]:
         """insert_jobs' parameters: each row also says how long its key outlives it, and
         ``now`` is when a key kept after its job was pruned must still be valid."""
-        server_clock = self.server_clock
-        rows_json = json.dumps(
-            [
-                [
-                    j.queue,
-                    j.task,
-                    j.payload,
-                    j.key,
-                    j.priority,
-                    j.run_at,
-                    j.deadline_at,
-                    j.max_attempts,
-                    j.lease,
-                    j.key_hold,
-                    j.delay if server_clock else None,
-                    j.limit_key,
-                    j.limit_max,
-                    j.rate_max,
-                    j.rate_window,
-                    _json_seconds(j.key_retention),
-                ]
-                for j in jobs
-            ]
-        )
+        rows = _job_rows(jobs, self.server_clock)
+        for row, job in zip(rows, jobs, strict=True):
+            row.append(_json_seconds(job.key_retention))
+        rows_json = json.dumps(rows)
         return {
             "jobs": rows_json,
             "channel": self.notifier.channel,
@@ -289,6 +247,30 @@ class PostgresEnqueue(PostgresPart):
 def _json_seconds(value: float | None) -> float | str | None:
     """``value`` as JSON can carry it: for ever (``inf``) as PostgreSQL's "Infinity"."""
     return "Infinity" if value is not None and math.isinf(value) else value
+
+
+def _job_rows(jobs: Sequence[NewJob], server_clock: bool) -> list[list[Any]]:
+    """The insert statements' rows, in the order their ``e.j ->> n`` columns read them."""
+    return [
+        [
+            j.queue,
+            j.task,
+            j.payload,
+            j.key,
+            j.priority,
+            j.run_at,
+            j.deadline_at,
+            j.max_attempts,
+            j.lease,
+            j.key_hold,
+            j.delay if server_clock else None,
+            j.limit_key,
+            j.limit_max,
+            j.rate_max,
+            j.rate_window,
+        ]
+        for j in jobs
+    ]
 
 
 def _known(found: dict[str, int], keys: list[str]) -> dict[str, int]:
