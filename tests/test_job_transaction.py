@@ -333,6 +333,36 @@ def test_a_cancelled_transaction_async_rolls_back_on_its_thread(app: App) -> Non
     assert _effects(app) == 1
 
 
+def test_a_long_transaction_does_not_stall_its_workers_upkeep(app: App) -> None:
+    """SQLite has one write lock, and a handler inside ``ctx.transaction()`` holds it: the
+    worker's own periodic passes must not queue behind it. The reaper, due every 50 ms
+    here, looks before it writes, so the handler's timeout is still noticed while the
+    transaction waits (had the reaper waited for the lock, nothing would be noticed until
+    it is let go)."""
+    db_execute(app, "CREATE TABLE effects (job_id INTEGER)")
+    mark = placeholder(app)
+    inside, release = threading.Event(), threading.Event()
+
+    @app.task(timeout=0.5, retry=Retry(max_attempts=1))
+    def hold(ctx: sqljobs.JobContext) -> None:
+        with ctx.transaction() as conn:
+            conn.execute(f"INSERT INTO effects VALUES ({mark})", (ctx.job_id,))
+            inside.set()
+            release.wait(30)
+
+    job_id = hold.enqueue().id
+    events = EventLog()
+    try:
+        with worker_thread(app, on_event=events, reap_interval=0.05):
+            assert inside.wait(10)
+            events.wait("timed_out", job_id, timeout=10)
+            release.set()
+    finally:
+        release.set()
+    assert _job(app, job_id).state is JobState.DEAD
+    assert _effects(app) == 0
+
+
 def test_a_blocking_transaction_on_the_event_loop_is_warned_of_once_per_task(
     app: App, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:

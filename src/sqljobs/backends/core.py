@@ -241,6 +241,9 @@ class BackendCore(Dialect):
     def rescue_jobs(
         self, decide: Decide, worker: str | None = None, limit: int = 500
     ) -> list[Outcome]:
+        if worker is None and self.one_writer and not self._any_expired():
+            return []
+
         def work(conn: Any) -> list[Outcome]:
             now = self.now()  # read once the write lock is held: SQLite may have waited
             if worker is None:
@@ -259,6 +262,11 @@ class BackendCore(Dialect):
             return [o for o in outcomes if o.job_id in written]
 
         return self._transaction(work)
+
+    def _any_expired(self) -> bool:
+        params = {"now": self.now()}
+        found = self._read(lambda conn: result(conn.execute(self.sql["any_expired"], params)))
+        return bool(found.rows)
 
     # -- workers and the task catalogue ---------------------------------------------------
 

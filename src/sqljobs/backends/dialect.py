@@ -53,6 +53,10 @@ class Dialect(ABC):
     """The dialect's named statements (its ``.sql`` files), ready to run."""
     migrations: Sequence[Migration]
     notifier: Notifier
+    one_writer: bool = False
+    """The engine has one write lock for the whole database (SQLite): periodic work that
+    usually finds nothing to write looks first, so a long ``ctx.transaction()`` holding
+    that lock does not stall the worker that runs it."""
 
     @abstractmethod
     def now(self) -> float:

@@ -61,6 +61,7 @@ class SqliteBackend(JobBrowser, ScheduleStore):
     """Jobs in one SQLite file, shared by the processes of one host."""
 
     claim_lanes = 1  # one writer at a time: a second claim in flight would only wait
+    one_writer = True
 
     def __init__(
         self,

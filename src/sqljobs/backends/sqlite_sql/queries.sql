@@ -256,6 +256,9 @@ WHERE j.state = 'running' AND j.lease_until < :now
 ORDER BY j.lease_until
 LIMIT :limit
 
+-- name: any_expired
+SELECT 1 FROM sqljobs_jobs WHERE state = 'running' AND lease_until < :now LIMIT 1
+
 -- name: jobs_of_worker
 SELECT j.id, j.token, j.task, j.attempts AS attempt, j.max_attempts, j.lease, j.started_at,
        j.lease_until, j.deadline_at, j.worker, 0 AS worker_alive,
