@@ -17,7 +17,6 @@ from . import app_async, payload
 from .backends import Backend, open_backend
 from .browse import (
     ENDED,
-    MAX_ID,
     RETRYABLE,
     UNENDED,
     JobCount,
@@ -46,7 +45,7 @@ from .notifiers import LocalNotifier
 from .notifiers.base import JobEventCallback
 from .payload import check_text
 from .retention import DEFAULT_RETENTION, KeyRetention, Retention, key_retention_of
-from .retry import Retry, seconds
+from .retry import Retry
 from .rollup import MetricAmount, MinuteCounts, check_window, minute_counts, minute_of
 from .schedules import (
     Schedule,
@@ -70,16 +69,20 @@ from .tasks import (
     TaskDecorator,
     TaskInfo,
     _Unchecked,
-    check_due,
     check_key_retention,
-    check_priority,
-    check_queue_name,
-    check_queues,
     key_hold,
-    to_epoch,
     unknown_task,
 )
 from .url import check_sqlite_directory, parse_url, resolve_url
+from .validate import (
+    MAX_ID,
+    check_due,
+    check_priority,
+    check_queue_name,
+    check_queues,
+    seconds,
+    to_epoch,
+)
 from .waiting import JobWatcher
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 
 from .errors import ConfigurationError
 from .jobs import Job, JobState
-from .tasks import check_queue_name
+from .validate import MAX_ID, check_queue_name
 
 TEXT_SCAN = 20_000
 """The most jobs one page of an argument-text search reads (there is no index on text)."""
@@ -31,8 +31,6 @@ MAX_TEXT = 200
 """The longest argument text searched for."""
 MAX_IDS = 10_000
 """The most ids one selection names."""
-MAX_ID = 2**63 - 1
-"""A job id is a signed 64-bit integer in both backends."""
 ENDED = (JobState.DONE.value, JobState.DEAD.value, JobState.CANCELLED.value)
 UNENDED = (JobState.PENDING.value, JobState.WAITING.value, JobState.RUNNING.value)
 RETRYABLE = (JobState.DEAD.value, JobState.CANCELLED.value)

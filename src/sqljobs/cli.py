@@ -25,7 +25,7 @@ import click
 from rich.text import Text
 
 from .app import App
-from .browse import MAX_ID, JobFilter, WorkerStatus
+from .browse import JobFilter, WorkerStatus
 from .cli_format import (
     RUNNING_CANCELLED,
     job_parts,
@@ -47,8 +47,8 @@ from .logs import LogFormat, configure_logging
 from .redaction import redact_job
 from .roles import ROLES
 from .roles import grants as grant_statements
-from .tasks import check_queue_name
 from .url import DEFAULT_URL
+from .validate import MAX_ID, check_queue_name
 
 JOB_ID = click.IntRange(1, MAX_ID)
 """A job id argument: a number out of the 64-bit range is a usage error that names it

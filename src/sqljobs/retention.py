@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Literal
 
 from .errors import ConfigurationError
-from .retry import seconds
+from .validate import seconds
 
 DAY = 24 * 3600.0
 DEAD_KEPT = 7 * DAY

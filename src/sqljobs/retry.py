@@ -2,42 +2,11 @@
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass
-from datetime import timedelta
-from typing import overload
 
 from .errors import ConfigurationError
-
-
-@overload
-def seconds(value: None, name: str) -> None: ...
-@overload
-def seconds(value: float | timedelta, name: str) -> float: ...
-@overload
-def seconds(value: float | timedelta | None, name: str) -> float | None: ...
-
-
-def seconds(value: float | timedelta | None, name: str) -> float | None:
-    """Normalise a duration given as seconds or a timedelta, naming ``name`` in the error.
-
-    Negative, NaN and infinite values are refused: NaN compares false with everything,
-    so it would slip past every later bound check and reach the database as a time.
-    """
-    if value is None:
-        return None
-    try:
-        out = value.total_seconds() if isinstance(value, timedelta) else float(value)
-    except (TypeError, ValueError, OverflowError):
-        raise ConfigurationError(
-            f"{name} must be seconds (a number) or a timedelta, got {value!r}"
-        ) from None
-    if not math.isfinite(out):
-        raise ConfigurationError(f"{name} must be a finite number of seconds, got {value!r}")
-    if out < 0:
-        raise ConfigurationError(f"{name} must be >= 0 seconds, got {value!r}")
-    return out
+from .validate import seconds
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from .cron import check_cron, next_cron_tick, zone
 from .errors import ConfigurationError
 from .errors import ScheduleNotFound as ScheduleNotFound  # its home before errors.py
 from .jobs import NewJob
-from .retry import seconds
+from .validate import seconds
 
 if TYPE_CHECKING:
     from .app import App

@@ -6,8 +6,6 @@ import asyncio
 import difflib
 import functools
 import inspect
-import math
-import re
 import typing
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -24,7 +22,8 @@ from .jobs import NewJob
 from .limits import Limit, arguments_by_name
 from .model_args import find_models
 from .retention import KeyRetention, key_retention_of
-from .retry import Retry, seconds
+from .retry import Retry
+from .validate import check_priority, check_queue_name, seconds, to_epoch
 
 if TYPE_CHECKING:
     from .app import App
@@ -113,69 +112,6 @@ class TaskInfo:
     rate_window: float | None = None
 
 
-QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
-
-
-def check_queue_name(name: object, where: str) -> str:
-    """Return ``name`` if it is a valid queue name, else raise naming ``where`` it was given.
-
-    A queue name is 1-64 ASCII letters, digits, ``_``, ``-``, ``.`` and ``:``. The set
-    keeps names selectable: ``--queues a,b`` splits on commas, and a name with a space,
-    a newline or nothing at all could never be asked for.
-    """
-    if isinstance(name, str) and QUEUE_NAME.fullmatch(name):
-        return name
-    raise ConfigurationError(
-        f"queue name {name!r} (in {where}) is not valid: use 1-64 letters, digits, "
-        "'_', '-', '.', ':'"
-    )
-
-
-PRIORITY_RANGE = (-(2**31), 2**31 - 1)
-"""A priority is a 32-bit integer (PostgreSQL's ``integer``; SQLite is held to the same)."""
-TIME_RANGE = (-62135596800.0, 253402300799.0)
-"""When a job may be due, in Unix seconds: the years 1 to 9999 (what a datetime can show;
-PostgreSQL's timestamps reach further, SQLite's REAL anywhere)."""
-
-
-def check_priority(value: object, where: str) -> int:
-    """``value`` if it is a priority both databases store, else ConfigurationError."""
-    low, high = PRIORITY_RANGE
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise ConfigurationError(
-            f"priority {value!r} (in {where}) must be an integer from {low} to {high}"
-        )
-    return value
-
-
-def check_due(run_at: float, where: str) -> float:
-    """``run_at`` (from a delay or given) if it lies in :data:`TIME_RANGE`."""
-    if not TIME_RANGE[0] <= run_at <= TIME_RANGE[1]:
-        raise ConfigurationError(
-            f"{where} puts the job at Unix time {run_at!r}, outside the years 1 to 9999: "
-            "a delay is seconds from now, run_at a Unix time or an aware datetime"
-        )
-    return run_at
-
-
-def check_queues(queues: str | Sequence[str] | None, where: str) -> tuple[str, ...] | None:
-    """The queues a worker takes, as a tuple of checked names; None (or empty) for all.
-
-    A string is one queue name: ``tuple("default")`` would be the queues 'd', 'e', 'f'...
-    and a worker that never runs anything.
-    """
-    if queues is None:
-        return None
-    if isinstance(queues, str):
-        return (check_queue_name(queues, where),)
-    if isinstance(queues, bytes) or not isinstance(queues, Sequence):
-        raise ConfigurationError(
-            f"{where} must be a queue name or a list of queue names, got "
-            f"{type(queues).__name__} {queues!r}"
-        )
-    return tuple(check_queue_name(q, where) for q in queues) or None
-
-
 def unknown_task(name: str, registered: Iterable[str]) -> UnknownTask:
     """The error for a task name nobody registered, with the close matches (typos)."""
     known = list(dict.fromkeys(registered))  # a task both here and in the catalogue once
@@ -228,23 +164,6 @@ def check_key_retention(
             f"key_scope={scope!r}, which says itself how long the key is held: drop one"
         )
     return kept
-
-
-def to_epoch(value: float | datetime | None, name: str) -> float | None:
-    """Accept a Unix time or an aware datetime (a naive one could be any zone's)."""
-    if value is None:
-        return None
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if isinstance(value, int) and abs(value) > 2**63:  # float() would overflow
-            value = math.inf if value > 0 else -math.inf
-        if not math.isfinite(value):
-            raise ConfigurationError(f"{name} must be a finite Unix time, got {value!r}")
-        return float(value)
-    if isinstance(value, datetime):
-        if value.tzinfo is None:
-            raise ConfigurationError(f"{name} must be a timezone-aware datetime, got {value!r}")
-        return value.timestamp()
-    raise ConfigurationError(f"{name} must be a Unix time or an aware datetime, got {value!r}")
 
 
 class Task(Generic[P, R]):
@@ -566,8 +485,6 @@ __all__ = [
     "Task",
     "TaskDecorator",
     "TaskInfo",
-    "check_queue_name",
-    "check_queues",
     "payload",
 ]
 

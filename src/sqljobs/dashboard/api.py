@@ -21,7 +21,7 @@ from ..errors import ConfigurationError
 from ..humanize import iso_utc
 from ..jobs import Job, JobState, QueueInfo
 from ..schedules import ScheduleState
-from ..tasks import check_queue_name
+from ..validate import check_queue_name
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
