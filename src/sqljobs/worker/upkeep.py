@@ -260,10 +260,12 @@ class Upkeep(WorkerState):
             run.abandoned = True
             self._abandoned.add(run)
             if len(self._abandoned) >= self.config.concurrency:
-                log.error(
+                # often brief (a worker that was paused past its leases): a warning, not an
+                # error; a cancelled handler that never returns is an error after cancel_grace
+                log.warning(
                     "worker %s: all %d slots are held by handlers that were given up (timed "
-                    "out or lease lost) and have not returned; no job can start until one "
-                    "does: fix the task or restart the worker",
+                    "out or lease lost) and have not returned; no job starts until one "
+                    "does (a handler that never returns needs fixing or a restart)",
                     self.id,
                     self.config.concurrency,
                 )
