@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import json
 import math
 import os
 import random
@@ -428,9 +429,10 @@ def _check(
     if report.acknowledged != plan.jobs:
         report.problems.append(f"{plan.jobs - report.acknowledged} enqueues never acknowledged")
     rows = db.query(
-        f"SELECT id, state, last_error, {db.epoch('finished_at')}, token FROM sqljobs_jobs"
+        f"SELECT id, state, last_error, {db.epoch('finished_at')}, token, history FROM sqljobs_jobs"
     )
     states = {row[0]: (row[1], row[2] or "") for row in rows}
+    histories = {row[0]: row[5] for row in rows}
     finished = {row[0]: row[3] for row in rows}
     tokens = {row[0]: row[4] for row in rows}
     report.done_under_fire = sum(
@@ -454,6 +456,7 @@ def _check(
     starts_log = scratch / "starts.log"
     starts = starts_log.read_text().splitlines() if starts_log.exists() else []
     job_starts = Counter(line.split()[1] for line in starts if line.startswith("job "))
+    _check_blame(report, acked, states, histories, starts)
     report.deliveries = sum(job_starts.values())
     report.duplicate_deliveries = report.deliveries - len(job_starts)
     cuts = report.restarts * plan.workers + report.connections_cut
@@ -483,6 +486,35 @@ def _check_fenced(report: Report, db: _Database, done: dict[int, int]) -> None:
     kept = expected & set(rows)
     report.stale_commits = sum(rows.values()) - len(kept)
     report.missing_fenced = len(expected) - len(kept)
+
+
+def _check_blame(
+    report: Report,
+    acked: dict[str, int],
+    states: dict[int, tuple[str, str]],
+    histories: dict[int, Any],
+    starts: list[str],
+) -> None:
+    """A job dead for crashing its worker must have been running in each worker it is
+    blamed for: every ``crashed`` attempt in its history names a worker (``host-pid-...``)
+    whose process logged the job's start. Blame for a kill that came while the job sat in
+    a buffer, or ran elsewhere, is an innocent job killed by the poison rule."""
+    started_in = {(parts[1], parts[2]) for parts in map(str.split, starts) if len(parts) == 3}
+    for item, job_id in acked.items():
+        if states.get(job_id, ("",))[0] != "dead":
+            continue
+        history = histories.get(job_id) or []
+        if isinstance(history, str):
+            history = json.loads(history)
+        for entry in history:
+            if entry.get("outcome") != "crashed":
+                continue
+            pid = str(entry.get("worker", "")).rsplit("-", 2)[-2:-1]
+            if not pid or (item, pid[0]) not in started_in:
+                report.problems.append(
+                    f"innocent job {job_id} ({item}) blamed for a crash of "
+                    f"{entry.get('worker')}, where it never started"
+                )
 
 
 def _check_ticks(report: Report, db: _Database, fleet: _Fleet) -> None:
