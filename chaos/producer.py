@@ -30,13 +30,15 @@ def main(name: str, count: int, seconds: float, out_path: str) -> None:
                 time.sleep(ahead)
             item = f"{name}-{i}"
             while True:
+                tried = time.monotonic()
                 try:
                     handle = apply.with_options(key=f"chaos:{item}").enqueue(item)
                     break
                 except Exception as exc:  # counted by kind; the run's report judges them
                     kind = type(exc).__name__
                     errors[kind] = errors.get(kind, 0) + 1
-                    out.write(f"error {kind} {str(exc)[:200]!r}\n")
+                    waited = time.monotonic() - tried  # at once, or after the busy timeout?
+                    out.write(f"error {kind} {str(exc)[:200]!r} after {waited:.2f} s\n")
                     time.sleep(0.05)
             out.write(f"ack {item} {handle.id}\n")
     app.close()
