@@ -325,7 +325,7 @@ def test_a_worker_forgets_an_attempt_once_it_has_nothing_to_tell_of_it(tmp_path:
     from sqljobs.jobs import ClaimedJob
     from sqljobs.worker.events import job_event
     from sqljobs.worker.execute import Running
-    from sqljobs.worker.hooks import WorkerHooks
+    from sqljobs.worker.hook_runner import WorkerHooks
 
     app = App(f"sqlite:///{tmp_path / 'jobs.db'}")
 

@@ -89,7 +89,7 @@ def test_a_workers_attempts_reach_the_scrape_and_the_minute_they_ended_in(url: s
         wait_until(lambda: state(flaky_id) is sqljobs.JobState.DEAD, what="flaky dead")
         wait_until(lambda: state(ghost_id) is sqljobs.JobState.DONE, what="ghostly rerun")
         wait_until(lambda: app.stats().counts["default"].get("done", 0) == 3, what="ok x3")
-    assert not worker._metered, "every sample was tallied or dropped with its outcome"
+    assert not worker._completer.metered, "every sample was tallied or dropped with its outcome"
     samples = scrape(app)
     attempts = {
         (dict(labels)["task"], dict(labels)["outcome"]): value

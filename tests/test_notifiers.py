@@ -172,7 +172,7 @@ def test_sqlite_poll_only_mode_binds_no_socket_and_workers_read_the_counter(url:
     assert not os.path.exists(folder) or not os.listdir(folder)
     with worker_thread(app) as worker:
         wait_until(lambda: worker.counters["claims"] >= 1, what="the first claim")
-        assert worker._checks_changes
+        assert worker._producer.checks_changes  # (white box)
 
 
 @pytest.mark.parametrize("url", ["sqlite"], indirect=True)
@@ -294,7 +294,7 @@ def test_an_idle_sqlite_worker_sleeps_until_a_timer_or_a_wake_up(url: str) -> No
 
     with worker_thread(app, poll_interval=0.25) as worker:
         wait_until(lambda: worker.counters["claims"] >= 1, what="the first claim")
-        assert not worker._checks_changes
+        assert not worker._producer.checks_changes  # (white box)
         loops, polled = worker.counters["loops"], worker.counters["due_checks"]
         # the window: four polls (a second), where the 2 ms check would pass 500 times
         wait_until(lambda: worker.counters["due_checks"] >= polled + 4, what="four polls")

@@ -82,19 +82,19 @@ def test_the_event_loop_starts_tasks_eagerly_where_python_can(app: App) -> None:
     runs within its task's creation (no scheduling a job); on 3.11 the default tasks.
     Either way a handler sees its own task as the current one."""
     seen: list[bool] = []
+    factories: list[object] = []
 
     @app.task
     async def which() -> None:
         seen.append(asyncio.current_task() is not None)
+        factories.append(asyncio.get_running_loop().get_task_factory())
 
     which.enqueue()
     events = EventLog()
-    with worker_thread(app, concurrency=2, on_event=events) as worker:
+    with worker_thread(app, concurrency=2, on_event=events):
         events.wait("finished", state="done")
-        assert worker._async is not None
-        factory = worker._async._loop.get_task_factory()
     assert seen == [True]
-    assert factory is getattr(asyncio, "eager_task_factory", None)
+    assert factories == [getattr(asyncio, "eager_task_factory", None)]
 
 
 def test_concurrency_bounds_jobs_in_flight(app: App) -> None:
@@ -282,7 +282,7 @@ def test_an_idle_workers_poll_reads_next_due_and_claims_what_it_says_is_due(url:
     other = App(url)  # another process, as far as wake-ups go
     with worker_thread(app, poll_interval=0.1, change_check_interval=60) as worker:
         wait_until(lambda: worker.counters["due_checks"] >= 2, what="the first polls")
-        scheduler = worker._scheduler
+        scheduler = worker._upkeep.scheduler  # (white box: how often it read the table)
         assert scheduler is not None
         claims, passes = worker.counters["claims"], scheduler.passes
         checks = worker.counters["due_checks"]
@@ -324,11 +324,10 @@ def test_a_short_batchs_question_of_when_to_look_again_waits_until_its_jobs_bega
 
     def next_due(self: Any, *args: Any, **kwargs: Any) -> Any:
         worker = holder["worker"]
-        t = worker._timers
-        assert t is not None
+        hold = worker._producer.due_hold  # (white box: until when the question may wait)
         runs = list(worker.inflight.values())
         unbegun = [r for r in runs if r.begun is None and not r.prefetched]
-        asked.append((not unbegun or time.monotonic() >= t.due_hold, not release.is_set()))
+        asked.append((not unbegun or time.monotonic() >= hold, not release.is_set()))
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(backend_type, "next_due", next_due)
@@ -549,7 +548,7 @@ def test_prefetch_adapts_to_how_long_jobs_run(app: App) -> None:
         assert worker.prefetch == 2, "before any job ran: as many as concurrency"
         quick.enqueue_many([() for _ in range(50)])
         events.wait("finished", count=50)
-        cap = sqljobs.worker.claiming.PREFETCH_CAP * 2 * worker.lanes
+        cap = sqljobs.worker.producer.PREFETCH_CAP * 2 * worker.lanes
         assert 2 < worker.prefetch <= cap, "short jobs: more than concurrency, up to the cap"
         # (the runtime measured under load may leave it short of the cap: set it)
         worker.runtime = 0.0001
@@ -581,7 +580,7 @@ def test_claims_in_flight_together_never_hand_out_a_job_twice(app: App, lanes: i
         assert worker.lanes == expected
         # capacity adapts to the measured runtime, so bound each claim by the largest a
         # lane's share of it can ever be, not by the capacity at the end
-        cap = worker.config.concurrency * (1 + sqljobs.worker.claiming.PREFETCH_CAP * expected)
+        cap = worker.config.concurrency * (1 + sqljobs.worker.producer.PREFETCH_CAP * expected)
         assert worker.counters["claims"] >= 3000 / -(-cap // expected)
     assert sorted(ran) == list(range(3000))
     assert set(ran.values()) == {1}, "a job ran twice"
@@ -589,7 +588,9 @@ def test_claims_in_flight_together_never_hand_out_a_job_twice(app: App, lanes: i
     assert worker.counters["stale_results"] == 0
 
 
-def test_a_retry_claimed_by_another_lane_before_its_first_attempt_is_accounted(app: App) -> None:
+def test_a_retry_claimed_by_another_lane_before_its_first_attempt_is_accounted(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two lanes: lane A writes a job's first failure (a retry) and is held back after its
     commit; lane B claims the retry, which fails for good and is collected, all before A's
     trip is accounted. Each attempt must still get its own ``finished`` event and metrics
@@ -615,25 +616,35 @@ def test_a_retry_claimed_by_another_lane_before_its_first_attempt_is_accounted(a
     events = EventLog()
     worker = sqljobs.Worker(app, concurrency=2, prefetch=0, claim_lanes=2, poll_interval=0.05,
                             install_signal_handlers=False, on_event=events)  # fmt: skip
-    round_trip, collect = worker._round_trip, worker._collect
 
-    def held_round_trip(backend: sqljobs.backends.Backend, trip: sqljobs.worker.lanes.Trip) -> None:
-        round_trip(backend, trip)
-        first_failure = any(
-            o.job_id == flaky_id and o.state is JobState.PENDING for o in trip.outcomes
-        )
+    def hold_lane_a(outcomes: Any) -> None:
+        """After a lane's write committed: hold the lane that carried the first failure
+        until the retry was claimed on the other lane, ran, and was collected (its run
+        left ``inflight``: the coordinator took its result)."""
+        first_failure = any(o.job_id == flaky_id and o.state is JobState.PENDING for o in outcomes)
         if first_failure and threading.current_thread().name.endswith(("-lane-1", "-lane-2")):
             a_held.set()
-            assert second_collected.wait(10), "lane B never claimed the retry"
-
-    def watched_collect() -> bool:
-        freed = collect()
-        if second_ended.is_set() and flaky_id not in worker.inflight:
+            assert second_ended.wait(10), "lane B never claimed the retry"
+            wait_until(lambda: flaky_id not in worker.inflight, timeout=10)
             second_collected.set()
-        return freed
 
-    worker._round_trip = held_round_trip  # type: ignore[method-assign]
-    worker._collect = watched_collect  # type: ignore[method-assign]
+    probe = app.open_backend()
+    backend_type = type(probe)
+    probe.close()
+    finish_and_claim, finish_jobs = backend_type.finish_and_claim, backend_type.finish_jobs
+
+    def held_finish_and_claim(self: Any, outcomes: Any, *args: Any, **kwargs: Any) -> Any:
+        done = finish_and_claim(self, outcomes, *args, **kwargs)
+        hold_lane_a(outcomes)
+        return done
+
+    def held_finish_jobs(self: Any, outcomes: Any, *args: Any, **kwargs: Any) -> Any:
+        done = finish_jobs(self, outcomes, *args, **kwargs)
+        hold_lane_a(outcomes)
+        return done
+
+    monkeypatch.setattr(backend_type, "finish_and_claim", held_finish_and_claim)
+    monkeypatch.setattr(backend_type, "finish_jobs", held_finish_jobs)
     errors: list[BaseException] = []
 
     def run() -> None:

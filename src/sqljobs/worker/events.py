@@ -9,6 +9,7 @@ that also lets a caller block until an event arrives.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,8 @@ from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
     from ..jobs import ClaimedJob
+
+log = logging.getLogger("sqljobs.worker")
 
 EventKind = Literal[
     "claimed",
@@ -120,3 +123,24 @@ def job_event(
 ) -> WorkerEvent:
     """The event ``kind`` about one claimed job."""
     return WorkerEvent(kind, job.id, job.task, job.attempt, worker, state, detail, job.queue)
+
+
+class Emitter:
+    """Tells a worker's ``on_event`` hook what happened to one job; a hook that raises is
+    logged, never fatal. ``on_event`` is None when nobody listens: the per-job paths
+    check that before they build anything for an event."""
+
+    def __init__(self, on_event: OnEvent | None, worker: str) -> None:
+        self.on_event = on_event
+        self.worker = worker
+
+    def __call__(
+        self, kind: EventKind, job: ClaimedJob, state: str | None = None, detail: str | None = None
+    ) -> None:
+        if self.on_event is None:
+            return
+        event = job_event(kind, job, self.worker, state, detail)
+        try:
+            self.on_event(event)
+        except Exception:
+            log.exception("worker %s: the on_event hook raised on %s", self.worker, event)

@@ -21,9 +21,10 @@ from ..errors import ConfigurationError, Discard, RetryLater
 from ..jobs import ClaimedJob, JobState, Outcome
 from ..payload import encode_result, storable
 from ..tasks import Task
+from .log_lines import raised_after_commit
 
 if TYPE_CHECKING:
-    from .hooks import WorkerHooks
+    from .hook_runner import WorkerHooks
 
 log = logging.getLogger("sqljobs.worker")
 
@@ -120,8 +121,6 @@ def _with_set_result(run: Running, value: Any, now: float) -> Outcome:
     if mismatch is None:
         return done
     tb, entry = _attempt_entry(run, mismatch, now, "result_mismatch")
-    from .report import raised_after_commit
-
     raised_after_commit(run, entry["error"], tb)
     return replace(done, error=entry["error"], traceback=tb, history=entry)
 
@@ -207,8 +206,6 @@ def after_commit(
         error = storable(f"{why} (the job stays done): {_describe(exc)}")
         entry["error"] = error
         amend = Outcome(job.id, job.token, JobState.DONE, error=error, traceback=tb, history=entry)
-        from .report import raised_after_commit
-
         raised_after_commit(run, error, tb)
     assert amend is not None
     try:
@@ -343,9 +340,9 @@ async def run_async(
 
 class ThreadPool:
     """Up to ``size`` threads fed from one queue, started as jobs need them (one at once:
-    starting all of them up front cost a worker's start-up 4 ms before its first job). A
-    handler that is given up keeps its thread until it returns (a thread cannot be
-    killed), so no more than ``size`` run."""
+    starting all of them up front delays a worker's first job). A handler that is given
+    up keeps its thread until it returns (a thread cannot be killed), so no more than
+    ``size`` run."""
 
     def __init__(
         self,
@@ -455,8 +452,7 @@ class AsyncRunner:
         self._woken = False  # a wake-up of the loop is on its way for the queued runs
         self._loop = asyncio.new_event_loop()
         # Python 3.12+: a job's coroutine runs as its task is made, up to its first real
-        # wait; one that never waits needs no scheduling at all (async drain 1.14x on
-        # SQLite, 1.07x on PostgreSQL, measured on 3.12)
+        # wait; one that never waits needs no scheduling at all
         eager = getattr(asyncio, "eager_task_factory", None)
         if eager is not None:
             self._loop.set_task_factory(eager)
@@ -473,11 +469,10 @@ class AsyncRunner:
 
     def start_queued(self) -> None:
         """Wake the loop once for every run queued so far (the coordinator calls it once a
-        claim's jobs are all dispatched). A wake-up per job made ``async def`` no-op jobs
-        drain at half the rate of thread ones; one per first job still let the loop
-        start that job alone (the wake-up's write lets go of the GIL), so its result came
-        back alone and the next claim asked for one job (234 of a 20,000-job drain's 737
-        claims on SQLite; 0 now, at 502 claims)."""
+        claim's jobs are all dispatched): a wake-up per job costs the loop's thread a
+        hand-off each, and one per first job lets the loop start that job alone (the
+        wake-up's write lets go of the GIL), so its result comes back alone and the next
+        claim asks for one job."""
         with self._lock:
             if not self._queued or self._woken:
                 return

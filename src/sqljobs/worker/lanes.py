@@ -2,8 +2,8 @@
 coordinator thread, several in flight at once.
 
 One round trip at a time leaves the server's other core idle while it runs, and the
-worker's threads idle while it waits: on PostgreSQL two in flight, on two pooled
-connections, nearly doubled a no-op drain here (9.4k to 16k jobs/s). SQLite has one writer,
+worker's threads idle while it waits: on PostgreSQL two are in flight, on two pooled
+connections (see docs/performance.md for what that gives). SQLite has one writer,
 so it gets one lane, run inline on the coordinator: exactly the synchronous loop. An idle
 worker's claim runs inline too (see ``Lanes.send``).
 """

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import time
 
+from .. import rollup
 from ..jobs import ClaimedJob, JobState, Outcome
 from ..rollup import AttemptOutcome, Meter
 from .execute import Running
-from .state import Sample
+
+Sample = rollup.Sample
+"""A finished attempt to tally once its outcome is written: the job, how long its handler
+ran and how long it waited from its due time to its start (None: it never started)."""
 
 
 def sample(run: Running, now: float | None = None) -> Sample:

@@ -28,6 +28,7 @@ from ..errors import BackendError
 from ..maintenance import Reaper
 from ..rollup import Meter
 from .config import WorkerConfig
+from .worker import Worker
 
 if TYPE_CHECKING:
     from ..app import App
@@ -55,8 +56,6 @@ class Supervisor:
     def _spawn(self) -> None:
         """Fork one worker. Signals stay blocked across the fork, so one that arrives
         meanwhile is handled by the child's worker (or forwarded by us), never lost."""
-        from .worker import Worker
-
         worker_id = f"{self.prefix}-{uuid.uuid4().hex[:6]}"
         self.app.close()  # never carry an open database connection across fork
         stop_signals = {signal.SIGTERM, signal.SIGINT}
@@ -90,8 +89,6 @@ class Supervisor:
                 os.kill(pid, signum)
 
     def run(self) -> None:
-        from .worker import Worker
-
         Worker(self.app, self.config)  # validate settings before forking anything
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
         try:

@@ -1,22 +1,33 @@
-"""Upkeep on timers: heartbeat (one statement renews every held lease, and finds the
-jobs cancelled meanwhile), progress reports, timeouts, the reaper, the pruner and the
+"""The upkeep, on timers: the heartbeat (one statement renews every held lease, and finds
+the jobs cancelled meanwhile), progress reports, timeouts, the reaper, the pruner and the
 scheduler; and what becomes of a handler that is given up."""
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
+import threading
 import time
-from dataclasses import replace
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..backends.base import Backend
+from ..context import JobContext
 from ..jobs import HeldJob
-from ..rollup import AttemptOutcome
+from ..maintenance import Pruner, Reaper, Scheduler
+from ..rollup import AttemptOutcome, Meter
+from .completer import Completer
+from .config import WorkerConfig
+from .events import Emitter
 from .execute import Running, failure
+from .holding import Holding
+from .log_lines import failed_attempt, job_fields
 from .metering import sample, tally
-from .report import failed_attempt, job_fields
-from .state import WorkerState
-from .timers import Timers
+from .shutdown import StopState
+
+if TYPE_CHECKING:
+    from ..app import App
 
 log = logging.getLogger("sqljobs.worker")
 
@@ -26,54 +37,193 @@ CLOCK_JUMP_MIN = 0.5
 """A wall clock that moved this much more (or less) than the monotonic clock between two
 passes jumped (at least; the threshold is the heartbeat interval when that is longer: a
 smaller jump cannot expire a lease renewed on time)."""
+SCHEDULE_ANSWER_HOLDS = 2
+"""How many poll intervals a next_due answer about the schedules stands in for the
+scheduler's own fallback pass. An idle worker asks every poll interval, so while it idles
+its scheduler reads the schedule table only when a tick falls due or another connection
+commits; a busy worker (full claims, no such question) is back on its own fallback pass
+within this many intervals."""
 
 
-class Upkeep(WorkerState):
-    def _maintain(self, backend: Backend, t: Timers, now: float) -> None:
-        """Heartbeat, reaper, pruner and scheduler, each on its own timer."""
+class ProgressReports:
+    """The jobs with a ``ctx.progress()`` report not yet written: handler threads add to
+    it, the upkeep flushes it at most every ``PROGRESS_INTERVAL``."""
+
+    def __init__(self, wake: threading.Event) -> None:
+        self._wake = wake
+        self._lock = threading.Lock()
+        self._dirty: set[int] = set()
+        self.signalled = False  # the coordinator was woken for them
+
+    def reported(self, ctx: JobContext) -> None:
+        """Called by a handler's thread (``ctx.progress``): the first report since the
+        last flush wakes the coordinator."""
+        with self._lock:
+            self._dirty.add(ctx.job_id)
+            first, self.signalled = not self.signalled, True
+        if first:
+            self._wake.set()
+
+    def take(self) -> set[int]:
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+            self.signalled = False
+        return dirty
+
+
+class Upkeep:
+    """Runs what is due on each pass. ``claim_soon`` and ``count_peers`` are the
+    producer's (a reaped job or a scheduled tick may be claimable; a peer changes whether
+    limited jobs may be buffered); ``orphaned`` stops the worker when its supervisor died;
+    ``stuck`` has it replaced when a cancelled handler will not stop."""
+
+    def __init__(
+        self,
+        *,
+        app: App,
+        config: WorkerConfig,
+        worker_id: str,
+        holding: Holding,
+        completer: Completer,
+        progress: ProgressReports,
+        stop: StopState,
+        counters: collections.Counter[str],
+        meter: Meter,
+        wake: threading.Event,
+        emit: Emitter,
+        claim_soon: Callable[[float | None], None],
+        count_peers: Callable[[Backend], None],
+        orphaned: Callable[[], None],
+        stuck: Callable[[], None],
+    ) -> None:
+        self.app = app
+        self.config = config
+        self.id = worker_id
+        self._held = holding
+        self.inflight = holding.inflight
+        self._completer = completer
+        self._progress = progress
+        self._stop = stop
+        self.counters = counters
+        self._meter = meter
+        self._wake = wake
+        self._emit = emit
+        self._claim_soon = claim_soon
+        self._count_peers = count_peers
+        self._orphaned = orphaned
+        self._stuck = stuck
+        self._leases = [task.lease for task in app.tasks.values()]
+        self.heartbeat_requested = False
+        self.scheduler: Scheduler | None = None
+        self._reaper: Reaper | None = None
+        self._pruner: Pruner | None = None
+        # monotonic seconds, set by start()
+        self.heartbeat_interval = 0.0
+        self.next_heartbeat = self.next_reap = self.next_prune = 0.0
+        self.next_schedule = self.schedule_last = self.next_progress = 0.0
+        self.schedule_marker: int | None = None  # the change counter at the last pass
+        self.wall: float | None = None  # the App's clock at the last pass (to notice jumps)
+        self.wall_at = 0.0  # and the monotonic time it was read
+
+    def start(self, backend: Backend, heartbeat_interval: float) -> None:
+        """Build the maintenance services on ``backend`` and set the timers: the first
+        heartbeat one interval on (registering was the first), the reaper and scheduler
+        at once. The scheduler passes at its next tick, when another connection committed
+        (at most every ``schedule_interval``, since a schedule may have been added) and
+        every poll interval."""
+        cfg = self.config
+        self._reaper = Reaper(backend, cfg.max_crashes, self._meter)
+        self._pruner = Pruner(backend, self.app.retention)
+        self.scheduler = (
+            Scheduler(self.app, backend, grace=cfg.misfire_grace, meter=self._meter)
+            if cfg.scheduler
+            else None
+        )
+        now = time.monotonic()
+        self.heartbeat_interval = heartbeat_interval
+        self.next_heartbeat = now + heartbeat_interval
+        self.next_reap = now
+        self.next_prune = now + cfg.prune_interval
+        self.next_schedule = self.schedule_last = now
+        self.next_progress = self.wall_at = now
+
+    def request_heartbeat(self) -> None:
+        self.heartbeat_requested = True
+        self._wake.set()
+
+    def schedules_read(self, now: float, wall: float, at: float | None, poll: float) -> None:
+        """next_due read, at ``wall`` (the App's clock) and ``now`` (monotonic), that the
+        earliest schedule falls due at ``at`` (None: there is none): the scheduler's next
+        pass is then, or after ``SCHEDULE_ANSWER_HOLDS`` poll intervals, not sooner. (An
+        answer read before a concurrent pass can only be early: one spare pass. A schedule
+        saved afterwards is announced, and the marker brings the pass forward.)"""
+        hold = SCHEDULE_ANSWER_HOLDS * poll
+        self.next_schedule = now + (hold if at is None else min(hold, max(0.0, at - wall)))
+
+    def maintain(self, backend: Backend, now: float, marker: int | None) -> None:
+        """Heartbeat, reaper, pruner and scheduler, each on its own timer; ``marker`` is
+        the database's change counter as the producer last read it."""
         cfg = self.config
         if cfg.supervisor_pid is not None and os.getppid() != cfg.supervisor_pid:
             log.error("worker %s: its supervisor died; stopping", self.id)
-            self.stop()
-        self._notice_clock_jump(t, now)
-        if now >= t.heartbeat or self._heartbeat_requested:
-            self._heartbeat_requested = False
+            self._orphaned()
+        self._notice_clock_jump(now)
+        if now >= self.next_heartbeat or self.heartbeat_requested:
+            self.heartbeat_requested = False
             self._heartbeat(backend)
-            t.heartbeat = now + t.heartbeat_interval
-        if self._progress_signalled and now >= t.progress:
+            self.next_heartbeat = now + self.heartbeat_interval
+        if self._progress.signalled and now >= self.next_progress:
             self._flush_progress(backend)
-            t.progress = now + PROGRESS_INTERVAL
-        if self._abandoned:
+            self.next_progress = now + PROGRESS_INTERVAL
+        if self._held.abandoned:
             self._check_cancelled_handlers(now)
-        if self._unhold:  # a slot held for a handler that ran on is free: say so now
-            end, self._unhold = self._unhold, []
-            try:
-                backend.hold_slots((), end)
-            except Exception:
-                self._unhold = end + self._unhold
-                raise
-            t.want_claim = True
-        if now >= t.reap:
+        if self._completer.free_slots(backend):  # a slot held for a handler that ran on
+            self._claim_soon(None)
+        if now >= self.next_reap:
+            assert self._reaper is not None
             if self._reaper.run_once():
-                t.want_claim, t.suspect_check = True, now
-            t.reap = now + (cfg.reap_interval or t.heartbeat_interval)
-        if now >= t.prune:
+                self._claim_soon(now)
+            self.next_reap = now + (cfg.reap_interval or self.heartbeat_interval)
+        if now >= self.next_prune:
+            assert self._pruner is not None
             self._pruner.run_once()
             # behind a steady stream: again in a second, not a whole interval later
             behind = self._pruner.behind
-            t.prune = now + (min(1.0, cfg.prune_interval) if behind else cfg.prune_interval)
-        if self._scheduler is not None and not self._stopping:
-            if t.marker != t.schedule_marker:  # others committed: a schedule may be new
-                t.schedule = min(t.schedule, t.schedule_last + cfg.schedule_interval)
-            if now >= t.schedule:
-                t.schedule_marker, t.schedule_last = t.marker, now
-                ticks = self._scheduler.run_once()
+            self.next_prune = now + (min(1.0, cfg.prune_interval) if behind else cfg.prune_interval)
+        if self.scheduler is not None and not self._stop.stopping:
+            if marker != self.schedule_marker:  # others committed: a schedule may be new
+                self.next_schedule = min(self.next_schedule,
+                                         self.schedule_last + cfg.schedule_interval)  # fmt: skip
+            if now >= self.next_schedule:
+                self.schedule_marker, self.schedule_last = marker, now
+                ticks = self.scheduler.run_once()
                 if ticks.enqueued:
-                    t.want_claim = True
+                    self._claim_soon(None)
                 # next: when the next tick falls due, or the fallback poll
-                t.schedule = now + ticks.wait(self.app.clock(), cfg.poll_interval)
+                self.next_schedule = now + ticks.wait(self.app.clock(), cfg.poll_interval)
 
-    def _notice_clock_jump(self, t: Timers, now: float) -> None:
+    def wait(self, now: float, marker: int | None) -> float:
+        """Seconds until the upkeep needs a pass: its timers, a timeout, a cancelled
+        handler's grace running out, a heartbeat asked for (0)."""
+        timers = [self.next_heartbeat - now, self.next_reap - now, self.next_prune - now]
+        if self.scheduler is not None and not self._stop.stopping:
+            timers.append(self.next_schedule - now)
+            if marker != self.schedule_marker:
+                timers.append(self.schedule_last + self.config.schedule_interval - now)
+        for run in self.inflight.values():
+            if run.deadline is not None:
+                timers.append(run.deadline - now)
+        if self._progress.signalled:
+            timers.append(self.next_progress - now)
+        grace = self.config.cancel_grace
+        for run in self._held.abandoned:  # a cancelled handler's grace runs out
+            if run.cancelled_at is not None and not run.overdue and run.begun is not None:
+                timers.append(run.cancelled_at + grace - now)
+        if self.heartbeat_requested:
+            timers.append(0.0)
+        return min(timers)
+
+    def _notice_clock_jump(self, now: float) -> None:
         """Leases, worker liveness and schedules are wall-clock times (the App's clock;
         on SQLite every process of the host reads the same one). When it steps forward
         (NTP, a VM resumed), every lease looks expired and every worker dead until it
@@ -81,20 +231,20 @@ class Upkeep(WorkerState):
         lease, long enough for peers to renew theirs at the new time, instead of reaping
         healthy jobs as crashes. A step back only makes leases look longer: heartbeat at
         once, which renews them from the new time."""
-        wall, (last_wall, last_now) = self.app.clock(), (t.wall, t.wall_at)
-        t.wall, t.wall_at = wall, now
+        wall, (last_wall, last_now) = self.app.clock(), (self.wall, self.wall_at)
+        self.wall, self.wall_at = wall, now
         if last_wall is None:
             return
-        tolerance = max(CLOCK_JUMP_MIN, t.heartbeat_interval)
+        tolerance = max(CLOCK_JUMP_MIN, self.heartbeat_interval)
         moved = wall - last_wall
         jump = moved - (now - last_now)
         if moved >= -tolerance and jump <= tolerance:
             return  # (a frozen test clock does not move: not a jump back)
-        self._heartbeat_requested = True
+        self.heartbeat_requested = True
         hold = 0.0
         if jump > 0:
-            hold = max([self.app.default_lease, *self._leases.values()])
-            t.reap = max(t.reap, now + hold)
+            hold = max([self.app.default_lease, *self._leases])
+            self.next_reap = max(self.next_reap, now + hold)
         level = logging.WARNING if self.app.clock is time.time else logging.INFO
         log.log(
             level,
@@ -104,42 +254,43 @@ class Upkeep(WorkerState):
         )  # fmt: skip
 
     def _heartbeat(self, backend: Backend) -> None:
-        held = [HeldJob(r.job.id, r.job.token) for r in self.inflight.values()]
-        if self._suspect is not None:
-            held.append(HeldJob(self._suspect.id, self._suspect.token))
+        inflight, suspect = self.inflight, self._held.suspect
+        held = [HeldJob(r.job.id, r.job.token) for r in inflight.values()]
+        if suspect is not None:
+            held.append(HeldJob(suspect.id, suspect.token))
         if not self.config.heartbeat:
             held = []
         # a job whose outcome waits to be written (the database was unreachable when its
         # handler returned) is still ours: renewed too, or the reaper, which runs after
         # this heartbeat, would take it back and its finished run would be run again
-        waiting = [HeldJob(o.job_id, o.token) for o in self._to_write]
+        waiting = self._completer.waiting()
         if not self.config.heartbeat:
             waiting = []
         renewed = backend.renew_leases(self.id, held + waiting)
         self.counters["heartbeats"] += 1
-        keep = [HeldJob(*attempt) for attempt, holding in self._holds.items() if holding]
+        keep = self._completer.kept_slots()
         if keep and self.config.heartbeat:  # handlers that ran on still hold their slots
             backend.hold_slots(keep, ())
         if self._meter.pending:  # what was tallied since the last heartbeat, one transaction
             self._meter.flush(backend)
-        if self._limited:  # a limited job in our buffer would hold a slot a peer could use
-            self._alone = backend.live_workers() <= 1
+        self._count_peers(backend)
         lost = [h.id for h in held if h.id not in renewed]
         cancelled = backend.cancelled_among(lost) if lost else set()
         for h in held:
-            if h.id in cancelled and h.id in self.inflight:
-                self._cancelled(self.inflight[h.id])
+            if h.id in cancelled and h.id in inflight:
+                self._cancelled(inflight[h.id])
                 continue
-            if h.id not in renewed and self._suspect is not None and h.id == self._suspect.id:
-                self._suspect = None
+            suspect = self._held.suspect
+            if h.id not in renewed and suspect is not None and h.id == suspect.id:
+                self._held.suspect = None
                 self.counters["leases_lost"] += 1
-            if h.id not in renewed and h.id in self.inflight:
-                run = self.inflight[h.id]
+            if h.id not in renewed and h.id in inflight:
+                run = inflight[h.id]
                 if run.ctx.completing:
                     continue  # its own ctx.transaction() finished it: the result is coming
-                self._close(run, abandon=True)
+                self._held.close(run, abandon=True)
                 self.counters["leases_lost"] += 1
-                self._event("lease_lost", run.job)
+                self._emit("lease_lost", run.job)
                 log.warning(
                     "job %s (%s): lease lost on attempt %s; the handler is told to stop and "
                     "its result will be discarded",
@@ -156,14 +307,10 @@ class Upkeep(WorkerState):
         tally(
             self._meter, sample(run, run.cancelled_at), AttemptOutcome.CANCELLED, self.app.clock()
         )
-        self._close(run, abandon=True)
-        attempt = run.job.id, run.job.token
-        if run.future is None:  # a thread may run it on: the row holds its slot until then
-            self._holds[attempt] = True
-        else:  # an async task is cancelled at its next await
-            self._unhold.append(HeldJob(*attempt))
+        self._held.close(run, abandon=True)
+        self._completer.hold_for_cancelled(run)
         self.counters["cancelled_running"] += 1
-        self._event("cancelled", run.job)
+        self._emit("cancelled", run.job)
         log.info(
             "job %s (%s): cancelled %s; %s",
             run.job.id, run.job.task, "while running" if started else "before it started",
@@ -176,7 +323,7 @@ class Upkeep(WorkerState):
         """A cancelled thread handler that runs on past ``cancel_grace``: said once; under a
         supervisor, this process drains its other jobs and exits to be replaced."""
         grace = self.config.cancel_grace
-        for run in list(self._abandoned):
+        for run in list(self._held.abandoned):
             if run.cancelled_at is None or run.overdue or now - run.cancelled_at < grace:
                 continue
             if run.begun is None:  # buffered, never started: its thread will skip it
@@ -192,33 +339,14 @@ class Upkeep(WorkerState):
                 "discarded (run with --processes to have such a process replaced)",
                 extra=job_fields(run),
             )  # fmt: skip
-            if replace and not self._stopping:
-                self.replace_requested = True
-                self.stop()
-
-    def _handler_ended(self, run: Running) -> None:
-        """A handler given up while it ran on (cancelled, timed out) has returned, or was
-        never started: the slot its job's row held is free."""
-        attempt = run.job.id, run.job.token
-        held = self._holds.pop(attempt, None)
-        if held is None:
-            return
-        if held:
-            self._unhold.append(HeldJob(*attempt))
-            return
-        for i, outcome in enumerate(self._to_write):  # its timeout's outcome, not yet sent
-            if outcome.hold and (outcome.job_id, outcome.token) == attempt:
-                self._to_write[i] = replace(outcome, hold=False)
-                return
-        self._ended_holds.add(attempt)  # on its way: freed once written (see _account)
+            if replace and not self._stop.stopping:
+                self._stuck()
 
     def _flush_progress(self, backend: Backend) -> None:
         """Write the latest ctx.progress() report of each job that has one, fenced, in
         one statement. A refused report means the job is no longer ours: the heartbeat
         that follows at once finds out why."""
-        with self._progress_lock:
-            dirty, self._progress_dirty = self._progress_dirty, set()
-            self._progress_signalled = False
+        dirty = self._progress.take()
         reports = []
         for job_id in dirty:
             run = self.inflight.get(job_id)
@@ -232,40 +360,14 @@ class Upkeep(WorkerState):
         if any(held.id not in written for held, _ in reports):
             self.request_heartbeat()
 
-    def _expire_timeouts(self, now: float) -> None:
+    def expire_timeouts(self, now: float) -> None:
+        """Give up the runs past their task's timeout: each fails as ``timed_out``."""
         for run in [r for r in self.inflight.values() if r.deadline and now >= r.deadline]:
             run.ctx.timed_out = True
-            self._close(run, abandon=True)
+            self._held.close(run, abandon=True)
             error = TimeoutError(f"timed out after {run.task.timeout:g} s")
             outcome = failure(run, error, self.app.clock(), outcome="timed_out")
-            if run.future is None:  # its thread runs on: the row keeps holding its slot
-                outcome = replace(outcome, hold=True)
-                self._holds[outcome.job_id, outcome.token] = False  # (once written)
-            self._to_write.append(outcome)
-            self._finishing[outcome.job_id, outcome.token] = run.job
-            self._metered[outcome.job_id, outcome.token] = sample(run, now)
+            outcome = self._completer.timed_out(run, outcome, sample(run, now))
             self.counters["timed_out"] += 1
-            self._event("timed_out", run.job, outcome.state.value)
+            self._emit("timed_out", run.job, outcome.state.value)
             failed_attempt(run, outcome)
-
-    def _close(self, run: Running, *, abandon: bool) -> None:
-        run.closed = True
-        run.ctx.lease_lost = True
-        self.inflight.pop(run.job.id, None)
-        if run.future is not None:
-            run.future.cancel()
-        elif abandon and not run.abandoned:
-            # the thread goes on until the handler returns (a thread cannot be killed): it
-            # keeps its slot until then, so no more than `concurrency` handlers ever run
-            run.abandoned = True
-            self._abandoned.add(run)
-            if len(self._abandoned) >= self.config.concurrency:
-                # often brief (a worker that was paused past its leases): a warning, not an
-                # error; a cancelled handler that never returns is an error after cancel_grace
-                log.warning(
-                    "worker %s: all %d slots are held by handlers that were given up (timed "
-                    "out or lease lost) and have not returned; no job starts until one "
-                    "does (a handler that never returns needs fixing or a restart)",
-                    self.id,
-                    self.config.concurrency,
-                )

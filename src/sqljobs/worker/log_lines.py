@@ -1,12 +1,11 @@
-"""What a worker says about itself: the start-up banner, the stop summary, the line for an
-attempt that failed, and which database errors mean "not reachable yet"."""
+"""The lines a worker logs about itself and its jobs: the start-up banner, the stop
+summary, an attempt that failed, an error raised after a committed transaction."""
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..errors import BackendError
 from ..humanize import duration, redact_url
 from ..jobs import JobState, Outcome
 from ..redaction import scrubber
@@ -21,7 +20,8 @@ log = logging.getLogger("sqljobs.worker")
 
 def version() -> str:
     """The package's version, as ``sqljobs.__version__`` says (no metadata lookup: the
-    banner is logged on a worker's way to its first job)."""
+    banner is logged on a worker's way to its first job). Imported here, not at the top:
+    the package imports the worker while it loads, before ``__version__`` is set."""
     from .. import __version__
 
     return __version__
@@ -94,29 +94,3 @@ def raised_after_commit(run: Running, error: str, trace: str | None) -> None:
         "job %s (%s) attempt %s: %s\n%s",
         job.id, job.task, job.attempt, scrub(error), scrub(trace) or "", extra=job_fields(run),
     )  # fmt: skip
-
-
-def unreachable(exc: BackendError) -> bool:
-    """True when the database could not be reached (refused, down, starting up, shutting
-    down): worth waiting for. A server that answered with an error (a wrong password, a
-    missing database) is not, nor is a SQLite file that cannot be opened."""
-    cause = exc.__cause__
-    if cause is None or not hasattr(cause, "sqlstate"):  # not a PostgreSQL driver error
-        return False
-    state = cause.sqlstate
-    if state is not None:
-        return bool(state.startswith(("08", "57P", "53300")))
-    # libpq reports a failed connection without a SQLSTATE: the server's own refusals
-    # come as "FATAL: ...", and only those that pass with time are worth the wait
-    text = str(cause)
-    return "FATAL:" not in text or any(passing in text for passing in _PASSING)
-
-
-_PASSING = (
-    "the database system is starting up",
-    "the database system is shutting down",
-    "the database system is in recovery mode",
-    "the database system is not yet accepting connections",
-    "too many clients",
-    "remaining connection slots are reserved",
-)
