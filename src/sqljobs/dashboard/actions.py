@@ -12,7 +12,7 @@ from typing import Any
 
 from ..app import App
 from ..browse import RETRYABLE, JobFilter
-from ..cli_format import RUNNING_CANCELLED
+from ..cli.format import RUNNING_CANCELLED
 from ..errors import ConfigurationError, JobNotFound, ScheduleNotFound
 from ..jobs import Job, JobState
 

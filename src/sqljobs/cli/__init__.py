@@ -1,6 +1,6 @@
 """The ``sqljobs`` command line.
 
-What a person reads is laid out by :mod:`sqljobs.cli_format` (times in their zone, tables
+What a person reads is laid out by :mod:`sqljobs.cli.format` (times in their zone, tables
 that fit the terminal); ``--json`` gives scripts the raw values. Nothing here picks a
 database on its own: with no app and no URL the command refuses instead of creating a
 ``sqljobs.db`` in whatever folder it was run from.
@@ -24,9 +24,18 @@ from typing import Any
 import click
 from rich.text import Text
 
-from .app import App
-from .browse import JobFilter, WorkerStatus
-from .cli_format import (
+from ..app import App
+from ..browse import JobFilter, WorkerStatus
+from ..errors import ConfigurationError, JobNotFound, ScheduleNotFound, SqljobsError
+from ..humanize import duration, iso_local, redact_url
+from ..jobs import Job, JobState, QueueInfo
+from ..logs import LogFormat, configure_logging
+from ..redaction import redact_job
+from ..roles import ROLES
+from ..roles import grants as grant_statements
+from ..url import DEFAULT_URL
+from ..validate import MAX_ID, check_queue_name
+from .format import (
     RUNNING_CANCELLED,
     job_parts,
     jobs_columns,
@@ -40,15 +49,6 @@ from .cli_format import (
     width,
     workers_columns,
 )
-from .errors import ConfigurationError, JobNotFound, ScheduleNotFound, SqljobsError
-from .humanize import duration, iso_local, redact_url
-from .jobs import Job, JobState, QueueInfo
-from .logs import LogFormat, configure_logging
-from .redaction import redact_job
-from .roles import ROLES
-from .roles import grants as grant_statements
-from .url import DEFAULT_URL
-from .validate import MAX_ID, check_queue_name
 
 JOB_ID = click.IntRange(1, MAX_ID)
 """A job id argument: a number out of the 64-bit range is a usage error that names it
@@ -915,7 +915,7 @@ def grants(kind: str, schema: str, name: str) -> None:
 cli.add_command(
     Deferred(
         "lab",
-        "sqljobs.lab.cli:lab",
+        "sqljobs.cli.lab:lab",
         "Re-run the article's experiments (E1-E9) against a real database.",
     )
 )
@@ -946,7 +946,7 @@ def dashboard(
 ) -> None:
     """Serve the dashboard, its JSON and /metrics for Prometheus."""
     try:
-        from .dashboard import check_bind, serve
+        from ..dashboard import check_bind, serve
     except ImportError as exc:
         raise click.ClickException(
             f"the dashboard needs its extra: pip install 'sqljobs[dashboard]' ({exc})"
@@ -973,7 +973,7 @@ def metrics(ctx: Ctx, host: str, port: int) -> None:
     due age, workers, paused queues, limits, attempts, durations); every task's series
     are there at zero from the first scrape."""
     try:
-        from .dashboard.metrics import serve_metrics
+        from ..dashboard.metrics import serve_metrics
     except ImportError as exc:
         raise click.ClickException(
             f"metrics need the dashboard extra: pip install 'sqljobs[dashboard]' ({exc})"
