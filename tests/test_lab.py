@@ -16,7 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 from sqljobs.cli import Deferred, cli
-from sqljobs.cli.lab import lab
+from sqljobs.cli.cmd_lab import lab
 from sqljobs.errors import ConfigurationError
 from sqljobs.lab import e1_claim, results
 from sqljobs.lab.runner import experiment, select

@@ -282,13 +282,6 @@ def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-RUNNING_CANCELLED = (
-    "its worker is told to stop within a heartbeat (the handler sees ctx.cancelled), "
-    "and its outcome will be discarded"
-)
-"""What cancelling a running job means, as the CLI and the dashboard say it."""
-
-
 # -- schedules and stats -----------------------------------------------------------------
 
 
