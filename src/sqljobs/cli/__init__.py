@@ -87,7 +87,7 @@ cli.add_command(grants)
 cli.add_command(dashboard)
 cli.add_command(metrics)
 
-# the lab is 2,400 lines of experiments, rich tables and charts: loaded only when it runs
+# the lab (experiments, rich tables, charts) is the largest part: loaded only when it runs
 cli.add_command(
     Deferred(
         "lab",
