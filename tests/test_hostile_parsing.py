@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import sqljobs.cli
+import sqljobs.cli.options
 from sqljobs import App, ConfigurationError, PayloadError
 from sqljobs.backends import rows
 from sqljobs.humanize import redact_url
@@ -306,14 +307,14 @@ def quiet_cli(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """``main()`` as the ``sqljobs`` script runs it, minus its logging setup (the handlers
     it installs would outlive each example's captured streams), and with the App it loads
     closed after each run (a process would exit: here its pool would stay open)."""
-    monkeypatch.setattr(sqljobs.cli, "configure_logging", lambda *a, **k: None)
-    load = sqljobs.cli.load_app
+    monkeypatch.setattr(sqljobs.cli.options, "configure_logging", lambda *a, **k: None)
+    load = sqljobs.cli.options.load_app
 
     def loaded(spec: str | None, url: str | None) -> App:
         OPENED.append(load(spec, url))
         return OPENED[-1]
 
-    monkeypatch.setattr(sqljobs.cli, "load_app", loaded)
+    monkeypatch.setattr(sqljobs.cli.options, "load_app", loaded)
     yield
 
 

@@ -16,13 +16,13 @@ import pytest
 from click.testing import CliRunner
 
 from sqljobs.cli import Deferred, cli
+from sqljobs.cli.cmd_lab import lab
 from sqljobs.errors import ConfigurationError
-from sqljobs.lab import e1_claim, report
-from sqljobs.lab.cli import lab
+from sqljobs.lab import e1_claim, results
 from sqljobs.lab.runner import experiment, select
 
 
-def run(name: str, url: str) -> report.Result:
+def run(name: str, url: str) -> results.Result:
     result = experiment(name)(url, quick=True)
     failed = [c.text for c in result.claims if not c.held]
     assert not failed, failed

@@ -302,7 +302,7 @@ def _stats_work(app: App) -> int:
 
 def test_capped_counts_read_as_lower_bounds_wherever_they_are_shown() -> None:
     """The CLI's stats and queues tables and the dashboard say "10000+", not 10000."""
-    from sqljobs.cli_format import queues_columns, stats_columns
+    from sqljobs.cli.format import queues_columns, stats_columns
     from sqljobs.dashboard.render import count
     from sqljobs.jobs import QueueInfo
     from sqljobs.stats import COUNT_CAP, Stats

@@ -1,5 +1,6 @@
 """sqljobs: durable background jobs and periodic schedules in your SQL database."""
 
+from ._version import __version__ as __version__
 from .app import App
 from .browse import JobCount, JobFilter, JobPage, WorkerStatus
 from .context import AsyncTransaction, JobContext
@@ -35,8 +36,6 @@ from .schedules import Schedule, ScheduleState
 from .stats import Stats
 from .tasks import BoundTask, Signature, Task
 from .worker import Worker, WorkerConfig
-
-__version__ = "0.1.0"
 
 __all__ = [
     "App",

@@ -1,4 +1,5 @@
-"""Times, durations and argument previews as people read them (CLI, dashboard, log lines).
+"""Times, durations, argument previews and shared sentences as people read them (CLI,
+dashboard, log lines).
 
 Stored times are Unix seconds; what a person sees is ISO 8601 in their own zone with the
 zone shown, so two columns or two hosts never disagree silently. Raw numbers stay in
@@ -14,6 +15,7 @@ from typing import Any
 from urllib.parse import unquote
 
 __all__ = [
+    "RUNNING_CANCELLED",
     "ago",
     "duration",
     "iso_local",
@@ -23,6 +25,12 @@ __all__ = [
     "scrub_secrets",
     "url_secrets",
 ]
+
+RUNNING_CANCELLED = (
+    "its worker is told to stop within a heartbeat (the handler sees ctx.cancelled), "
+    "and its outcome will be discarded"
+)
+"""What cancelling a running job means, as the CLI and the dashboard say it."""
 
 
 def iso_local(ts: float | None, zone: tzinfo | None = None) -> str:

@@ -12,8 +12,8 @@ from typing import Any
 
 from ..app import App
 from ..browse import RETRYABLE, JobFilter
-from ..cli_format import RUNNING_CANCELLED
 from ..errors import ConfigurationError, JobNotFound, ScheduleNotFound
+from ..humanize import RUNNING_CANCELLED
 from ..jobs import Job, JobState
 
 _RETRIABLE = tuple(JobState(s) for s in RETRYABLE)

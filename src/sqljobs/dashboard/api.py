@@ -16,12 +16,13 @@ from typing import Any
 
 from starlette.datastructures import ImmutableMultiDict
 
+from .. import validate
 from ..browse import JobFilter, WorkerStatus
 from ..errors import ConfigurationError
 from ..humanize import iso_utc
 from ..jobs import Job, JobState, QueueInfo
 from ..schedules import ScheduleState
-from ..validate import check_queue_name
+from ..validate import MAX_ID, check_queue_name, whole_number
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
@@ -34,7 +35,6 @@ the bulk actions take ``ids`` too, a selection."""
 MAX_NAME = 1000
 """The longest task name or key a filter takes (longer ones match nothing anyway)."""
 
-_MAX_ID = 2**63 - 1  # a job id is a signed 64-bit integer in both backends
 _STATES = ", ".join(s.value for s in JobState)
 _TIME_FIELDS = ("run_at", "created_at", "lease_until", "started_at", "finished_at", "deadline_at")
 _HISTORY_TIME_FIELDS = ("started_at", "ended_at")
@@ -45,14 +45,14 @@ class BadParameter(ValueError):
     is allowed."""
 
 
-def _whole_number(text: str, low: int, high: int) -> int | None:
-    """``text`` as an integer in ``low..high``, or None. ASCII digits only, so ``-1``,
+def _digits(text: str, most: int) -> int | None:
+    """``text`` as a number if it is 1 to ``most`` ASCII digits, else None: ``-1``,
     ``1_000``, `` 5`` and other digit scripts are refused rather than read some surprising
-    way, and a thousand-digit string is refused before ``int`` is asked to parse it."""
-    if not (text.isascii() and text.isdigit()) or len(text) > len(str(high)):
+    way, and a thousand-digit string is refused before ``int`` is asked to parse it. The
+    range is checked by :mod:`sqljobs.validate`, as for any caller."""
+    if not (text.isascii() and text.isdigit()) or len(text) > most:
         return None
-    value = int(text)
-    return value if low <= value <= high else None
+    return int(text)
 
 
 def only(params: Mapping[str, str], allowed: tuple[str, ...], where: str) -> None:
@@ -69,10 +69,12 @@ def limit(params: Mapping[str, str]) -> int:
     text = params.get("limit")
     if text is None:
         return DEFAULT_LIMIT
-    value = _whole_number(text, 1, MAX_LIMIT)
-    if value is None:
-        raise BadParameter(f"limit must be a whole number from 1 to {MAX_LIMIT}, not {text!r}")
-    return value
+    try:
+        return whole_number(_digits(text, len(str(MAX_LIMIT))), "limit", high=MAX_LIMIT)
+    except ConfigurationError:
+        raise BadParameter(
+            f"limit must be a whole number from 1 to {MAX_LIMIT}, not {text!r}"
+        ) from None
 
 
 def state(params: Mapping[str, str]) -> str | None:
@@ -106,10 +108,10 @@ def queue_name(text: str) -> str:
 
 def job_id(text: str) -> int:
     """A job id from the path: a positive whole number."""
-    value = _whole_number(text, 1, _MAX_ID)
-    if value is None:
-        raise BadParameter(f"a job id is a whole number from 1 to {_MAX_ID}, not {text!r}")
-    return value
+    try:
+        return validate.job_id(_digits(text, len(str(MAX_ID))))
+    except ConfigurationError:
+        raise BadParameter(f"a job id is a whole number from 1 to {MAX_ID}, not {text!r}") from None
 
 
 def job_json(job: Job) -> dict[str, Any]:

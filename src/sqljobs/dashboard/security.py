@@ -35,6 +35,7 @@ import binascii
 import collections
 import hashlib
 import hmac
+import ipaddress
 import secrets
 import threading
 import time
@@ -77,10 +78,18 @@ READ_ONLY = (
 )
 
 
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine can reach."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def check_bind(host: str, token: str | None) -> None:
     """Refuse a bind beyond loopback without a token, and an empty token."""
-    from . import is_loopback
-
     if token is not None and not token:
         raise ConfigurationError(f"the dashboard token must not be empty (--token, {TOKEN_ENV})")
     if token is None and not is_loopback(host):

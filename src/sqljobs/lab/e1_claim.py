@@ -14,7 +14,7 @@ from ..app import App
 from ..jobs import JobState, Outcome
 from .common import Effects, enqueue, run_threads
 from .db import Db
-from .report import Progress, Result, Row, no_progress
+from .results import Progress, Result, Row, no_progress
 
 TASK = "lab_e1"
 ARTICLE = {

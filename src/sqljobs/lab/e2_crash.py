@@ -14,7 +14,7 @@ from ..app import App
 from .common import enqueue
 from .db import Db
 from .procs import Fleet, Proc, fleet, wait_for
-from .report import Progress, Result, Row, no_progress
+from .results import Progress, Result, Row, no_progress
 
 ARTICLE = {
     "A1": {"jobs": 40, "runs": 36, "duplicates": 0, "done": 36, "stuck running": 4,

@@ -16,7 +16,7 @@ from ..context import JobContext
 from ..retry import Retry
 from .common import Starts, enqueue, worker_thread
 from .db import Db
-from .report import Progress, Result, Row, no_progress
+from .results import Progress, Result, Row, no_progress
 
 ARTICLE: dict[str, dict[str, float | int]] = {
     "B1": {"jobs": 24, "claims": 200, "duplicates": 192, "done": 0, "stuck": 24, "time s": 30},

@@ -20,7 +20,7 @@ from ..retry import Retry
 from .common import worker_thread
 from .db import Db
 from .procs import wait_for
-from .report import Progress, Result, Row, no_progress
+from .results import Progress, Result, Row, no_progress
 
 START, AMOUNT, DELIVERIES, RACERS = 10_000, 100, 5, 10
 ARTICLE = {

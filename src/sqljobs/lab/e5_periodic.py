@@ -20,7 +20,7 @@ from pathlib import Path
 
 from ..app import App
 from .procs import fleet, wait_for
-from .report import Progress, Result, Row, no_progress
+from .results import Progress, Result, Row, no_progress
 
 INTERVAL, REPLICAS = 0.2, 3
 WARM_UP = 1.2  # workers notice a schedule added at run time within schedule_interval (1 s)

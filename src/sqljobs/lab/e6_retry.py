@@ -18,7 +18,7 @@ from ..retry import Retry
 from .common import Starts, enqueue, worker_thread
 from .db import Db
 from .procs import wait_for
-from .report import Progress, Result, Row, no_progress
+from .results import Progress, Result, Row, no_progress
 
 ATTEMPTS = 4
 ARTICLE: dict[str, dict[str, float | int]] = {

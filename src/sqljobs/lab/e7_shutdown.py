@@ -14,7 +14,7 @@ from ..app import App
 from .common import enqueue
 from .db import Db
 from .procs import Proc, fleet, wait_for
-from .report import Progress, Result, Row, no_progress
+from .results import Progress, Result, Row, no_progress
 
 ARTICLE = {
     "V1": {"completed": 16, "interrupted": 8, "to re-run": 8, "exit ms": 0},

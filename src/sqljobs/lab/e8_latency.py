@@ -23,7 +23,7 @@ from .common import enqueue, percentile, worker_thread
 from .counting import CountingApp
 from .db import is_postgres
 from .procs import wait_for
-from .report import Progress, Result, Row, no_progress
+from .results import Progress, Result, Row, no_progress
 
 POLLS = [0.01, 0.05, 0.2, 0.5, 1.0]
 ARTICLE = {

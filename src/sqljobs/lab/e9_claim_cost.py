@@ -12,7 +12,7 @@ from ..backends.base import Backend
 from .common import enqueue
 from .db import is_postgres
 from .e1_claim import library_claim
-from .report import Progress, Result, Row, no_progress
+from .results import Progress, Result, Row, no_progress
 
 
 def claim_cost(app: App, backend: Backend, queue: str, jobs: int, per_claim: int) -> float:

@@ -12,7 +12,7 @@ from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedCo
 
 from ..errors import ConfigurationError
 from .db import scratch_database
-from .report import Result, print_result, write_chart
+from .results import Result, print_result, write_chart
 
 Experiment = Callable[..., Result]
 MODULES = (

@@ -11,9 +11,9 @@ import click
 from rich.console import Console
 
 from ..errors import ConfigurationError
-from .db import DEFAULT_PG, is_postgres
-from .report import summary
-from .runner import NAMES, run_all, select
+from ..lab.db import DEFAULT_PG, is_postgres
+from ..lab.results import summary
+from ..lab.runner import NAMES, run_all, select
 
 
 @click.command()

@@ -21,11 +21,11 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from .browse import WorkerStatus
-from .humanize import ago, duration, iso_local, preview
-from .jobs import Job, JobState, QueueInfo
-from .schedules import ScheduleState
-from .stats import LimitUsage, Stats, count_text
+from ..browse import WorkerStatus
+from ..humanize import ago, duration, iso_local, preview
+from ..jobs import Job, JobState, QueueInfo
+from ..schedules import ScheduleState
+from ..stats import LimitUsage, Stats, count_text
 
 FLEX_MIN = 10  # the narrowest a cut column may get and still say something
 GAP = 2  # characters between two columns (padding and divider)
@@ -280,13 +280,6 @@ def _history_row(entry: Any) -> list[str]:
 
 def _number(value: Any) -> float | None:
     return float(value) if isinstance(value, int | float) else None
-
-
-RUNNING_CANCELLED = (
-    "its worker is told to stop within a heartbeat (the handler sees ctx.cancelled), "
-    "and its outcome will be discarded"
-)
-"""What cancelling a running job means, as the CLI and the dashboard say it."""
 
 
 # -- schedules and stats -----------------------------------------------------------------
