@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from .._version import __version__
 from ..humanize import duration, redact_url
 from ..jobs import JobState, Outcome
 from ..redaction import scrubber
@@ -18,15 +19,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("sqljobs.worker")
 
 
-def version() -> str:
-    """The package's version, as ``sqljobs.__version__`` says (no metadata lookup: the
-    banner is logged on a worker's way to its first job). Imported here, not at the top:
-    the package imports the worker while it loads, before ``__version__`` is set."""
-    from .. import __version__
-
-    return __version__
-
-
 def banner(worker: Worker, backend: Backend, heartbeat_interval: float) -> str:
     """One line an operator reads to know what this worker will and will not run."""
     app, cfg = worker.app, worker.config
@@ -37,7 +29,7 @@ def banner(worker: Worker, backend: Backend, heartbeat_interval: float) -> str:
     if paused:  # said at start: "why does this worker take nothing?" has an answer here
         queues += f" (paused: {','.join(paused)})"
     return (
-        f"sqljobs {version()} worker {worker.id} started on {redact_url(backend.url)}: "
+        f"sqljobs {__version__} worker {worker.id} started on {redact_url(backend.url)}: "
         f"queues {queues}, concurrency {cfg.concurrency}, {len(tasks)} tasks ({shown}); "
         f"shortest lease {worker.shortest_lease:g} s, heartbeat every "
         f"{heartbeat_interval:.3g} s, drain timeout {worker.drain_timeout:g} s; "
