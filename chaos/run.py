@@ -3,8 +3,9 @@
 Faults, all at once: a random worker SIGKILLed every fraction of a second (and replaced);
 every few seconds a worker that is running a job frozen (SIGSTOP) until its lease has
 passed and another worker has taken the job over, then thawed (SIGCONT), so its attempt
-goes on, stale, and must be refused; and on PostgreSQL the server restarted (``fast`` and
-``immediate``, a crash with WAL replay) and every worker connection cut with
+goes on, stale, and must be refused (on SQLite one frozen worker at a time: a frozen
+holder of the one write lock stops every writer); and on PostgreSQL the server restarted
+(``fast`` and ``immediate``, a crash with WAL replay) and every worker connection cut with
 ``pg_terminate_backend``. PostgreSQL runs on a server of the run's own
 (:mod:`tests.pg_cluster`), never the shared one.
 
@@ -367,6 +368,11 @@ def _make_faults(
             next_kill = now + rng.expovariate(1 / plan.kill_every)
         if now >= next_freeze and now - begin >= plan.seconds:
             next_freeze = math.inf  # no new freeze once the faults are due to end
+        elif now >= next_freeze and plan.backend == "sqlite" and fleet.frozen:
+            # one SQLite writer at a time: a freeze that catches the write lock's holder
+            # stops every writer, and freezes chained across thaws held it past the
+            # producers' 30 s busy timeout; the next comes an interval after the thaw
+            next_freeze = max(fleet.frozen.values()) + plan.freeze_every
         elif now >= next_freeze:
             frozen = fleet.freeze_one(rng, db.running_pids(), plan.freeze_for)
             report.freezes += frozen
