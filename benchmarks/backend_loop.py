@@ -16,10 +16,25 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+LEASES = {"noop": 30.0}
 
 JOBS = 10_000
 BATCH = 64
+
+
+def claim_call(backend: Any, limit: int) -> Callable[[list[Any]], tuple[list[int], list[Any]]]:
+    """``finish_and_claim`` of ``limit`` noop jobs as the revision imported here takes it:
+    one ``Claim`` record, or before those, five positional arguments."""
+    try:
+        from sqljobs.backends.base import Claim
+    except ImportError:
+        return lambda outcomes: backend.finish_and_claim(outcomes, "w", None, limit, LEASES)
+    claim = Claim("w", None, limit, LEASES)
+    return lambda outcomes: backend.finish_and_claim(outcomes, claim)
 
 
 def drain_once() -> float:
@@ -34,8 +49,9 @@ def drain_once() -> float:
     noop.enqueue_many([(i,) for i in range(JOBS)])
     backend = SqliteBackend(f"{folder}/jobs.db", synchronous="NORMAL")
     started, outcomes = time.perf_counter(), []
-    while True:  # the five-argument call every revision since 0.1.0 takes
-        _, jobs = backend.finish_and_claim(outcomes, "w", None, BATCH, {"noop": 30.0})
+    finish_and_claim = claim_call(backend, BATCH)
+    while True:
+        _, jobs = finish_and_claim(outcomes)
         if not jobs:
             break
         outcomes = [Outcome(j.id, j.token, JobState.DONE) for j in jobs]

@@ -27,7 +27,7 @@ import pg_server
 import psycopg
 
 import sqljobs
-from sqljobs.backends.dialect import Claim
+from sqljobs.backends.base import Claim
 from sqljobs.backends.postgres import PostgresBackend
 
 Timed = Callable[[], int]
@@ -50,7 +50,7 @@ def _kinds(url: str, app: sqljobs.App) -> dict[str, Timed]:
         return len(plain.execute(sql, params, prepare=True).fetchall())
 
     def backend_call() -> int:
-        return len(backend.finish_and_claim([], "bench", None, 10)[1])
+        return len(backend.finish_and_claim([], Claim("bench", None, 10))[1])
 
     return {"SELECT 1": select_one, "claim statement": statement, "finish_and_claim": backend_call}
 

@@ -21,10 +21,25 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+LEASES = {"noop": 30.0}
 
 SMALL, LARGE = 1_000, 5_000
 HERE = Path(__file__).resolve().parent
+
+
+def claim_call(backend: Any, limit: int) -> Callable[[list[Any]], tuple[list[int], list[Any]]]:
+    """``finish_and_claim`` of ``limit`` noop jobs as the revision imported here takes it:
+    one ``Claim`` record, or before those, five positional arguments."""
+    try:
+        from sqljobs.backends.base import Claim
+    except ImportError:
+        return lambda outcomes: backend.finish_and_claim(outcomes, "w", None, limit, LEASES)
+    claim = Claim("w", None, limit, LEASES)
+    return lambda outcomes: backend.finish_and_claim(outcomes, claim)
 
 
 def prepare(path: str, n: int) -> None:
@@ -57,8 +72,9 @@ def loop(path: str, _n: int) -> None:
 
     backend = SqliteBackend(path, synchronous="NORMAL")
     outcomes: list[Outcome] = []
+    finish_and_claim = claim_call(backend, 64)
     while True:
-        _, jobs = backend.finish_and_claim(outcomes, "w", None, 64, {"noop": 30.0})
+        _, jobs = finish_and_claim(outcomes)
         if not jobs:
             break
         outcomes = [Outcome(j.id, j.token, JobState.DONE) for j in jobs]

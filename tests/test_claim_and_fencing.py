@@ -11,6 +11,7 @@ import pytest
 import sqljobs
 from sqljobs import App, JobState
 from sqljobs.backends import WorkerInfo
+from sqljobs.backends.base import Claim
 from sqljobs.jobs import HeldJob, Outcome
 from sqljobs.maintenance import Reaper
 
@@ -25,7 +26,7 @@ def _claim_until_empty(
     got: list[int] = []
     empty = 0
     while empty < 3:
-        jobs = backend.claim_jobs(name, None, 5)
+        jobs = backend.claim_jobs(Claim(name, None, 5))
         got += [j.id for j in jobs]
         empty = 0 if jobs else empty + 1
         time.sleep(0.0005)  # stands for running the jobs, so the claimers interleave
@@ -62,10 +63,10 @@ def test_claims_take_priority_then_age_and_respect_run_at_and_queue(app: App) ->
     later = t.with_options(delay=3600, priority=9).enqueue(3).id
     other = t.with_options(queue="other").enqueue(4).id
     backend = app.backend
-    claimed = backend.claim_jobs("w", ["default"], 10)
+    claimed = backend.claim_jobs(Claim("w", ["default"], 10))
     assert [j.id for j in claimed] == [high, low]
     assert later not in [j.id for j in claimed] and other not in [j.id for j in claimed]
-    assert [j.id for j in backend.claim_jobs("w", ["default", "other"], 10)] == [other]
+    assert [j.id for j in backend.claim_jobs(Claim("w", ["default", "other"], 10))] == [other]
     assert all(j.attempt == 1 and j.token == 1 for j in claimed)
 
 
@@ -77,7 +78,7 @@ def test_a_claim_marks_the_jobs_beyond_those_that_start_at_once_as_buffered(app:
     def t(n: int) -> None: ...
 
     ids = [t.with_options(priority=n % 3).enqueue(n).id for n in range(7)]
-    claimed = app.backend.claim_jobs("w", None, 5, {"t": 30.0}, start_now=2)
+    claimed = app.backend.claim_jobs(Claim("w", None, 5, {"t": 30.0}, start_now=2))
     assert len(claimed) == 5 and set(j.id for j in claimed) <= set(ids)
     marked = {
         job_id
@@ -86,7 +87,7 @@ def test_a_claim_marks_the_jobs_beyond_those_that_start_at_once_as_buffered(app:
         )
     }
     assert marked == {j.id for j in claimed[2:]}, "all but the first two in claim order"
-    rest = app.backend.claim_jobs("w", None, 5, {"t": 30.0}, start_now=0)
+    rest = app.backend.claim_jobs(Claim("w", None, 5, {"t": 30.0}, start_now=0))
     assert len(rest) == 2
     marked = {
         job_id
@@ -118,7 +119,7 @@ def test_a_claim_gives_each_job_the_lease_its_worker_gives_its_task(app: App) ->
         t.enqueue(1)
         u.enqueue(2)
         began = backend.now()
-        claimed = backend.claim_jobs("w", queues, 5, leases, start_now=5)
+        claimed = backend.claim_jobs(Claim("w", queues, 5, leases, start_now=5))
         ended = backend.now()
         assert {j.task for j in claimed} == set(leases or ("t", "u")), (leases, queues)
         for job in claimed:
@@ -132,7 +133,7 @@ def test_a_claim_gives_each_job_the_lease_its_worker_gives_its_task(app: App) ->
             )
             assert began + lease - 1 <= lease_until <= ended + lease + 1, (leases, queues)
         backend.finish_jobs([Outcome(j.id, j.token, JobState.DONE) for j in claimed])
-        leftover = backend.claim_jobs("w", None, 5)  # u's job when only t was leased
+        leftover = backend.claim_jobs(Claim("w", None, 5))  # u's job when only t was leased
         backend.finish_jobs([Outcome(j.id, j.token, JobState.DONE) for j in leftover])
 
 
@@ -143,11 +144,11 @@ def test_a_stale_worker_cannot_complete_fail_release_or_renew(app: App) -> None:
     job_id = t.enqueue().id
     backend = app.backend
     backend.register_worker(WorkerInfo("old-worker", "host", 1, None, 1, 10.0))  # alive, slow
-    (old,) = backend.claim_jobs("old-worker", None, 1)
+    (old,) = backend.claim_jobs(Claim("old-worker", None, 1))
     expire_lease(app, job_id)
     (rescued,) = Reaper(backend).run_once()
     assert rescued.state is JobState.PENDING and rescued.lease_expiries == 1
-    (new,) = backend.claim_jobs("new-worker", None, 1)
+    (new,) = backend.claim_jobs(Claim("new-worker", None, 1))
     assert new.id == old.id and new.token == old.token + 1 and new.attempt == 2
 
     stale = [
@@ -185,11 +186,11 @@ def test_one_batch_of_completions_writes_exactly_those_still_held(app: App) -> N
     a, b, c, d = (t.enqueue(n).id for n in range(4))
     child = t.with_options(after=[c]).enqueue(9).id
     backend = app.backend
-    held = {job.id: job for job in backend.claim_jobs("old-worker", None, 4)}
+    held = {job.id: job for job in backend.claim_jobs(Claim("old-worker", None, 4))}
     assert set(held) == {a, b, c, d}
     expire_lease(app, b)
     Reaper(backend).run_once()
-    (again,) = backend.claim_jobs("new-worker", None, 1)
+    (again,) = backend.claim_jobs(Claim("new-worker", None, 1))
     assert again.id == b and again.token == held[b].token + 1
     batch = [
         Outcome(a, held[a].token, JobState.DONE),
@@ -213,7 +214,7 @@ def test_a_heartbeat_renews_every_held_lease_in_one_call(app: App) -> None:
 
     t.enqueue_many([(i,) for i in range(51)])
     backend = app.backend
-    *held, left_out = backend.claim_jobs("w", None, 51)
+    *held, left_out = backend.claim_jobs(Claim("w", None, 51))
     for job in [*held, left_out]:  # every lease run out, so only a renewal can move it
         expire_lease(app, job.id)
     began = backend.now()
@@ -233,7 +234,7 @@ def test_the_reaper_is_safe_to_run_concurrently(app: App) -> None:
     def t(i: int) -> None: ...
 
     t.enqueue_many([(i,) for i in range(200)])
-    held = app.backend.claim_jobs("gone", None, 200)
+    held = app.backend.claim_jobs(Claim("gone", None, 200))
     for j in held:
         expire_lease(app, j.id)
     reapers = [Reaper(sqljobs.App(app.url).open_backend()) for _ in range(3)]

@@ -21,6 +21,7 @@ from psycopg import sql as pg_sql
 
 from sqljobs import App
 from sqljobs.backends import open_backend
+from sqljobs.backends.base import Claim
 from sqljobs.url import url_options
 
 from .conftest import db_execute, is_pg
@@ -151,7 +152,7 @@ def test_claims_and_next_due_read_no_job_that_is_not_due(
     big = {name: _work(url, backend, name, queues) for name in ("claim", "next_due")}
     for name in small:
         assert big[name] < 3 * small[name] + 50, (name, big, small)
-    claimed = backend.claim_jobs("w", queues, 40)
+    claimed = backend.claim_jobs(Claim("w", queues, 40))
     assert [job.task for job in claimed] == ["noop"]  # the one due job of the queue
     backend.close()
     app.close()
@@ -179,7 +180,7 @@ def test_claims_and_next_due_read_no_job_of_a_queue_they_do_not_serve(
     big = {name: _work(url, backend, name, queues) for name in ("claim", "next_due")}
     for name in small:
         assert big[name] < 3 * small[name] + 50, (name, big, small)
-    assert {job.queue for job in backend.claim_jobs("w", queues, 40)} == {"default"}
+    assert {job.queue for job in backend.claim_jobs(Claim("w", queues, 40))} == {"default"}
     backend.close()
     app.close()
 
@@ -196,10 +197,10 @@ def test_claims_keep_priority_then_due_time_order_across_queues_and_levels(url: 
     note.with_options(priority=5).enqueue("note mid")
     mail.with_options(priority=7).enqueue("mail high")
     backend = open_backend(app.url)
-    claimed = backend.claim_jobs("w", ["default", "mail"], 10)
+    claimed = backend.claim_jobs(Claim("w", ["default", "mail"], 10))
     order = [json.loads(job.payload)["args"][0] for job in claimed]
     assert order == ["mail high", "mail mid", "note mid", "low"]
-    assert backend.claim_jobs("w", None, 10) == []  # the high one is not due
+    assert backend.claim_jobs(Claim("w", None, 10)) == []  # the high one is not due
     backend.close()
     app.close()
 
@@ -259,7 +260,7 @@ def test_limited_claims_and_hand_overs_read_no_job_that_is_not_due(url: str) -> 
     backend: Any = open_backend(app.url)  # (its statements are measured: _filtered)
     noop = app.task(name="noop", concurrency=5)(lambda: None)  # one limit key: the task's name
     noop.enqueue()
-    (running,) = backend.claim_jobs("w", None, 1, limited=True)
+    (running,) = backend.claim_jobs(Claim("w", None, 1, limited=True))
     ended = (running.id, running.token)
     _fill_limited(url, "noop", -60.0, 5_000, priorities=1)
     _fill_limited(url, "noop", 86_400.0, 100, priorities=3)
@@ -273,7 +274,7 @@ def test_limited_claims_and_hand_overs_read_no_job_that_is_not_due(url: str) -> 
     # for, the caller keeps 4), and the hand-over its one heir
     assert len(big[0].rows) == (4 if is_pg(url) else 5)
     assert _heirs(url, big[1]) == 1
-    claimed = backend.claim_jobs("w", None, 40, limited=True)
+    claimed = backend.claim_jobs(Claim("w", None, 40, limited=True))
     assert len(claimed) == 4  # the key's free slots, taken by due jobs of the lowest priority
     assert all(job.priority == 0 and job.run_at <= time.time() for job in claimed)
     if is_pg(url):  # the index is kept for when the next delayed limited job falls due
@@ -292,13 +293,13 @@ def test_limited_claims_take_free_slots_in_claim_order_across_levels(url: str) -
     note = app.task(name="noop", concurrency=5)(lambda label: None)
     backend = open_backend(app.url)
     note.with_options(priority=0).enqueue("first")
-    (first,) = backend.claim_jobs("w", None, 1, limited=True)  # holds one of the 5 slots
+    (first,) = backend.claim_jobs(Claim("w", None, 1, limited=True))  # holds one of the 5 slots
     low = {label: note.with_options(priority=0).enqueue(label).id
            for label in ("low 1", "low 2", "low 3", "low 4")}  # fmt: skip
     note.with_options(priority=2).enqueue("high 1")
     note.with_options(priority=2).enqueue("high 2")
     note.with_options(priority=5, delay=3600).enqueue("later, higher")
-    claimed = backend.claim_jobs("w", None, 40, limited=True)
+    claimed = backend.claim_jobs(Claim("w", None, 40, limited=True))
     labels = [json.loads(job.payload)["args"][0] for job in claimed]
     assert labels == ["high 1", "high 2", "low 1", "low 2"]
     ended = (first.id, first.token)

@@ -27,6 +27,7 @@ from sqljobs import (
     Retry,
     Worker,
 )
+from sqljobs.backends.base import Claim
 from sqljobs.jobs import HeldJob
 from sqljobs.maintenance import Pruner, Reaper
 from sqljobs.worker import EventLog
@@ -464,11 +465,11 @@ def test_progress_writes_are_fenced(app: App) -> None:
 
     backend = app.backend
     job_id = t.enqueue().id
-    (first,) = backend.claim_jobs("w1", None, 1)
+    (first,) = backend.claim_jobs(Claim("w1", None, 1))
     assert backend.save_progress([(HeldJob(job_id, first.token), '{"done": 1}')]) == {job_id}
     expire_lease(app, job_id)
     Reaper(backend).run_once()  # the lease ran out: back to pending, then taken over
-    (second,) = backend.claim_jobs("w2", None, 1)
+    (second,) = backend.claim_jobs(Claim("w2", None, 1))
     assert second.token > first.token
     stale = backend.save_progress([(HeldJob(job_id, first.token), '{"done": 99}')])
     assert stale == set()

@@ -22,6 +22,7 @@ from sqljobs import (
     PayloadError,
     Retry,
 )
+from sqljobs.backends.base import Claim
 from sqljobs.jobs import Outcome
 
 from .conftest import db_execute, wait_until, worker_thread
@@ -276,7 +277,7 @@ def test_a_child_enqueued_while_its_parent_ends_is_never_left_waiting(app: App) 
     rounds = 40
     for i in range(rounds):
         parent = step.enqueue(f"p{i}")
-        (claimed,) = backend.claim_jobs("racer", None, 1)
+        (claimed,) = backend.claim_jobs(Claim("racer", None, 1))
         assert claimed.id == parent.id
         go = threading.Barrier(2)
         children: list[Any] = []

@@ -20,6 +20,7 @@ import pytest
 
 from sqljobs import App, JobState
 from sqljobs.backends import WorkerInfo
+from sqljobs.backends.base import Claim
 from sqljobs.jobs import ClaimedJob, HeldJob, Outcome
 from sqljobs.maintenance import Reaper
 
@@ -92,19 +93,20 @@ WRITES = {
     ),
     "finish-and-claim-done": Write(
         "sqlite complete_jobs; postgres complete_and_claim.done (the hot path)",
-        lambda b, s: _claimed(b.finish_and_claim([_done(s)], "old", None, 1)),
+        lambda b, s: _claimed(b.finish_and_claim([_done(s)], Claim("old", None, 1))),
         [],
     ),
     "finish-and-claim-done-result": Write(
         "sqlite complete_job_with; postgres complete_and_claim.done",
-        lambda b, s: _claimed(b.finish_and_claim([_done(s, result="1")], "old", None, 1)),
+        lambda b, s: _claimed(b.finish_and_claim([_done(s, result="1")], Claim("old", None, 1))),
         [],
     ),
     "finish-and-claim-retry": Write(
         "sqlite finish_job; postgres finish_jobs",
         lambda b, s: _claimed(
             b.finish_and_claim(
-                [Outcome(s.id, s.token, JobState.PENDING, delay=0, error="boom")], "old", None, 1
+                [Outcome(s.id, s.token, JobState.PENDING, delay=0, error="boom")],
+                Claim("old", None, 1),
             )
         ),
         [],
@@ -112,7 +114,7 @@ WRITES = {
     "finish-and-claim-limited-done": Write(
         "sqlite complete_jobs; postgres complete_and_hand_over.done",
         lambda b, s: _claimed(
-            b.finish_and_claim([_done(s)], "old", None, 1, start_now=1, limited=True)
+            b.finish_and_claim([_done(s)], Claim("old", None, 1, start_now=1, limited=True))
         ),
         [],
     ),
@@ -139,7 +141,7 @@ WRITES = {
     ),
     "began-with-claim": Write(
         "sqlite mark_started; postgres claim.began",
-        lambda b, s: b.claim_jobs("old", None, 1, started=[s]),
+        lambda b, s: b.claim_jobs(Claim("old", None, 1, started=[s])),
         [],
     ),
     "began-with-done": Write(
@@ -149,13 +151,15 @@ WRITES = {
     ),
     "began-with-finish-and-claim": Write(
         "sqlite mark_started; postgres complete_and_claim.began",
-        lambda b, s: _claimed(b.finish_and_claim([_done(s)], "old", None, 1, started=[s])),
+        lambda b, s: _claimed(b.finish_and_claim([_done(s)], Claim("old", None, 1, started=[s]))),
         [],
     ),
     "began-with-limited-claim": Write(
         "sqlite mark_started; postgres complete_and_hand_over.began",
         lambda b, s: _claimed(
-            b.finish_and_claim([_done(s)], "old", None, 1, start_now=1, started=[s], limited=True)
+            b.finish_and_claim(
+                [_done(s)], Claim("old", None, 1, start_now=1, started=[s], limited=True)
+            )
         ),
         [],
     ),
@@ -177,11 +181,11 @@ def _taken_over(app: App) -> tuple[ClaimedJob, ClaimedJob]:
     job_id = t.enqueue().id
     backend = app.backend
     backend.register_worker(WorkerInfo("old", "host", 1, None, 1, 10.0))  # alive, slow
-    (old,) = backend.claim_jobs("old", None, 1)
+    (old,) = backend.claim_jobs(Claim("old", None, 1))
     expire_lease(app, job_id)
     (rescued,) = Reaper(backend).run_once()
     assert rescued.state is JobState.PENDING
-    (new,) = backend.claim_jobs("new", None, 1, start_now=0)
+    (new,) = backend.claim_jobs(Claim("new", None, 1, start_now=0))
     assert (new.id, new.token) == (old.id, old.token + 1)
     assert backend.save_progress([(HeldJob(new.id, new.token), '{"done": 0}')]) == {new.id}
     return old, new

@@ -17,6 +17,7 @@ import pytest
 import sqljobs
 import sqljobs.context
 from sqljobs import App, JobState, Retry
+from sqljobs.backends.base import Claim
 from sqljobs.jobs import Outcome
 from sqljobs.url import url_options
 from sqljobs.worker import EventLog
@@ -160,7 +161,7 @@ def test_amend_done_job_writes_only_a_done_job_under_its_token(app: App) -> None
     app.task(name="t")(lambda: None)
     job_id = app.enqueue("t").id
     backend = app.open_backend()
-    (claimed,) = backend.claim_jobs("w", None, 1)
+    (claimed,) = backend.claim_jobs(Claim("w", None, 1))
     note = {"attempt": 1, "outcome": "raised_after_commit", "error": "boom"}
 
     def amend(token: int, result: str) -> bool:

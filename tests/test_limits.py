@@ -14,7 +14,7 @@ import pytest
 
 from sqljobs import App, ConfigurationError, JobState, PayloadError
 from sqljobs.backends import core
-from sqljobs.backends.base import WorkerInfo
+from sqljobs.backends.base import Claim, WorkerInfo
 from sqljobs.jobs import Outcome
 from sqljobs.maintenance import Reaper
 from sqljobs.worker import EventLog
@@ -120,9 +120,9 @@ def test_a_claimed_slot_comes_back_when_its_lease_expires(app: App) -> None:
         return "ran"
 
     first, second = once.enqueue(), once.enqueue()
-    ghost = app.backend.claim_jobs("ghost", None, 5, limited=True)  # then it dies
+    ghost = app.backend.claim_jobs(Claim("ghost", None, 5, limited=True))  # then it dies
     assert [j.id for j in ghost] == [first.id], "the limit let the ghost take one job only"
-    assert app.backend.claim_jobs("other", None, 5, limited=True) == [], "its slot is held"
+    assert app.backend.claim_jobs(Claim("other", None, 5, limited=True)) == [], "its slot is held"
     expire_lease(app, first.id)
     Reaper(app.backend).run_once()
     with worker_thread(app):
@@ -138,7 +138,7 @@ def test_unlimited_claims_never_take_limited_jobs(app: App) -> None:
 
     limited.enqueue()
     free_id = free.enqueue().id
-    claimed = app.backend.claim_jobs("w", None, 10)  # a worker without limited tasks
+    claimed = app.backend.claim_jobs(Claim("w", None, 10))  # a worker without limited tasks
     assert [j.id for j in claimed] == [free_id]
 
 
@@ -252,7 +252,7 @@ def test_a_waiting_limited_job_says_why(app: App) -> None:
     sent, held = mail.enqueue(), mail.enqueue()
     tasks = (sync.info, mail.info)  # a live worker runs both: only the limits hold them back
     app.backend.register_worker(WorkerInfo("w", "host", 1, None, 4, 10.0, tasks))
-    claimed = app.backend.claim_jobs("w", None, 10, limited=True)
+    claimed = app.backend.claim_jobs(Claim("w", None, 10, limited=True))
     assert {j.id for j in claimed} == {first.id, sent.id}
     reason = app.waiting_reason(second.refresh())
     assert reason is not None and "sync:acme is at its limit of 1 running at once" in reason
@@ -495,7 +495,7 @@ def test_stats_the_cli_metrics_and_the_dashboard_show_each_limit_s_backlog(app: 
     send.enqueue_many([() for _ in range(5)])
     tasks = (sync.info, send.info)
     app.backend.register_worker(WorkerInfo("w", "host", 1, None, 8, 10.0, tasks))
-    claimed = app.backend.claim_jobs("w", None, 10, limited=True)
+    claimed = app.backend.claim_jobs(Claim("w", None, 10, limited=True))
     assert len(claimed) == 4, "one of each tenant, two of the mail rate"
     limits = app.stats().limits
     assert set(limits) == {"sync:acme", "sync:globex", "queue:mail"}
@@ -527,9 +527,9 @@ def test_a_claim_buffers_limited_jobs_only_when_asked_and_within_free_slots(app:
         sync.enqueue(tenant)
     backend, leases = app.backend, {"sync": 30.0}
     backend.register_worker(WorkerInfo("w", "host", 1, None, 8, 10.0, (sync.info,)))
-    strict = backend.claim_jobs("w", None, 10, leases, start_now=2, limited=True)
+    strict = backend.claim_jobs(Claim("w", None, 10, leases, start_now=2, limited=True))
     assert len(strict) == 2, "without a buffer allowance: only for the idle threads"
-    buffered = backend.claim_jobs("w", None, 10, leases, 1, (), True, limited_buffer=8)
+    buffered = backend.claim_jobs(Claim("w", None, 10, leases, 1, (), True, limited_buffer=8))
     assert len(buffered) == 4, "3 slots a key, 2 taken: 4 more in all"
     running = db_execute(app, "SELECT limit_key, count(*) FROM sqljobs_jobs "
                               "WHERE state = 'running' GROUP BY limit_key")  # fmt: skip
@@ -548,7 +548,7 @@ def test_a_key_at_its_limit_is_no_reason_to_look_again_soon(app: App) -> None:
     def export(n: int) -> None: ...
 
     export.enqueue(1), export.enqueue(2)
-    assert len(app.backend.claim_jobs("w", None, 5, limited=True)) == 1
+    assert len(app.backend.claim_jobs(Claim("w", None, 5, limited=True))) == 1
     assert app.backend.next_due(None, ["export"], limited=True).wait is None
 
 
@@ -569,16 +569,16 @@ def test_a_finished_job_hands_its_slot_to_its_key_s_next_job(
     # the change marker stands still: a listener that connects, or an enqueue's trailing
     # NOTIFY arriving, between the claims below would move it and rightly ask for a scan
     monkeypatch.setattr(backend, "change_marker", lambda: 0)
-    first = backend.claim_jobs("w", None, 10, leases, limited=True)
+    first = backend.claim_jobs(Claim("w", None, 10, leases, limited=True))
     assert sorted(j.id for j in first) == sorted([a[0], a[1], b])
-    assert backend.claim_jobs("w", None, 10, leases, limited=True) == [], "no slot free"
+    assert backend.claim_jobs(Claim("w", None, 10, leases, limited=True)) == [], "no slot free"
 
     def no_full_claim(*_: object) -> None:
         raise AssertionError("the full claim ran: every slot could be handed over")
 
     monkeypatch.setattr(backend, "_scan_limited", no_full_claim)
     ended = [Outcome(j.id, j.token, JobState.DONE) for j in first if j.id != b]
-    written, heirs = backend.finish_and_claim(ended, "w", None, 10, leases, limited=True)
+    written, heirs = backend.finish_and_claim(ended, Claim("w", None, 10, leases, limited=True))
     assert sorted(written) == [a[0], a[1]]
     assert [j.id for j in heirs] == [a[2], a[3]], "a's slots went to a's next jobs"
     assert _running(app) == [("sync:a", 2), ("sync:b", 1)]
@@ -598,19 +598,19 @@ def test_a_slot_is_handed_over_to_no_job_of_a_lower_limit_or_a_rate(
 
     ids = [export.enqueue(i).id for i in range(4)]
     backend, leases = app.backend, {"export": 30.0}
-    first = backend.claim_jobs("w", None, 10, leases, limited=True)
-    assert backend.claim_jobs("w", None, 10, leases, limited=True) == []
+    first = backend.claim_jobs(Claim("w", None, 10, leases, limited=True))
+    assert backend.claim_jobs(Claim("w", None, 10, leases, limited=True)) == []
     db_execute(app, "UPDATE sqljobs_jobs SET limit_max = 1 WHERE id = ?", params=(ids[2],))
     done = [Outcome(first[0].id, first[0].token, JobState.DONE)]
-    _, heirs = backend.finish_and_claim(done, "w", None, 10, leases, limited=True)
+    _, heirs = backend.finish_and_claim(done, Claim("w", None, 10, leases, limited=True))
     assert heirs == [], "one runs, and the next job allows one at a time"
     assert _running(app) == [("export", 1)]
 
     db_execute(app, "UPDATE sqljobs_jobs SET limit_max = 2, rate_max = 100, rate_window = 1 "
                     "WHERE id IN (?, ?)", params=(ids[2], ids[3]))  # fmt: skip
     done = [Outcome(first[1].id, first[1].token, JobState.DONE)]
-    _, heirs = backend.finish_and_claim(done, "w", None, 10, leases, limited=True)
-    heirs += backend.claim_jobs("w", None, 10, leases, limited=True)
+    _, heirs = backend.finish_and_claim(done, Claim("w", None, 10, leases, limited=True))
+    heirs += backend.claim_jobs(Claim("w", None, 10, leases, limited=True))
     assert sorted(j.id for j in heirs) == [ids[2], ids[3]]
     starts = db_execute(app, "SELECT count(*) FROM sqljobs_starts")
     assert starts[0][0] == 2, "the rate was counted: both starts are written down"

@@ -10,6 +10,7 @@ import threading
 import time
 
 from sqljobs import App, JobState
+from sqljobs.backends.base import Claim
 
 from .conftest import Runs, Spawn, db_execute, wait_until
 
@@ -78,7 +79,7 @@ def test_a_killed_workers_slot_comes_back_after_its_lease(
     waiting = app.enqueue(
         "sync_tenant", args=["acme", "waiting", 0.0], priority=10, concurrency_key="acme"
     )
-    victim_claims = app.backend.claim_jobs("probe", None, 5, limited=True)
+    victim_claims = app.backend.claim_jobs(Claim("probe", None, 5, limited=True))
     assert victim_claims == [], "the third waits for a slot"
     assert waiting.refresh().state is JobState.PENDING
     victim.send_signal(signal.SIGKILL)

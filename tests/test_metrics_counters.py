@@ -14,7 +14,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import sqljobs
-from sqljobs.backends.base import WorkerInfo
+from sqljobs.backends.base import Claim, WorkerInfo
 from sqljobs.dashboard.metrics import render
 from sqljobs.maintenance import Pruner, Reaper, Scheduler
 from sqljobs.rollup import BUCKET_BOUNDS, INF, MINUTES_KEPT, Meter, MetricAmount, Series
@@ -72,7 +72,7 @@ def test_a_workers_attempts_reach_the_scrape_and_the_minute_they_ended_in(url: s
     # a job held by a live worker that let its lease lapse: the rescuer counts it
     ghost_id = ghostly.enqueue().id
     app.backend.register_worker(WorkerInfo("ghost", "host", 1, None, 1, 60.0))
-    (held,) = app.backend.claim_jobs("ghost", None, 1, leases={"ghostly": 30.0})
+    (held,) = app.backend.claim_jobs(Claim("ghost", None, 1, leases={"ghostly": 30.0}))
     assert held.id == ghost_id
     expire_lease(app, ghost_id)
     ok.enqueue_many([(1,), (2,), (3,)])
@@ -285,7 +285,9 @@ def test_the_rescuer_counts_a_dead_workers_attempt_as_crashed(url: str) -> None:
     def t() -> None: ...
 
     job_id = t.enqueue().id
-    (held,) = app.backend.claim_jobs("never-registered", None, 1)  # a worker with no heartbeat
+    (held,) = app.backend.claim_jobs(
+        Claim("never-registered", None, 1)
+    )  # a worker with no heartbeat
     expire_lease(app, held.id)
     meter = Meter()
     (rescued,) = Reaper(app.backend, meter=meter).run_once()

@@ -22,6 +22,7 @@ import psycopg
 import pytest
 
 from sqljobs import App, ConfigurationError, JobContext, idempotent
+from sqljobs.backends.base import Claim
 from sqljobs.notifiers import postgres as notifiers_postgres
 from sqljobs.notifiers.postgres import PostgresNotifier
 from sqljobs.url import url_options
@@ -132,7 +133,7 @@ def test_poll_only_mode_leaves_nothing_on_the_server_sessions(url: str) -> None:
     def busy() -> None:
         for n in range(10):  # past psycopg's prepare threshold (5) on every connection
             t.enqueue(n)
-            backend.claim_jobs("w", None, 1)
+            backend.claim_jobs(Claim("w", None, 1))
             app.stats()
 
     threads = [threading.Thread(target=busy) for _ in range(4)]

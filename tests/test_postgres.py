@@ -18,6 +18,7 @@ import pytest
 import sqljobs
 from sqljobs import App, BackendError, JobState
 from sqljobs.backends import postgres as pg_backend
+from sqljobs.backends.base import Claim
 from sqljobs.backends.postgres import PostgresBackend
 from sqljobs.backends.sqlfile import load_migrations
 from sqljobs.jobs import HeldJob, Outcome
@@ -447,7 +448,7 @@ def test_a_claim_costs_the_same_with_1m_finished_and_100k_pending_rows(url: str)
         )
         claimed = 0
         while claimed < 20_000:
-            claimed += len(backend.claim_jobs("w", None, 500))
+            claimed += len(backend.claim_jobs(Claim("w", None, 500)))
         after, _ = _claim_buffers(conn, backend)
         assert after < 3 * small, f"{after} buffers after 20,000 claims, {small} in a small table"
     backend.close()
@@ -488,7 +489,7 @@ def test_two_lanes_claims_never_deadlock_on_a_row_the_skip_locked_scan_touched(
     noop = app.task(name="noop")(lambda i: None)
     noop.enqueue_many([(i,) for i in range(3)])
     lane_a, lane_b = PostgresBackend(url), PostgresBackend(url)
-    x, p, q = sorted(lane_a.claim_jobs("w", None, 3), key=lambda job: job.id)
+    x, p, q = sorted(lane_a.claim_jobs(Claim("w", None, 3)), key=lambda job: job.id)
     (r_id,) = [h.id for h in noop.enqueue_many([(3,)])]
 
     def held_by(holder: int) -> list[int]:
@@ -523,14 +524,16 @@ def test_two_lanes_claims_never_deadlock_on_a_row_the_skip_locked_scan_touched(
         # lane B: completes x (held: its snapshot, taken now, sees r pending), marks p and
         # q begun (p held), and claims
         held = [HeldJob(p.id, p.token), HeldJob(q.id, q.token)]
-        lane_b_trip = run(lambda: lane_b.finish_and_claim([done(x)], "w", None, 1, started=held))
+        lane_b_trip = run(
+            lambda: lane_b.finish_and_claim([done(x)], Claim("w", None, 1, started=held))
+        )
         (b_pid,) = wait_until(lambda: held_by(hold_x.info.backend_pid), what="lane B on x")
-        (r,) = lane_a.claim_jobs("w", None, 1)  # another claim takes r
+        (r,) = lane_a.claim_jobs(Claim("w", None, 1))  # another claim takes r
         assert r.id == r_id
         hold_x.commit()
         wait_until(lambda: held_by(hold_p.info.backend_pid) == [b_pid], what="lane B on p")
         # lane A: q and r ended; a statement that finds r locked by lane B waits for it
-        lane_a_trip = run(lambda: lane_a.finish_and_claim([done(q), done(r)], "w", None, 1))
+        lane_a_trip = run(lambda: lane_a.finish_and_claim([done(q), done(r)], Claim("w", None, 1)))
         wait_until(lambda: not lane_a_trip.is_alive() or held_by(b_pid), what="lane A")
         hold_p.commit()
         lane_a_trip.join(timeout=30)

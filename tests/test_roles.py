@@ -19,6 +19,7 @@ from click.testing import CliRunner
 from starlette.testclient import TestClient
 
 from sqljobs import App, BackendError, JobContext, JobState, idempotent
+from sqljobs.backends.base import Claim
 from sqljobs.cli import cli
 from sqljobs.dashboard import create_app
 from sqljobs.maintenance import Pruner, Reaper
@@ -177,7 +178,7 @@ def test_the_producer_enqueues_and_may_not_run_or_change_jobs(db: Database) -> N
     with pytest.raises(BackendError, match="permission denied"):
         producer.schedule("nightly", task="add", every=60, kwargs={"a": 1, "b": 2})
     with pytest.raises(BackendError, match="permission denied"):
-        producer.backend.claim_jobs("thief", None, 10)
+        producer.backend.claim_jobs(Claim("thief", None, 10))
     for sql in (
         "UPDATE sqljobs_jobs SET state = 'done'",
         "UPDATE sqljobs_jobs SET payload = '[]'",

@@ -23,6 +23,7 @@ import pytest
 import sqljobs
 from sqljobs import App, JobContext, JobState, LeaseLost, Retry
 from sqljobs.backends import WorkerInfo
+from sqljobs.backends.base import Claim
 from sqljobs.jobs import ClaimedJob, Outcome
 from sqljobs.maintenance import Reaper
 from sqljobs.worker import EventLog
@@ -62,10 +63,10 @@ def _take_over(app: App) -> tuple[ClaimedJob, ClaimedJob]:
     job_id = t.enqueue().id
     backend = app.backend
     backend.register_worker(WorkerInfo("old", "host", 1, None, 1, 10.0))  # alive, slow
-    (old,) = backend.claim_jobs("old", None, 1)
+    (old,) = backend.claim_jobs(Claim("old", None, 1))
     expire_lease(app, job_id)
     Reaper(backend).run_once()
-    (new,) = backend.claim_jobs("new", None, 1)
+    (new,) = backend.claim_jobs(Claim("new", None, 1))
     assert (new.id, new.token) == (old.id, old.token + 1)
     return old, new
 
@@ -178,7 +179,7 @@ def test_a_late_result_returned_before_any_heartbeat_is_discarded_while_the_new_
             other = App(app.url).open_backend()
             other.register_worker(WorkerInfo("new", "host", 1, None, 1, 10.0))
             Reaper(other).run_once()
-            (new,) = other.claim_jobs("new", None, 1)
+            (new,) = other.claim_jobs(Claim("new", None, 1))
         finally:
             resume.set()
         assert ended.wait(10)

@@ -11,6 +11,7 @@ import pytest
 
 import sqljobs
 from sqljobs import App, JobState
+from sqljobs.backends.base import Claim
 from sqljobs.backends.core import BackendCore
 from sqljobs.maintenance import Pruner
 from sqljobs.stats import COUNT_CAP
@@ -163,7 +164,7 @@ def test_counts_ages_and_unserved_tasks_match_a_count_of_the_whole_table(app: Ap
     app.enqueue("a", known=False, queue="default", run_at=time.time() - 30)
     ids = [app.enqueue("b", known=False, queue="mail").id for _ in range(3)]
     app.enqueue("c", known=False, queue="mail", delay=3600)
-    assert len(app.backend.claim_jobs("w", ["default"], 1)) == 1
+    assert len(app.backend.claim_jobs(Claim("w", ["default"], 1))) == 1
     db_execute(  # a suspect, and the mail queue's oldest due job
         app,
         "UPDATE sqljobs_jobs SET crashes = 2, run_at = run_at - 120 WHERE id = ?",

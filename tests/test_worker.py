@@ -15,6 +15,7 @@ import sqljobs
 import sqljobs.worker
 from sqljobs import App, ConfigurationError, JobState, Retry
 from sqljobs.backends import WorkerInfo
+from sqljobs.backends.base import Claim
 from sqljobs.worker import EventLog
 
 from .conftest import db_execute, expire_lease, is_pg, placeholder, wait_until, worker_thread
@@ -446,7 +447,7 @@ def test_a_lost_lease_rolls_back_the_transaction_and_tells_the_handler(app: App)
         other = App(app.url).open_backend()
         other.register_worker(WorkerInfo("other-worker", "h", 1, None, 1, 10.0))
         Reaper(other).run_once()
-        (taken,) = other.claim_jobs("other-worker", None, 1)
+        (taken,) = other.claim_jobs(Claim("other-worker", None, 1))
         worker.request_heartbeat()
         assert saw_loss.wait(10)
     assert outcome, "the handler's transaction raised LeaseLost"

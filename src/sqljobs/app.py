@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, TypeVar, cast, overload
 
 from . import app_async, payload
 from .backends import Backend, open_backend
+from .backends.records import JobGroup, JobListing
 from .browse import (
     ENDED,
     RETRYABLE,
@@ -532,7 +533,7 @@ class App:
         def store(rows: Iterable[NewJob]) -> list[JobHandle]:
             given = list(rows)  # as built, or carrying the enqueue middleware's headers
             members, then_job = given[: len(jobs)], given[len(jobs)] if callback else None
-            got, last = self.backend.enqueue_group(members, then_job, connection)
+            got, last = self.backend.enqueue_group(JobGroup(members, then_job), connection)
             return [JobHandle(r.id, r.created, self) for r in [*got, *([last] if last else [])]]
 
         everything = [*jobs, *([callback] if callback is not None else [])]
@@ -734,7 +735,7 @@ class App:
         """The newest ``limit`` jobs, of one state and queue or all. A state or queue that
         cannot be is refused, as :class:`JobFilter` refuses it."""
         JobFilter(state=state, queue=queue)  # a typo would otherwise list nothing, quietly
-        return self.backend.list_jobs(state, queue, limit)
+        return self.backend.list_jobs(JobListing(state, queue, limit))
 
     def retry_job(self, job_id: int) -> bool:
         """Send a dead or cancelled job back to pending with fresh attempts. A job enqueued

@@ -59,8 +59,7 @@ async def insert_on(app: App, jobs: Sequence[NewJob], connection: Any) -> list[J
             f"an async enqueue on a connection needs a psycopg AsyncConnection, got "
             f"{type(connection).__name__}"
         )
-    enqueue = getattr(app.backend, "enqueue_jobs_async", None)
-    if enqueue is None:
+    if not app.backend.async_connections:
         raise ConfigurationError(
             f"{type(app.backend).__name__} cannot enqueue on an async connection: on "
             "SQLite, run the enqueue with its sqlite3 connection in a thread "
@@ -68,7 +67,7 @@ async def insert_on(app: App, jobs: Sequence[NewJob], connection: Any) -> list[J
         )
 
     async def store(rows: Sequence[NewJob]) -> list[JobHandle]:
-        results = await enqueue(rows, connection)
+        results = await app.backend.enqueue_jobs_async(rows, connection)
         return [JobHandle(r.id, r.created, app) for r in results]
 
     if app.hooks.around_enqueue:  # enqueue middleware (tracing) and job_enqueued hooks

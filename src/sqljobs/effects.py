@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .backends.records import EffectEnd, EffectIntent
 from .context import JobContext
 from .errors import ConfigurationError, RetryLater  # its home before errors.py
 from .errors import EffectUncertain as EffectUncertain
@@ -61,7 +62,7 @@ def perform_once(
     job_id = where.job_id if isinstance(where, JobContext) else None
     hold = where.job.lease if isinstance(where, JobContext) else 60.0
     holder = f"{job_id}:{where.token}" if isinstance(where, JobContext) else uuid.uuid4().hex
-    record = backend.effect_begin(key, job_id, holder, hold)
+    record = backend.effect_begin(EffectIntent(key, job_id, holder, hold))
     if record.state == "done":
         done: T = _load(record.result)
         return done
@@ -76,12 +77,12 @@ def perform_once(
             )
         found = reconcile(key)
         if found is not None:
-            backend.effect_set(key, holder, "done", json.dumps(found), None)
+            backend.effect_set(EffectEnd(key, holder, "done", json.dumps(found)))
             return found
     try:
         result = call(key)
     except uncertain as exc:
-        backend.effect_set(key, holder, "unknown", None, f"{type(exc).__name__}: {exc}")
+        backend.effect_set(EffectEnd(key, holder, "unknown", error=f"{type(exc).__name__}: {exc}"))
         if reconcile is None:
             raise EffectUncertain(
                 f"effect {key!r} timed out and may have happened ({exc}); no reconcile= "
@@ -91,7 +92,7 @@ def perform_once(
     except Exception:
         backend.effect_forget(key, holder)  # it did not happen: a retry may call again
         raise
-    backend.effect_set(key, holder, "done", json.dumps(result), None)
+    backend.effect_set(EffectEnd(key, holder, "done", json.dumps(result)))
     return result
 
 

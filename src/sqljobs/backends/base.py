@@ -27,11 +27,25 @@ from ..jobs import (
 )
 from ..limits import QueueLimit
 from ..notifiers.base import Notifier
-from ..retention import KEY_RETENTION
 from ..rollup import MetricAmount
 from ..schedules import Schedule, ScheduleState, Tick, TickResult
 from ..stats import Stats, WorkerScope
 from ..tasks import TaskInfo
+from .records import Claim, EffectEnd, EffectIntent, JobGroup, JobListing, PruneFinished
+
+__all__ = [
+    "MISSING_SCHEMA",
+    "Backend",
+    "Claim",
+    "Decide",
+    "EffectEnd",
+    "EffectIntent",
+    "EffectRecord",
+    "JobGroup",
+    "JobListing",
+    "PruneFinished",
+    "WorkerInfo",
+]
 
 
 @dataclass(frozen=True)
@@ -79,6 +93,9 @@ class Backend(Protocol):
     url: str
     claim_lanes: int
     """How many of one worker's claim round trips may usefully be in flight at once."""
+    async_connections: bool
+    """Whether :meth:`enqueue_jobs_async` can enqueue on the caller's async connection
+    (PostgreSQL: a psycopg ``AsyncConnection``; SQLite has none)."""
 
     def now(self) -> float:
         """The backend's clock, Unix seconds."""
@@ -93,43 +110,32 @@ class Backend(Protocol):
         may be a generator: a backend may insert some while the rest are built, and an
         exception from it rolls everything back."""
 
-    def claim_jobs(
-        self,
-        worker: str,
-        queues: Sequence[str] | None,
-        limit: int,
-        leases: Mapping[str, float] | None = None,
-        start_now: int | None = None,
-        started: Sequence[HeldJob] = (),
-        limited: bool = False,
-        limited_buffer: int = 0,
-    ) -> list[ClaimedJob]:
-        """Atomically take up to ``limit`` due jobs, highest priority, then oldest first.
+    async def enqueue_jobs_async(
+        self, jobs: Sequence[NewJob], connection: Any
+    ) -> list[EnqueueResult]:
+        """Insert ``jobs`` on the caller's async connection, in its transaction and never
+        committing it. Only where ``async_connections``; elsewhere it refuses, saying
+        what to do instead."""
 
-        The first ``start_now`` of them (in that order; None: all) start at once; the rest
-        wait in the worker's buffer and are marked ``prefetched``, as are none of
-        ``started``, buffered jobs that have started since the worker's last round trip:
-        a crash of the worker blames only jobs that were running in it.
+    def claim_jobs(self, claim: Claim) -> list[ClaimedJob]:
+        """Atomically take up to ``claim.limit`` due jobs, highest priority, then oldest
+        first.
 
-        ``leases`` maps the claiming worker's task names to the lease it gives them (the
-        task as registered where it runs decides). Given, only jobs of those tasks are
+        The first ``claim.start_now`` of them (in that order; None: all) start at once; the
+        rest wait in the worker's buffer and are marked ``prefetched``, as are none of
+        ``claim.started``, buffered jobs that have started since the worker's last round
+        trip: a crash of the worker blames only jobs that were running in it.
+
+        ``claim.leases`` maps the claiming worker's task names to the lease it gives them
+        (the task as registered where it runs decides). Given, only jobs of those tasks are
         claimed: a worker never takes a job it cannot run. None claims any task.
 
-        Jobs under a concurrency limit are claimed only if ``limited`` (first, each key up
-        to its free slots; see :mod:`sqljobs.limits`), as many as start at once and at most
-        ``limited_buffer`` more."""
+        Jobs under a concurrency limit are claimed only if ``claim.limited`` (first, each
+        key up to its free slots; see :mod:`sqljobs.limits`), as many as start at once and
+        at most ``claim.limited_buffer`` more."""
 
     def finish_and_claim(
-        self,
-        outcomes: Sequence[Outcome],
-        worker: str,
-        queues: Sequence[str] | None,
-        limit: int,
-        leases: Mapping[str, float] | None = None,
-        start_now: int | None = None,
-        started: Sequence[HeldJob] = (),
-        limited: bool = False,
-        limited_buffer: int = 0,
+        self, outcomes: Sequence[Outcome], claim: Claim
     ) -> tuple[list[int], list[ClaimedJob]]:
         """``finish_jobs`` then ``claim_jobs`` in one commit where the backend can: the
         worker's hot path, one round trip per batch instead of two."""
@@ -265,9 +271,8 @@ class Backend(Protocol):
 
     def get_job(self, job_id: int) -> Job | None: ...
 
-    def list_jobs(
-        self, state: str | None = None, queue: str | None = None, limit: int = 50
-    ) -> list[Job]: ...
+    def list_jobs(self, listing: JobListing) -> list[Job]:
+        """Up to ``listing.limit`` jobs of its state and queue (where given), newest first."""
 
     # -- browsing and bulk actions (sqljobs.browse) -------------------------------------
 
@@ -297,10 +302,10 @@ class Backend(Protocol):
     # -- dependencies (sqljobs.dependencies) ----------------------------------------------
 
     def enqueue_group(
-        self, members: Sequence[NewJob], then: NewJob | None, connection: Any | None = None
+        self, group: JobGroup, connection: Any | None = None
     ) -> tuple[list[EnqueueResult], EnqueueResult | None]:
-        """Insert ``members`` and then ``then`` to wait for all of them, in one transaction
-        (or in the caller's, never committing it)."""
+        """Insert ``group.members`` and then ``group.then`` to wait for all of them, in one
+        transaction (or in the caller's, never committing it)."""
 
     def open_parents(self, job_id: int, parents: Sequence[int]) -> list[int]:
         """Which of a waiting job's ``parents`` have not ended yet."""
@@ -342,17 +347,11 @@ class Backend(Protocol):
     def queue_states(self) -> dict[str, tuple[bool, float | None]]:
         """Queues with a stored setting: name -> (paused, paused since)."""
 
-    def prune_finished(
-        self,
-        before: float,
-        limit: int = 1000,
-        state: str = "done",
-        key_retention: float = KEY_RETENTION,
-    ) -> int:
-        """Delete up to ``limit`` jobs that ended in ``state`` before ``before``, keeping
-        the key of each keyed one in the spent keys, in the same transaction, for as long
-        as its job says (``key_retention`` seconds, ``inf`` for ever, where it says
-        nothing)."""
+    def prune_finished(self, prune: PruneFinished) -> int:
+        """Delete up to ``prune.limit`` jobs that ended in ``prune.state`` before
+        ``prune.before``, keeping the key of each keyed one in the spent keys, in the same
+        transaction, for as long as its job says (``prune.key_retention`` seconds, ``inf``
+        for ever, where it says nothing)."""
 
     def prune_spent_keys(self, before: float, limit: int = 1000) -> int:
         """Delete up to ``limit`` spent keys whose period ended by ``before``."""
@@ -386,13 +385,13 @@ class Backend(Protocol):
         """Delete up to ``limit`` minutes of the rollup older than ``before``; return the
         rows deleted."""
 
-    def effect_begin(self, key: str, job_id: int | None, holder: str, hold: float) -> EffectRecord:
-        """Record the intent of an external effect (committed) and hold it for ``hold``
-        seconds, or return what is known of it and whether ``holder`` now holds it."""
+    def effect_begin(self, intent: EffectIntent) -> EffectRecord:
+        """Record the intent of an external effect (committed) and hold it for
+        ``intent.hold`` seconds, or return what is known of it and whether
+        ``intent.holder`` now holds it."""
 
-    def effect_set(
-        self, key: str, holder: str, state: str, result: str | None, error: str | None
-    ) -> None: ...
+    def effect_set(self, end: EffectEnd) -> None:
+        """Record what became of an effect its holder made (committed, durably)."""
 
     def effect_forget(self, key: str, holder: str) -> None:
         """Drop a pending intent whose call failed for certain, so a retry may call again."""

@@ -30,7 +30,6 @@ from ..jobs import (
     SpentKey,
 )
 from ..limits import QueueLimit
-from ..retention import KEY_RETENTION
 from ..rollup import MetricAmount
 from ..stats import (
     COUNT_CAP,
@@ -45,8 +44,9 @@ from ..stats import (
 )
 from ..tasks import TaskInfo
 from .base import Decide, EffectRecord, WorkerInfo
-from .dialect import Claim, Dialect
+from .dialect import Dialect
 from .migrations import apply_migrations, up_to_date
+from .records import Claim, EffectEnd, EffectIntent, JobGroup, JobListing, PruneFinished
 from .rows import Result, claimed_jobs, effect_record, expired_job, job, result, task_info
 
 _LENT: dict[int, BackendCore] = {}
@@ -144,37 +144,14 @@ class BackendCore(Dialect):
 
     # -- claims and outcomes ----------------------------------------------------------------
 
-    def claim_jobs(
-        self,
-        worker: str,
-        queues: Sequence[str] | None,
-        limit: int,
-        leases: Mapping[str, float] | None = None,
-        start_now: int | None = None,
-        started: Sequence[HeldJob] = (),
-        limited: bool = False,
-        limited_buffer: int = 0,
-    ) -> list[ClaimedJob]:
-        return self.finish_and_claim(
-            [], worker, queues, limit, leases, start_now, started, limited, limited_buffer
-        )[1]
+    def claim_jobs(self, claim: Claim) -> list[ClaimedJob]:
+        return self.finish_and_claim([], claim)[1]
 
     def finish_and_claim(
-        self,
-        outcomes: Sequence[Outcome],
-        worker: str,
-        queues: Sequence[str] | None,
-        limit: int,
-        leases: Mapping[str, float] | None = None,
-        start_now: int | None = None,
-        started: Sequence[HeldJob] = (),
-        limited: bool = False,
-        limited_buffer: int = 0,
+        self, outcomes: Sequence[Outcome], claim: Claim
     ) -> tuple[list[int], list[ClaimedJob]]:
-        if limit <= 0:
-            return self.finish_jobs(outcomes, started), []
-        at_once = limit if start_now is None else start_now
-        claim = Claim(worker, queues, limit, leases, at_once, started, limited, limited_buffer)
+        if claim.limit <= 0:
+            return self.finish_jobs(outcomes, claim.started), []
         return self._finish_and_claim(outcomes, claim)
 
     def claim_suspect(
@@ -360,10 +337,9 @@ class BackendCore(Dialect):
         found = self._query("get_job", {"id": job_id})
         return job(found.names, found.rows[0]) if found.rows else None
 
-    def list_jobs(
-        self, state: str | None = None, queue: str | None = None, limit: int = 50
-    ) -> list[Job]:
-        found = self._query("list_jobs", {"state": state, "queue": queue, "limit": limit})
+    def list_jobs(self, listing: JobListing) -> list[Job]:
+        params = {"state": listing.state, "queue": listing.queue, "limit": listing.limit}
+        found = self._query("list_jobs", params)
         return [job(found.names, row) for row in found.rows]
 
     # -- control: cancel, pause, progress, waiting ---------------------------------------
@@ -383,10 +359,11 @@ class BackendCore(Dialect):
     # -- dependencies (the rules: sqljobs.dependencies) -----------------------------------
 
     def enqueue_group(
-        self, members: Sequence[NewJob], then: NewJob | None, connection: Any | None = None
+        self, group: JobGroup, connection: Any | None = None
     ) -> tuple[list[EnqueueResult], EnqueueResult | None]:
-        """Insert ``members``, then ``then`` to run after all of them, in one transaction
+        """Insert the members, then ``then`` to run after all of them, in one transaction
         (or in the caller's, never committing it)."""
+        members, then = group.members, group.then
 
         def work(conn: Any) -> tuple[list[EnqueueResult], EnqueueResult | None]:
             got = self._enqueue_on(conn, list(members))
@@ -565,28 +542,22 @@ class BackendCore(Dialect):
         found = self._query("queue_states").pick("name", "paused", "paused_at")
         return {name: (bool(paused), paused_at) for name, paused, paused_at in found}
 
-    def prune_finished(
-        self,
-        before: float,
-        limit: int = 1000,
-        state: str = "done",
-        key_retention: float = KEY_RETENTION,
-    ) -> int:
+    def prune_finished(self, prune: PruneFinished) -> int:
         """Up to ``limit`` in all, queue by queue (the one index on ended jobs is by state,
         queue and age), each queue a statement of its own."""
-        queues = self._query("ended_queues", {"state": state}).pick("queue")
+        queues = self._query("ended_queues", {"state": prune.state}).pick("queue")
         deleted = 0
         for (queue,) in queues:
             params = {
-                "before": before,
-                "limit": limit - deleted,
-                "state": state,
+                "before": prune.before,
+                "limit": prune.limit - deleted,
+                "state": prune.state,
                 "queue": queue,
                 "now": self.now(),
-                "key_retention": key_retention,
+                "key_retention": prune.key_retention,
             }
             deleted += self._prune_batch(params)
-            if deleted >= limit:
+            if deleted >= prune.limit:
                 break
         return deleted
 
@@ -654,17 +625,14 @@ class BackendCore(Dialect):
     def mark_idempotent(self, connection: Any, key: str, ttl: float | None = None) -> bool:
         return mark_idempotent(connection, self.sql["mark_idempotent"], key, ttl, self.now())
 
-    def effect_begin(self, key: str, job_id: int | None, holder: str, hold: float) -> EffectRecord:
-        params = {"key": key, "job_id": job_id, "holder": holder, "hold": hold, "now": self.now()}
+    def effect_begin(self, intent: EffectIntent) -> EffectRecord:
+        params = {**asdict(intent), "now": self.now()}
         sql = self.sql["effect_begin"]
         found = self._durable(lambda conn: result(conn.execute(sql, params)))
-        return effect_record(key, found.names, found.rows[0])
+        return effect_record(intent.key, found.names, found.rows[0])
 
-    def effect_set(
-        self, key: str, holder: str, state: str, result: str | None, error: str | None
-    ) -> None:
-        params = {"key": key, "holder": holder, "state": state, "result": result}
-        self._durable_change("effect_set", {**params, "error": error, "now": self.now()})
+    def effect_set(self, end: EffectEnd) -> None:
+        self._durable_change("effect_set", {**asdict(end), "now": self.now()})
 
     def effect_forget(self, key: str, holder: str) -> None:
         self._durable_change("effect_forget", {"key": key, "holder": holder})

@@ -12,36 +12,15 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ..jobs import ClaimedJob, EnqueueResult, HeldJob, NewJob, Outcome
 from ..notifiers.base import Notifier
 from .migrations import Migration
+from .records import Claim
 from .rows import Result, result
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """One claim as a worker asks for it (see ``Backend.claim_jobs``): up to ``limit`` due
-    jobs of ``queues`` (None: all) and, given ``leases``, of those tasks only; the first
-    ``start_now`` start at once, the rest wait in the worker's buffer."""
-
-    worker: str
-    queues: Sequence[str] | None
-    limit: int
-    leases: Mapping[str, float] | None
-    start_now: int
-    started: Sequence[HeldJob]
-    limited: bool = False
-    """Also claim jobs under a concurrency limit (first: they are few by definition), but
-    only as many as start at once, and ``limited_buffer`` more: a limited job waiting in a
-    worker's buffer holds a slot that another worker's idle thread could use."""
-    limited_buffer: int = 0
-    """How many limited jobs may wait in the worker's buffer: none until the worker knows
-    its jobs are short enough that a buffered one starts within moments."""
 
 
 class Dialect(ABC):
@@ -161,8 +140,8 @@ class Dialect(ABC):
         params["worker"] = claim.worker
         params["now"] = self.now()
         params["limit"] = claim.limit
-        params["start_now"] = claim.start_now
-        params["all_buffered"] = int(claim.start_now == 0)  # (SQLite's limited claim_ids)
+        params["start_now"] = claim.at_once
+        params["all_buffered"] = int(claim.at_once == 0)  # (SQLite's limited claim_ids)
         params["leases"] = json.dumps(dict(claim.leases or {}))
         return sql, params
 

@@ -39,9 +39,9 @@ from ..notifiers.postgres import PostgresNotifier, channel_for
 from ..url import url_options
 from .base import MISSING_SCHEMA
 from .core import LimitedScans, lending
-from .dialect import Claim
 from .job_browser import JobBrowser
 from .postgres_enqueue import PostgresEnqueue
+from .records import Claim
 from .rows import claimed_jobs, result
 from .schedule_store import ScheduleStore
 from .sqlfile import load_migrations, load_statements
@@ -163,6 +163,7 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
     """Jobs in PostgreSQL tables (``sqljobs_*``) in ``schema``."""
 
     claim_lanes = 2  # a second claim in flight keeps the server's other backend busy
+    async_connections = True
 
     def __init__(
         self,
@@ -454,7 +455,7 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         """Plain completions and the claim are one statement (one round trip, one
         commit); other outcomes are written first, then the claim. Jobs under a
         concurrency limit are claimed first, in the transaction of :meth:`_claim_limited`."""
-        if not (claim.limited and claim.start_now + claim.limited_buffer):
+        if not (claim.limited and claim.at_once + claim.limited_buffer):
             return self._finish_and_claim_unlimited(outcomes, claim)
         marker = self.change_marker()
         if self._scans.may_skip(outcomes, marker):
@@ -509,7 +510,7 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         params.update(_fenced(outcomes))
         params.update(_values(outcomes))
         params["channel"] = self.notifier.channel
-        params["hand_over"] = min(claim.limit, claim.start_now + claim.limited_buffer)
+        params["hand_over"] = min(claim.limit, claim.at_once + claim.limited_buffer)
         if not unlimited:
             params["limit"] = 0
         found = result(conn.execute(sql, params))
@@ -531,7 +532,7 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         free slots are claimed (see sqljobs.limits); then jobs without a limit, for what
         is left. (Sent as a pipeline, it measured no faster: the statements' own work is
         what costs.)"""
-        wanted = min(claim.limit, claim.start_now + claim.limited_buffer)
+        wanted = min(claim.limit, claim.at_once + claim.limited_buffer)
         with conn.transaction():
             written: list[int] = []
             jobs: list[ClaimedJob] = []
@@ -541,12 +542,12 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
             scanned: list[ClaimedJob] = []
             if wanted > len(jobs):
                 left = replace(claim, limit=wanted - len(jobs), started=(),
-                               start_now=max(0, claim.start_now - len(jobs)))  # fmt: skip
+                               start_now=max(0, claim.at_once - len(jobs)))  # fmt: skip
                 scanned = self._scan_limited(conn, left)
             self._scans.scanned(len(scanned), wanted - len(jobs), marker)
             jobs += scanned
             rest = replace(claim, limit=claim.limit - len(jobs), started=(),
-                           start_now=max(0, claim.start_now - len(jobs)))  # fmt: skip
+                           start_now=max(0, claim.at_once - len(jobs)))  # fmt: skip
             others = None
             if rest.limit > 0:
                 sql, params = self._claim_statement("claim", rest)

@@ -27,8 +27,8 @@ from ..jobs import FINISHED_STATES, ClaimedJob, EnqueueResult, HeldJob, JobState
 from ..notifiers.sqlite import SqliteNotifier
 from .base import MISSING_SCHEMA
 from .core import LimitedScans, lending
-from .dialect import Claim
 from .job_browser import JobBrowser
+from .records import Claim
 from .rows import claimed_jobs, columns, result
 from .schedule_store import ScheduleStore
 from .sqlfile import load_migrations, load_statements
@@ -62,6 +62,7 @@ class SqliteBackend(JobBrowser, ScheduleStore):
 
     claim_lanes = 1  # one writer at a time: a second claim in flight would only wait
     one_writer = True
+    async_connections = False  # the standard library has no async SQLite connection
 
     def __init__(
         self,
@@ -318,6 +319,15 @@ class SqliteBackend(JobBrowser, ScheduleStore):
         with self._writing() as conn:
             return self._insert(conn, jobs)
 
+    async def enqueue_jobs_async(
+        self, jobs: Sequence[NewJob], connection: Any
+    ) -> list[EnqueueResult]:
+        raise ConfigurationError(
+            f"{type(self).__name__} cannot enqueue on an async connection: on SQLite, run "
+            "the enqueue with its sqlite3 connection in a thread "
+            "(await asyncio.to_thread(task.with_options(connection=conn).enqueue, ...))"
+        )
+
     def _check_connection(self, connection: Any) -> None:
         if not isinstance(connection, sqlite3.Connection):
             raise ConfigurationError(
@@ -404,7 +414,7 @@ class SqliteBackend(JobBrowser, ScheduleStore):
     ) -> tuple[list[int], list[ClaimedJob]]:
         """One write transaction: the outcomes row by row, then the claim, one statement
         (jobs under a concurrency limit first, by their own statements)."""
-        wanted = min(claim.limit, claim.start_now + claim.limited_buffer)
+        wanted = min(claim.limit, claim.at_once + claim.limited_buffer)
         marker = self.change_marker() if claim.limited and wanted else None
         with self._writing() as conn:
             written = self._finish(conn, outcomes, claim.started)
@@ -413,12 +423,12 @@ class SqliteBackend(JobBrowser, ScheduleStore):
             jobs: list[ClaimedJob] = []
             if claim.limited and wanted:
                 jobs = self._claim_limited(conn, outcomes, written, claim, marker)
-            if 0 < claim.start_now < len(jobs):  # (all or none buffered: marked in the claim)
-                buffered = json.dumps([j.id for j in jobs[claim.start_now :]])
+            if 0 < claim.at_once < len(jobs):  # (all or none buffered: marked in the claim)
+                buffered = json.dumps([j.id for j in jobs[claim.at_once :]])
                 conn.execute(Q["mark_prefetched"], {"ids": buffered})
             if claim.limit > len(jobs):  # the claim marks its own buffered jobs
                 rest = replace(claim, limit=claim.limit - len(jobs),
-                               start_now=max(0, claim.start_now - len(jobs)))  # fmt: skip
+                               start_now=max(0, claim.at_once - len(jobs)))  # fmt: skip
                 sql, params = self._claim_statement("claim", rest)
                 cur = conn.execute(sql, params)
                 jobs += claimed_jobs(columns(cur) or (), cur.fetchall())
@@ -437,7 +447,7 @@ class SqliteBackend(JobBrowser, ScheduleStore):
         that just ended (each takes the slot its key's ended job held), then, unless every
         ended job handed its slot over and the last full claim found no free slot (see
         LimitedScans), for each key with pending jobs as many as it has free slots."""
-        wanted = min(claim.limit, claim.start_now + claim.limited_buffer)
+        wanted = min(claim.limit, claim.at_once + claim.limited_buffer)
         jobs: list[ClaimedJob] = []
         if written:
             sql, params = self._claim_statement("hand_over", claim)
@@ -450,7 +460,7 @@ class SqliteBackend(JobBrowser, ScheduleStore):
         if wanted <= len(jobs) or self._scans.may_skip(outcomes, marker):
             return jobs
         left = replace(claim, limit=wanted - len(jobs),
-                       start_now=max(0, claim.start_now - len(jobs)))  # fmt: skip
+                       start_now=max(0, claim.at_once - len(jobs)))  # fmt: skip
         scanned = self._scan_limited(conn, left)
         self._scans.scanned(len(scanned), left.limit, marker)
         return jobs + scanned

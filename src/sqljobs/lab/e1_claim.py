@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 
 from ..app import App
+from ..backends.base import Claim
 from ..jobs import JobState, Outcome
 from .common import Effects, enqueue, run_threads
 from .db import Db
@@ -108,7 +109,7 @@ def library_claim(app: App, queue: str, workers: int, work: float, per_claim: in
     def worker(i: int) -> None:
         statements = 0
         while True:
-            jobs = backend.claim_jobs(f"lab-w{i}", [queue], per_claim)
+            jobs = backend.claim_jobs(Claim(f"lab-w{i}", [queue], per_claim))
             statements += 1
             if not jobs:
                 # measured, as for the conditional update: a claim that came back with

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..app import App
+from ..backends.base import Claim
 from ..jobs import JobState, Outcome
 from ..payload import decode
 from .common import enqueue, percentile, worker_thread
@@ -56,7 +57,7 @@ def poller(app: App, queue: str, poll: float, lat: Latencies, stop: threading.Ev
         # one claim statement per tick whatever happened, so it cannot go through a Worker
         backend = app.backend
         while not stop.is_set():
-            jobs = backend.claim_jobs(f"lab-poller-{queue}", [queue], 100)
+            jobs = backend.claim_jobs(Claim(f"lab-poller-{queue}", [queue], 100))
             queries[0] += 1
             for job in jobs:
                 lat.add(float(decode(job.payload)[0][0]))

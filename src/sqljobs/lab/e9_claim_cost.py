@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from ..app import App
-from ..backends.base import Backend
+from ..backends.base import Backend, Claim
 from .common import enqueue
 from .db import is_postgres
 from .e1_claim import library_claim
@@ -21,7 +21,7 @@ def claim_cost(app: App, backend: Backend, queue: str, jobs: int, per_claim: int
     taken = 0
     began = time.perf_counter()
     while taken < jobs:
-        got = backend.claim_jobs("lab-e9", [queue], per_claim)
+        got = backend.claim_jobs(Claim("lab-e9", [queue], per_claim))
         if not got:
             break
         taken += len(got)

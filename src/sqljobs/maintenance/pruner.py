@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
-from ..backends.base import Backend
+from ..backends.base import Backend, PruneFinished
 from ..retention import Retention
 from ..rollup import MINUTES_KEPT
 
@@ -54,7 +54,7 @@ class Pruner:
         for state, age in self.retention.ages().items():
 
             def prune_state(before: float = now - age, state: str = state) -> int:
-                return self.backend.prune_finished(before, self.batch, state, keys)
+                return self.backend.prune_finished(PruneFinished(before, self.batch, state, keys))
 
             total += self._batches(prune_state, max_batches)
         return total

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..backends.base import Backend
+from ..backends.base import Backend, Claim
 from ..jobs import HeldJob
 from .completer import Completer
 from .config import WorkerConfig
@@ -242,10 +242,11 @@ class Producer:
         have started: asking first would delay them by a round trip)."""
         cfg = self.config
         if trip.limit:
-            trip.written, trip.jobs = backend.finish_and_claim(
-                trip.outcomes, self.id, cfg.queues, trip.limit, self._leases,
+            claim = Claim(
+                self.id, cfg.queues, trip.limit, self._leases,
                 trip.start_now, trip.started, self._limited, trip.limited_buffer,
             )  # fmt: skip
+            trip.written, trip.jobs = backend.finish_and_claim(trip.outcomes, claim)
             return
         trip.written = backend.finish_jobs(trip.outcomes, trip.started)
         if trip.ask_due:

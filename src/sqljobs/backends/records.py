@@ -1,0 +1,93 @@
+"""The parameters records of the backend protocol: one frozen record per method that
+would otherwise take many arguments, so a call reads by name and an engine adds a field
+without touching every caller."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ..jobs import HeldJob, NewJob
+from ..retention import KEY_RETENTION
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """One claim as a worker asks for it (see ``Backend.claim_jobs``): up to ``limit`` due
+    jobs of ``queues`` (None: all) and, given ``leases``, of those tasks only; the first
+    ``start_now`` (None: all) start at once, the rest wait in the worker's buffer."""
+
+    worker: str
+    queues: Sequence[str] | None = None
+    limit: int = 1
+    leases: Mapping[str, float] | None = None
+    """The claiming worker's task names and the lease it gives each (None: any task)."""
+    start_now: int | None = None
+    started: Sequence[HeldJob] = ()
+    """Buffered jobs that have started since the worker's last round trip."""
+    limited: bool = False
+    """Also claim jobs under a concurrency limit (first: they are few by definition), but
+    only as many as start at once, and ``limited_buffer`` more: a limited job waiting in a
+    worker's buffer holds a slot that another worker's idle thread could use."""
+    limited_buffer: int = 0
+    """How many limited jobs may wait in the worker's buffer: none until the worker knows
+    its jobs are short enough that a buffered one starts within moments."""
+
+    @property
+    def at_once(self) -> int:
+        """How many of the claimed jobs start at once."""
+        return self.limit if self.start_now is None else self.start_now
+
+
+@dataclass(frozen=True, slots=True)
+class JobGroup:
+    """Jobs enqueued together (see ``Backend.enqueue_group``): ``members``, and ``then``
+    (if any) to wait for all of them."""
+
+    members: Sequence[NewJob]
+    then: NewJob | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobListing:
+    """Which jobs ``Backend.list_jobs`` lists: up to ``limit``, of ``state`` and ``queue``
+    where given."""
+
+    state: str | None = None
+    queue: str | None = None
+    limit: int = 50
+
+
+@dataclass(frozen=True, slots=True)
+class PruneFinished:
+    """One batch of ``Backend.prune_finished``: up to ``limit`` jobs that ended in
+    ``state`` before ``before``; a keyed one's key is kept for ``key_retention`` seconds
+    where its job says nothing (``inf``: for ever)."""
+
+    before: float
+    limit: int = 1000
+    state: str = "done"
+    key_retention: float = KEY_RETENTION
+
+
+@dataclass(frozen=True, slots=True)
+class EffectIntent:
+    """The intent of an external effect (``Backend.effect_begin``): ``holder`` means to
+    make effect ``key`` for job ``job_id`` and holds it for ``hold`` seconds."""
+
+    key: str
+    job_id: int | None
+    holder: str
+    hold: float
+
+
+@dataclass(frozen=True, slots=True)
+class EffectEnd:
+    """What became of an effect (``Backend.effect_set``): its ``state`` and the
+    ``result`` (JSON text) or ``error`` its holder saw."""
+
+    key: str
+    holder: str
+    state: str
+    result: str | None = None
+    error: str | None = None
