@@ -44,7 +44,7 @@ def _prefixes() -> dict[str, str]:
     """sqljobs' PostgreSQL statements by the text they start with (up to the first
     placeholder), as ``pg_stat_activity.query`` shows them."""
     files = ("queries.sql", "limits.sql", "schedules.sql", "dependencies.sql", "rollup.sql")
-    statements = load_statements("sqljobs.backends.postgres_sql", *files)
+    statements = load_statements("sqljobs.backends.postgres.sql", *files)
     heads: dict[str, set[str]] = collections.defaultdict(set)
     for name, text in statements.items():
         heads[text.split("{", 1)[0].split("%(", 1)[0][:60]].add(name)

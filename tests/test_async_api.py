@@ -16,8 +16,8 @@ from typing import Any, TypeVar
 import pytest
 
 from sqljobs import App, ConfigurationError, JobState
-from sqljobs.backends.postgres import PostgresBackend
-from sqljobs.backends.sqlite import SqliteBackend
+from sqljobs.backends.postgres.pool import PostgresPool
+from sqljobs.backends.sqlite.connections import SqliteConnections
 
 from .conftest import is_pg
 
@@ -33,7 +33,7 @@ def database_off(thread: int) -> Iterator[list[str]]:
     """Record every use of a backend's connection from ``thread`` (the loop's): the
     choke points of each backend, which every statement passes through."""
     seen: list[str] = []
-    points = [(SqliteBackend, "_conn"), (PostgresBackend, "_connection")]
+    points = [(SqliteConnections, "_conn"), (PostgresPool, "_connection")]
     originals = [(owner, name, owner.__dict__[name]) for owner, name in points]
 
     def watch(name: str, original: Callable[..., Any]) -> Callable[..., Any]:

@@ -17,9 +17,10 @@ import pytest
 
 import sqljobs
 from sqljobs import App, BackendError, JobState
-from sqljobs.backends import postgres as pg_backend
 from sqljobs.backends.base import Claim
 from sqljobs.backends.postgres import PostgresBackend
+from sqljobs.backends.postgres import pool as pg_pool
+from sqljobs.backends.postgres import sql as pg_sql
 from sqljobs.backends.sqlfile import load_migrations
 from sqljobs.jobs import HeldJob, Outcome
 from sqljobs.testing import Clock
@@ -76,12 +77,12 @@ def _describe(conn: psycopg.Connection, schema: str) -> dict[str, object]:
 
 def test_fresh_schema_equals_replayed_migrations(url: str) -> None:
     PostgresBackend(url, schema="migrated").migrate()
-    schema_sql = resources.files("sqljobs.backends.postgres_sql").joinpath("schema.sql")
+    schema_sql = resources.files("sqljobs.backends.postgres.sql").joinpath("schema.sql")
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute("CREATE SCHEMA fresh")
         conn.execute(schema_sql.read_text().replace("{schema}", "fresh"))
         assert _describe(conn, "fresh") == _describe(conn, "migrated")
-    versions = [v for v, _, _ in load_migrations("sqljobs.backends.postgres_sql.migrations")]
+    versions = [v for v, _, _ in load_migrations("sqljobs.backends.postgres.sql.migrations")]
     assert versions == sorted(set(versions)) and versions[0] == 1
 
 
@@ -484,7 +485,7 @@ def test_two_lanes_claims_never_deadlock_on_a_row_the_skip_locked_scan_touched(
     turn: a deadlock, found after ``deadlock_timeout`` (1 s) and retried, every job start
     stopped meanwhile (issue 28, point 6). Here each step is held by a row lock of the
     test's own, so the interleaving is certain; deadlocks are not retried, so one shows."""
-    monkeypatch.setattr(pg_backend, "_RETRYABLE", (psycopg.errors.SerializationFailure,))
+    monkeypatch.setattr(pg_pool, "_RETRYABLE", (psycopg.errors.SerializationFailure,))
     app = App(url)
     noop = app.task(name="noop")(lambda i: None)
     noop.enqueue_many([(i,) for i in range(3)])
@@ -551,16 +552,16 @@ def test_only_an_app_on_a_clock_of_its_own_reads_it_in_the_statements(url: str) 
     now(); a test clock's backend reads ``%(now)s`` wherever they read the server's clock,
     whoever runs them: a statement whose caller passes no ``now`` gets the clock's."""
     served = PostgresBackend(url)
-    assert served.server_clock and served.sql == pg_backend.statements("public")
+    assert served.server_clock and served.sql == pg_sql.statements("public")
     clock = Clock(1_000_000_000)
     backend = PostgresBackend(url, clock=clock)
     assert not backend.server_clock
     for name, sql in backend.sql.items():
         code = "\n".join(line.partition("--")[0] for line in sql.splitlines())
-        if name not in pg_backend.SERVER_CLOCK_ONLY:
-            assert not pg_backend.SERVER_CLOCK.search(code), name
+        if name not in pg_pool.SERVER_CLOCK_ONLY:
+            assert not pg_pool.SERVER_CLOCK.search(code), name
     with backend._connection() as conn:  # a statement of its own, passed no now
-        row = conn.execute(pg_backend.on_client_clock("SELECT extract(epoch FROM now())"))
+        row = conn.execute(pg_pool.on_client_clock("SELECT extract(epoch FROM now())"))
         assert float(row.fetchone()[0]) == 1_000_000_000  # type: ignore[index]
     served.close()
     backend.close()

@@ -156,7 +156,7 @@ NEEDS_ITS_FRAMEWORK = {"django"}
 needs Python 3.12: tests/test_django.py runs it there)."""
 INTERNAL_ERRORS = {
     "sqljobs.dashboard.api.BadParameter": "answered inside the dashboard as a 400 with its text",
-    "sqljobs.backends.postgres.EndedWhileIdle": "a psycopg error the backend raises and "
+    "sqljobs.backends.postgres.pool.EndedWhileIdle": "a psycopg error the backend raises and "
     "replays itself (at most a BackendError's cause, like any psycopg error)",
 }
 

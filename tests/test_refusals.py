@@ -371,12 +371,16 @@ def test_a_postgres_url_without_psycopg_names_the_extra_to_install(
 
     from sqljobs.backends import open_backend
 
-    monkeypatch.delitem(sys.modules, "sqljobs.backends.postgres", raising=False)
+    def forget_the_postgres_engine() -> None:
+        for name in [m for m in sys.modules if m.startswith("sqljobs.backends.postgres")]:
+            monkeypatch.delitem(sys.modules, name)
+
+    forget_the_postgres_engine()
     monkeypatch.setitem(sys.modules, "psycopg", None)  # as if not installed
     with pytest.raises(ConfigurationError, match=r"pip install 'sqljobs\[postgres\]'"):
         open_backend("postgresql://user:secret@127.0.0.1/db")
     monkeypatch.undo()
-    monkeypatch.delitem(sys.modules, "sqljobs.backends.postgres", raising=False)
+    forget_the_postgres_engine()
     monkeypatch.setitem(sys.modules, "sqljobs.humanize", None)  # a broken install
     with pytest.raises(ImportError) as raised:
         open_backend("postgresql://user@127.0.0.1/db")

@@ -39,7 +39,7 @@ def _describe(conn: sqlite3.Connection) -> dict[str, object]:
 
 def test_fresh_schema_equals_replayed_migrations(tmp_path: Path) -> None:
     fresh = sqlite3.connect(tmp_path / "fresh.db")
-    schema = resources.files("sqljobs.backends.sqlite_sql").joinpath("schema.sql").read_text()
+    schema = resources.files("sqljobs.backends.sqlite.sql").joinpath("schema.sql").read_text()
     for statement in split_script(schema):
         fresh.execute(statement)
     migrated = SqliteBackend(str(tmp_path / "migrated.db"))

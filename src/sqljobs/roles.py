@@ -103,7 +103,7 @@ ROLES: dict[str, Role] = {
 def tables() -> list[str]:
     """Every sqljobs table of this version's PostgreSQL schema, the migration record
     included, in the order the schema creates them."""
-    schema = resources.files("sqljobs.backends.postgres_sql").joinpath("schema.sql")
+    schema = resources.files("sqljobs.backends.postgres.sql").joinpath("schema.sql")
     return [*_TABLE.findall(schema.read_text(encoding="utf-8")), MIGRATIONS]
 
 

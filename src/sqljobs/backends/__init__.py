@@ -1,9 +1,10 @@
 """Backends by URL scheme. Each implements :class:`sqljobs.backends.base.Backend`.
 
-Module map: ``base`` (the protocol), ``dialect`` (what each engine supplies), ``core`` and
-``schedule_store`` (what is the same on both, written once), ``rows`` (rows to records,
-by column name), ``migrations`` (the one runner), ``sqlfile`` (named statements), then
-``sqlite`` and ``postgres`` (+ ``postgres_enqueue``) with their ``*_sql`` folders.
+Module map: ``base`` (the protocol) and ``records`` (its parameters records),
+``dialect`` (what each engine supplies), ``core`` and ``schedule_store`` (what is the same
+on both, written once), ``rows`` (rows to records, by column name), ``migrations`` (the
+one runner), ``sqlfile`` (named statements), then the engines as packages, ``sqlite``
+and ``postgres``, each with its SQL in ``sql/``.
 """
 
 from __future__ import annotations
@@ -89,5 +90,5 @@ def _dialect_of(connection: Any) -> str:
 @cache
 def _plain_statement(dialect: str) -> str:
     """The dialect's marker statement for a connection no backend handed out."""
-    statement = load_queries(f"sqljobs.backends.{dialect}_sql", "queries.sql")["mark_idempotent"]
+    statement = load_queries(f"sqljobs.backends.{dialect}.sql", "queries.sql")["mark_idempotent"]
     return statement.replace("{schema}.", "")

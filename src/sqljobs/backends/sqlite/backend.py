@@ -1,63 +1,42 @@
-"""SQLite backend: one file, WAL, a connection per thread, ``BEGIN IMMEDIATE`` for writes.
+"""SQLite backend: jobs in one file, shared by the processes of one host.
 
-Every write starts with ``BEGIN IMMEDIATE`` so a busy database surfaces at the start of a
-transaction, where the busy timeout waits it out, never half-way through. The enqueue path
-and ``ctx.transaction()`` use ``synchronous=FULL``; a worker's own state changes may use
-``NORMAL``, since a lost completion only means a harmless re-run, never a lost job.
-
-What is the same on PostgreSQL is in :mod:`.core` and :mod:`.schedule_store`; this module
-holds what SQLite does its own way: connections, the claim (one ``UPDATE ... RETURNING``),
-outcomes and leases written row by row in one transaction, and the enqueue.
+What is the same on PostgreSQL is in :mod:`..core` and :mod:`..schedule_store`; the
+package holds what SQLite does its own way: connections and transactions
+(:mod:`.connections`), the enqueue (:mod:`.enqueuer`), and here the claim (one ``UPDATE
+... RETURNING``) and outcomes and leases written row by row in one transaction.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any, TypeVar
+from typing import Any
 
-from ..errors import BackendError, ConfigurationError
-from ..jobs import FINISHED_STATES, ClaimedJob, EnqueueResult, HeldJob, JobState, NewJob, Outcome
-from ..notifiers.sqlite import SqliteNotifier
-from .base import MISSING_SCHEMA
-from .core import LimitedScans, lending
-from .job_browser import JobBrowser
-from .records import Claim
-from .rows import claimed_jobs, columns, result
-from .schedule_store import ScheduleStore
-from .sqlfile import load_migrations, load_statements
+from ...errors import ConfigurationError
+from ...jobs import FINISHED_STATES, ClaimedJob, HeldJob, JobState, Outcome
+from ...notifiers.sqlite import SqliteNotifier
+from ..core import LimitedScans
+from ..job_browser import JobBrowser
+from ..records import Claim
+from ..rows import claimed_jobs, columns, result
+from ..schedule_store import ScheduleStore
+from .connections import SqliteConnections
+from .enqueuer import SqliteEnqueuer
+from .sql import MIGRATIONS, Q
 
-_PACKAGE = "sqljobs.backends.sqlite_sql"
-Q = load_statements(
-    _PACKAGE,
-    "queries.sql",
-    "schedules.sql",
-    "migrate.sql",
-    "session.sql",
-    "limits.sql",
-    "dependencies.sql",
-    "browse.sql",
-    "rollup.sql",
-)
 RATE_OPENED_LATELY = 0.05
 """A rate's window that opened this recently still counts as the next opening (as now):
 it may have opened between a worker's claim and its question of when to look again."""
 LIMITED_KEYS = 256
 """At most this many limit keys are looked at per claim (starting where the last claim
 left off, so every key gets its turn)."""
-MIGRATIONS = load_migrations(_PACKAGE + ".migrations")
-DURABLE_LEVELS = ("FULL", "EXTRA")
-"""``synchronous`` levels at which a commit survives power loss (WAL synced at commit)."""
-T = TypeVar("T")
 
 
-class SqliteBackend(JobBrowser, ScheduleStore):
+class SqliteBackend(SqliteConnections, SqliteEnqueuer, JobBrowser, ScheduleStore):
     """Jobs in one SQLite file, shared by the processes of one host."""
 
     claim_lanes = 1  # one writer at a time: a second claim in flight would only wait
@@ -95,163 +74,6 @@ class SqliteBackend(JobBrowser, ScheduleStore):
         self._limit_cursor = ""  # where the next limited claim starts its key scan
         self._statements: dict[tuple[str, int, bool, str], str] = {}  # see _filled
         self._scans = LimitedScans()
-
-    # -- connections -------------------------------------------------------------------
-
-    def connect(self, synchronous: str | None = None) -> sqlite3.Connection:
-        """A new connection with sqljobs' settings (WAL, busy timeout, autocommit mode)."""
-        try:
-            conn = sqlite3.connect(self.path, timeout=self.busy_timeout, isolation_level=None)
-        except sqlite3.Error as exc:
-            raise BackendError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
-        milliseconds = str(int(self.busy_timeout * 1000))
-        conn.execute(Q["busy_timeout"].replace("{milliseconds}", milliseconds))
-        mode = self._wal(conn)
-        if mode.lower() != "wal":
-            raise BackendError(f"SQLite database {self.path!r} refused WAL mode (got {mode})")
-        conn.execute(Q["synchronous"].replace("{level}", synchronous or self.synchronous))
-        conn.execute(Q["foreign_keys"])
-        conn.execute(Q["temp_store"])
-        return conn
-
-    def _wal(self, conn: sqlite3.Connection) -> str:
-        """Switch to WAL, waiting out a lock: on a new file another connection may be
-        creating the schema, and SQLite answers this pragma "database is locked" at once
-        instead of calling the busy handler."""
-        deadline = time.monotonic() + self.busy_timeout
-        while True:
-            try:
-                return str(conn.execute(Q["journal_mode_wal"]).fetchone()[0])
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() >= deadline:
-                    conn.close()
-                    raise BackendError(f"cannot open SQLite database {self.path!r}: {exc}") from exc
-                time.sleep(0.005)
-
-    def _conn(self) -> sqlite3.Connection:
-        local = self._local
-        if getattr(local, "pid", None) != os.getpid():  # new thread, or a forked child
-            local.conn = self.connect()
-            local.pid = os.getpid()
-        conn: sqlite3.Connection = local.conn
-        return conn
-
-    @contextmanager
-    def _writing(self) -> Iterator[sqlite3.Connection]:
-        """A write transaction; what it made claimable (:meth:`_made_work`) is announced
-        to the workers of every process once it committed."""
-        conn = self._conn()
-        try:
-            conn.execute(Q["begin_write"])
-        except sqlite3.Error as exc:
-            raise BackendError(self._explain("write", exc, "cannot start a write")) from exc
-        made: list[Collection[str] | None] = []
-        events: list[tuple[str, Sequence[int]]] = []
-        self._local.made, self._local.events = made, events
-        try:
-            yield conn
-            conn.execute(Q["commit"])
-        except BaseException as exc:
-            if conn.in_transaction:
-                conn.execute(Q["rollback"])
-            if isinstance(exc, sqlite3.Error):
-                raise BackendError(self._explain("write", exc)) from exc
-            raise
-        finally:
-            self._local.made = self._local.events = None
-        if made:
-            everywhere = any(queues is None for queues in made)
-            self.notifier.announce(None if everywhere else {q for qs in made for q in qs or ()})
-        for kind, job_ids in events:
-            self._wakeups.announce_events(kind, job_ids)
-
-    def _made_work(self, queues: Collection[str] | None) -> None:
-        made = getattr(self._local, "made", None)
-        if made is not None:  # in our own transaction: announced once it committed
-            made.append(queues)
-        else:  # in the caller's, committed when the caller decides: watch for it
-            self._wakeups.announce_coming(queues or ["*"])
-
-    def _made_events(self, kind: str, job_ids: Sequence[int]) -> None:
-        events = getattr(self._local, "events", None)
-        if events is not None and job_ids:
-            events.append((kind, job_ids))
-
-    def _explain(self, what: str, exc: sqlite3.Error, failed: str = "") -> str:
-        """The driver's error, with what to do when the cause is a missing schema or a full
-        disk (SQLITE_FULL: the file or its WAL could not grow)."""
-        text = f"{failed or f'SQLite {what} failed'} on {self.path!r}: {exc}"
-        if "no such table: sqljobs_" in str(exc) or "no such column" in str(exc):
-            text += f"; {MISSING_SCHEMA}"
-        elif getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
-            folder = os.path.dirname(os.path.abspath(self.path))
-            text += (
-                f"; the disk holding {folder} is full: free space there. Nothing of this "
-                f"{what} was committed; what was committed before is intact, and workers "
-                "retry until there is room"
-            )
-        return text
-
-    def now(self) -> float:
-        return self.clock()
-
-    def close(self) -> None:
-        self.notifier.close()
-        conn = getattr(self._local, "conn", None)
-        if conn is not None and self._local.pid == os.getpid():
-            conn.close()
-        self._local = threading.local()
-
-    # -- the dialect's ways to run work (see .dialect) ------------------------------------
-
-    def _read(self, work: Callable[[Any], T]) -> T:
-        try:
-            return work(self._conn())
-        except sqlite3.Error as exc:
-            raise BackendError(self._explain("read", exc)) from exc
-
-    def _write(self, work: Callable[[Any], T]) -> T:
-        with self._writing() as conn:
-            return work(conn)
-
-    def _snapshot(self, work: Callable[[Any], T]) -> T:
-        conn = self._conn()
-        try:
-            conn.execute(Q["begin_read"])
-            try:
-                return work(conn)
-            finally:
-                conn.execute(Q["commit"])
-        except sqlite3.Error as exc:
-            raise BackendError(self._explain("read", exc)) from exc
-
-    _transaction = _write  # every SQLite write is a transaction already
-
-    def _durable(self, work: Callable[[Any], T]) -> T:
-        """A write committed with ``synchronous=FULL`` whatever this backend's level: a
-        worker's connection (NORMAL) switches to FULL for it and back, as SQLite allows
-        only between transactions. FULL syncs the WAL at this commit, so it also carries
-        to disk any NORMAL commit before it."""
-        if self.synchronous in DURABLE_LEVELS:
-            return self._write(work)
-        conn = self._conn()
-        self._set_synchronous(conn, "FULL")
-        try:
-            return self._write(work)
-        finally:
-            self._set_synchronous(conn, self.synchronous)
-
-    _durable_transaction = _durable
-
-    def _set_synchronous(self, conn: sqlite3.Connection, level: str) -> None:
-        try:
-            conn.execute(Q["synchronous"].replace("{level}", level))
-        except sqlite3.Error as exc:
-            raise BackendError(self._explain(f"PRAGMA synchronous = {level}", exc)) from exc
-
-    def _run_script(self, conn: Any, script: str) -> None:
-        for statement in split_script(script):
-            conn.execute(statement)
 
     def _filtered(
         self, name: str, queues: Sequence[str] | None, tasks: Collection[str] | None
@@ -307,88 +129,6 @@ class SqliteBackend(JobBrowser, ScheduleStore):
         with self._migrate_lock:
             return super().migrate()
 
-    # -- enqueue -----------------------------------------------------------------------
-
-    def enqueue_jobs(
-        self, jobs: Iterable[NewJob], connection: Any | None = None
-    ) -> list[EnqueueResult]:
-        jobs = list(jobs)  # built before the write lock is taken
-        if connection is not None:
-            self._check_connection(connection)
-            return self._insert(connection, jobs)
-        with self._writing() as conn:
-            return self._insert(conn, jobs)
-
-    async def enqueue_jobs_async(
-        self, jobs: Sequence[NewJob], connection: Any
-    ) -> list[EnqueueResult]:
-        raise ConfigurationError(
-            f"{type(self).__name__} cannot enqueue on an async connection: on SQLite, run "
-            "the enqueue with its sqlite3 connection in a thread "
-            "(await asyncio.to_thread(task.with_options(connection=conn).enqueue, ...))"
-        )
-
-    def _check_connection(self, connection: Any) -> None:
-        if not isinstance(connection, sqlite3.Connection):
-            raise ConfigurationError(
-                "a SQLite queue needs a sqlite3.Connection to enqueue in the caller's "
-                f"transaction, got {type(connection).__name__}"
-            )
-
-    def _insert(self, conn: sqlite3.Connection, jobs: Sequence[NewJob]) -> list[EnqueueResult]:
-        self._made_work({job.queue for job in jobs})
-        now = self.now()
-        insert, by_key, release = Q["insert_job"], Q["job_id_by_key"], Q["release_key"]
-        out = []
-        for job in jobs:
-            if job.key is not None:
-                conn.execute(release, {"key": job.key, "now": now})
-            if job.after or job.collect:
-                out.append(self._insert_dependent(conn, job))
-                continue
-            keyed: tuple[Any, ...] = ()
-            if job.key is not None:
-                # No prune can commit between this check and the insert, as one can on
-                # PostgreSQL: this transaction holds SQLite's one write lock from its first
-                # write (release, above), and a caller's transaction whose earlier reads
-                # predate a prune cannot take that lock at all (SQLITE_BUSY_SNAPSHOT).
-                # A caller's connection in autocommit mode commits each statement alone,
-                # so there a prune could still come between the two.
-                spent = conn.execute(Q["spent_key"], {"key": job.key, "now": now}).fetchone()
-                if spent is not None:  # its job was pruned, and the key is still kept
-                    out.append(EnqueueResult(int(spent[0]), False))
-                    continue
-                keyed = (job.key_retention,)
-            cur = conn.execute(
-                Q["insert_keyed_job"] if keyed else insert,
-                (
-                    job.queue,
-                    job.task,
-                    job.payload,
-                    job.key,
-                    job.priority,
-                    job.run_at,
-                    now,
-                    job.deadline_at,
-                    job.max_attempts,
-                    job.lease,
-                    job.key_hold,
-                    job.limit_key,
-                    job.limit_max,
-                    job.rate_max,
-                    job.rate_window,
-                    *keyed,
-                ),
-            )
-            if cur.rowcount == 1:
-                out.append(EnqueueResult(int(cur.lastrowid or 0), True))
-            else:
-                (existing,) = conn.execute(by_key, (job.key,)).fetchone()
-                out.append(EnqueueResult(int(existing), False))
-        return out
-
-    _enqueue_on = _insert
-
     def _prune_batch(self, params: Mapping[str, Any]) -> int:
         """Delete one batch and keep its keys, in one write transaction (SQLite's DELETE
         cannot feed an INSERT in one statement, as PostgreSQL's does)."""
@@ -406,8 +146,6 @@ class SqliteBackend(JobBrowser, ScheduleStore):
             return len(gone.rows)
 
         return self._write(work)
-
-    # -- claim, finish, lease ----------------------------------------------------------
 
     def _finish_and_claim(
         self, outcomes: Sequence[Outcome], claim: Claim
@@ -605,29 +343,6 @@ class SqliteBackend(JobBrowser, ScheduleStore):
         written = self._change("save_progress", {"held": held})
         return {job_id for (job_id,) in written.pick("id")}
 
-    def _data_version(self) -> int:
-        """The change check of :mod:`sqljobs.notifiers.sqlite`, on this thread's connection."""
-        (version,) = self._read(lambda conn: conn.execute(Q["data_version"]).fetchone())
-        return int(version)
-
-    # -- handler transactions ----------------------------------------------------------
-
-    @contextmanager
-    def job_transaction(self) -> Iterator[sqlite3.Connection]:
-        conn = self.connect(synchronous="FULL")
-        try:
-            conn.execute(Q["begin_write"])
-            try:
-                with lending(conn, self):
-                    yield conn
-                conn.execute(Q["commit"])
-            except BaseException:
-                if conn.in_transaction:
-                    conn.execute(Q["rollback"])
-                raise
-        finally:
-            conn.close()
-
 
 def _plain(outcome: Outcome) -> bool:
     """A plain completion with nothing to store but its end: the hot path's statement
@@ -659,16 +374,3 @@ def _outcome_params(o: Outcome, now: float) -> dict[str, Any]:
         "progress": o.progress,
         "hold": 1 if o.hold else 0,
     }
-
-
-def split_script(sql: str) -> list[str]:
-    """Split a script into statements, ignoring ``--`` comment lines."""
-    statements, buffer = [], ""
-    for line in sql.splitlines():
-        if line.strip().startswith("--"):
-            continue
-        buffer += line + "\n"
-        if sqlite3.complete_statement(buffer):
-            statements.append(buffer.strip())
-            buffer = ""
-    return statements

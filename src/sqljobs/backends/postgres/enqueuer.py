@@ -1,4 +1,4 @@
-"""Enqueueing on PostgreSQL, mixed into PostgresBackend so postgres.py stays about claims.
+"""Enqueueing on PostgreSQL, mixed into PostgresBackend so its module stays about claims.
 
 A batch of jobs is one JSON parameter per statement, parsed by the server. Up to
 ``ENQUEUE_CHUNK`` jobs are one autocommit statement that also sends the NOTIFYs: one round
@@ -19,14 +19,15 @@ import itertools
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import psycopg
 
-from ..errors import BackendError, ConfigurationError
-from ..jobs import EnqueueResult, NewJob
-from .postgres_parts import PostgresPart
-from .rows import Result, columns, result
+from ...errors import BackendError, ConfigurationError
+from ...jobs import EnqueueResult, NewJob
+from ...notifiers.postgres import PostgresNotifier
+from ..rows import Result, columns, result
+from .pool import PostgresPool
 
 T = TypeVar("T")
 
@@ -34,8 +35,14 @@ ENQUEUE_CHUNK = 1000
 """Jobs per insert statement; a bigger batch is pipelined in chunks of this size."""
 
 
-class PostgresEnqueue(PostgresPart):
+class PostgresEnqueue(PostgresPool):
     """The enqueue method of the Backend protocol, for PostgreSQL."""
+
+    notifier: PostgresNotifier
+
+    if TYPE_CHECKING:
+
+        def _insert_dependent(self, conn: Any, job: NewJob) -> EnqueueResult: ...
 
     def enqueue_jobs(
         self, jobs: Iterable[NewJob], connection: Any | None = None
