@@ -53,7 +53,7 @@ def test_migrate_is_idempotent_and_concurrent_safe(url: str) -> None:
     PostgreSQL schema) apply each migration exactly once: one applies them all, the
     others wait for it and find nothing left to do; a later run applies nothing."""
     dialect = "postgres" if is_pg(url) else "sqlite"
-    migrations = load_migrations(f"sqljobs.backends.{dialect}_sql.migrations")
+    migrations = load_migrations(f"sqljobs.backends.{dialect}.sql.migrations")
     everything = [f"{v:04d}_{n}" for v, n, _ in migrations]
     runners = 4
     for round_ in range(5):  # runners interleave differently each time
@@ -132,3 +132,80 @@ def test_connections_opening_a_new_file_together_all_get_wal(tmp_path: Path) -> 
         for t in threads:
             t.join(timeout=30)
     assert errors == []
+
+
+OLD_SQLITE_NUMBERS = {
+    "initial": 1,
+    "schedules": 2,
+    "effects": 3,
+    "task_catalogue": 4,
+    "control": 5,
+    "limits": 6,
+    "dependencies": 7,
+    "queue_limits": 8,
+    "metrics": 9,
+    "dependent_index": 11,
+    "level_scans": 12,
+    "spent_keys": 13,
+    "held_slots": 14,
+}
+"""How SQLite numbered its migrations before both engines shared PostgreSQL's numbers."""
+
+
+def _recorded(path: Path) -> list[tuple[int, str]]:
+    with sqlite3.connect(path) as conn:
+        return conn.execute("SELECT version, name FROM sqljobs_migrations ORDER BY 1").fetchall()
+
+
+def _as_numbered_before(path: Path, up_to: str) -> None:
+    """A database as the old numbering left it: migrated up to ``up_to`` and recorded under
+    the old numbers."""
+    last = next(v for v, n, _ in MIGRATIONS if n == up_to)
+    backend = SqliteBackend(str(path))
+    backend.migrations = [m for m in MIGRATIONS if m[0] <= last]
+    backend.migrate()
+    backend.close()
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT version, name FROM sqljobs_migrations").fetchall()
+        conn.execute("DELETE FROM sqljobs_migrations")
+        conn.executemany(
+            "INSERT INTO sqljobs_migrations VALUES (?, ?, 0)",
+            [(OLD_SQLITE_NUMBERS[name], name) for _, name in rows],
+        )
+
+
+def test_both_engines_number_each_migration_alike() -> None:
+    postgres = {n: v for v, n, _ in load_migrations("sqljobs.backends.postgres.sql.migrations")}
+    sqlite = {n: v for v, n, _ in MIGRATIONS}
+    assert sqlite.keys() <= postgres.keys()
+    assert {n: postgres[n] for n in sqlite} == sqlite
+    assert set(OLD_SQLITE_NUMBERS) == set(sqlite), "every migration SQLite ever recorded"
+
+
+def test_a_database_numbered_the_old_way_opens_and_migrates(tmp_path: Path) -> None:
+    """A SQLite database recorded under the old numbers is renumbered by name in the
+    migration's transaction: a complete one applies nothing again, and one that lacks
+    the later migrations gets exactly those, under the shared numbers."""
+    everything = [(v, n) for v, n, _ in MIGRATIONS]
+    complete = tmp_path / "complete.db"
+    _as_numbered_before(complete, "held_slots")
+    assert _recorded(complete) != everything
+    app = sqljobs.App(f"sqlite:///{complete}")
+    assert app.migrate() == [], "renumbered, and nothing applied again"
+    assert _recorded(complete) == everything
+    assert app.migrate() == []
+
+    @app.task
+    def ping() -> str:
+        return "pong"
+
+    assert ping.enqueue().id == 1
+    app.close()
+
+    partial = tmp_path / "partial.db"
+    _as_numbered_before(partial, "metrics")
+    backend = SqliteBackend(str(partial))
+    later = ["0013_dependent_index", "0014_level_scans", "0016_spent_keys", "0017_held_slots"]
+    assert backend.migrate() == later
+    backend.close()
+    assert _recorded(partial) == everything

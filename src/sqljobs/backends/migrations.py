@@ -7,6 +7,11 @@ one applied. The whole run is one transaction that first takes the dialect's loc
 start together apply each migration exactly once, and a runner that fails half-way leaves
 nothing half-applied.
 
+Both engines number a migration alike (the same name has the same version on each; an
+engine that needs no step of the other's leaves its number unused). A database whose
+record names a migration under another number (SQLite's, numbered on its own before) is
+renumbered by name at the start of the run, in its transaction.
+
 A database that has every migration already is left alone: :func:`up_to_date` reads the
 record first, so opening it takes no lock and runs no DDL, and a role that may only read
 and write the tables (docs/security.md) can open an App with ``migrate=True``.
@@ -56,7 +61,8 @@ def apply_migrations(
 
     def work(conn: Any) -> list[str]:
         run_script(conn, sql["prepare_migrations"])
-        done = {v for (v,) in result(conn.execute(sql["applied_migrations"])).pick("version")}
+        recorded = result(conn.execute(sql["applied_migrations"])).pick("version", "name")
+        done = renumber(conn, sql["renumber_migration"], recorded, migrations)
         applied = []
         for version, name, script in migrations:
             if version in done:
@@ -68,3 +74,20 @@ def apply_migrations(
         return applied
 
     return transaction(work)
+
+
+def renumber(
+    conn: Any, statement: str, recorded: Sequence[tuple[int, str]], migrations: Sequence[Migration]
+) -> set[int]:
+    """Give each recorded migration the version its name has now, by ``statement`` (the
+    dialect's ``renumber_migration``), in the caller's transaction; return the versions
+    then recorded. Moves go through negative versions first, so no two rows ever hold one
+    version on the way (the old 5 becoming 6 while the old 6 becomes 7)."""
+    now = {name: version for version, name, _ in migrations}
+    moves = [(old, now[name]) for old, name in recorded if now.get(name, old) != old]
+    for old, new in moves:
+        conn.execute(statement, {"old": old, "new": -new})
+    for _, new in moves:
+        conn.execute(statement, {"old": -new, "new": new})
+    moved = dict(moves)
+    return {moved.get(old, old) for old, _ in recorded}

@@ -8,7 +8,10 @@ CREATE SCHEMA IF NOT EXISTS {schema};
 CREATE TABLE IF NOT EXISTS {schema}.sqljobs_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())
 
 -- name: applied_migrations
-SELECT version FROM {schema}.sqljobs_migrations
+SELECT version, name FROM {schema}.sqljobs_migrations
 
 -- name: record_migration
 INSERT INTO {schema}.sqljobs_migrations (version, name) VALUES (%(version)s, %(name)s)
+
+-- name: renumber_migration
+UPDATE {schema}.sqljobs_migrations SET version = %(new)s WHERE version = %(old)s

@@ -4,7 +4,10 @@
 CREATE TABLE IF NOT EXISTS sqljobs_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at REAL NOT NULL);
 
 -- name: applied_migrations
-SELECT version FROM sqljobs_migrations
+SELECT version, name FROM sqljobs_migrations
 
 -- name: record_migration
 INSERT INTO sqljobs_migrations VALUES (:version, :name, :now)
+
+-- name: renumber_migration
+UPDATE sqljobs_migrations SET version = :new WHERE version = :old

@@ -28,27 +28,27 @@ CREATE TABLE sqljobs_jobs (
     history         TEXT    NOT NULL DEFAULT '[]',
     key_hold        REAL,
     released_key    TEXT,
-    prefetched      INTEGER NOT NULL DEFAULT 0, -- in a worker's buffer, not started (0004)
-    result          TEXT,                       -- the task's return value, JSON (0005)
-    progress        TEXT,                       -- the last ctx.progress(), JSON (0005)
-    limit_key       TEXT,                       -- its limits' key (0006)
+    prefetched      INTEGER NOT NULL DEFAULT 0, -- in a worker's buffer, not started (0005)
+    result          TEXT,                       -- the task's return value, JSON (0006)
+    progress        TEXT,                       -- the last ctx.progress(), JSON (0006)
+    limit_key       TEXT,                       -- its limits' key (0007)
     limit_max       INTEGER,                    -- at most this many running at once
     rate_max        INTEGER,                    -- at most this many starts
     rate_window     REAL,                       -- in any window of these seconds
-    parents         TEXT,                       -- the ids it waits for, JSON (0007)
+    parents         TEXT,                       -- the ids it waits for, JSON (0008)
     after_policy    TEXT CHECK (after_policy IN ('done', 'always')),
     waiting_on      INTEGER NOT NULL DEFAULT 0, -- how many parents have not ended
     children        INTEGER NOT NULL DEFAULT 0, -- how many jobs were enqueued after it
     collected       TEXT,                       -- a group callback's parents' results
-    key_retention   REAL                        -- seconds its key outlives the row (0013)
+    key_retention   REAL                        -- seconds its key outlives the row (0016)
 );
 
 -- A business key names one job (sqljobs enqueue keys); unkeyed jobs cost no index entry.
 CREATE UNIQUE INDEX sqljobs_jobs_key ON sqljobs_jobs (key) WHERE key IS NOT NULL;
 -- Claims read pending work in this order; the partial index holds pending rows only,
--- so finished rows never slow a claim down, and no jobs under a concurrency limit (0006),
+-- so finished rows never slow a claim down, and no jobs under a concurrency limit (0007),
 -- so a backlog of those waiting for slots never slows the others.
--- Claims and next_due read it level by level, (queue, priority), each level's due head (0012).
+-- Claims and next_due read it level by level, (queue, priority), each level's due head (0014).
 CREATE INDEX sqljobs_jobs_claim ON sqljobs_jobs (queue, priority DESC, run_at, id)
     WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL;
 CREATE INDEX sqljobs_jobs_claim_any ON sqljobs_jobs (priority DESC, run_at, id)
@@ -56,7 +56,7 @@ CREATE INDEX sqljobs_jobs_claim_any ON sqljobs_jobs (priority DESC, run_at, id)
 -- Jobs that were in two workers that crashed: usually none, so finding them is free.
 CREATE INDEX sqljobs_jobs_suspects ON sqljobs_jobs (priority DESC, run_at, id)
     WHERE state = 'pending' AND crashes >= 2;
--- Jobs under a concurrency limit (0006): by key in claim order (the loose scan over keys,
+-- Jobs under a concurrency limit (0007): by key in claim order (the loose scan over keys,
 -- each key's first jobs), and when the next delayed one is due.
 CREATE INDEX sqljobs_jobs_limited ON sqljobs_jobs (limit_key, priority DESC, run_at, id)
     WHERE state = 'pending' AND limit_key IS NOT NULL;
@@ -66,11 +66,11 @@ CREATE INDEX sqljobs_jobs_limited_due ON sqljobs_jobs (run_at)
     WHERE limit_key IS NOT NULL;
 -- The reaper looks for expired leases.
 CREATE INDEX sqljobs_jobs_lease ON sqljobs_jobs (lease_until) WHERE state = 'running';
--- Rows out of `running` whose handler still runs hold their limit key's slot (0013).
+-- Rows out of `running` whose handler still runs hold their limit key's slot (0016).
 CREATE INDEX sqljobs_jobs_held ON sqljobs_jobs (limit_key)
     WHERE lease_until IS NOT NULL AND state <> 'running' AND limit_key IS NOT NULL;
--- The pruner deletes finished jobs by state and age (0005).
--- Ended jobs by state, queue and age: the pruner's and the stats' one index (0005).
+-- The pruner deletes finished jobs by state and age (0006).
+-- Ended jobs by state, queue and age: the pruner's and the stats' one index (0006).
 CREATE INDEX sqljobs_jobs_ended ON sqljobs_jobs (state, queue, finished_at)
     WHERE state <> 'pending' AND state <> 'running';
 -- A job's children, found among the jobs that have parents (0011 in SQLite, 0013 in PostgreSQL).
@@ -90,7 +90,7 @@ CREATE TABLE sqljobs_workers (
 );
 
 -- Every task a worker has registered, with its defaults: an enqueue by name from a process
--- that lacks the task gets its queue, priority, lease and retry policy (0004).
+-- that lacks the task gets its queue, priority, lease and retry policy (0005).
 CREATE TABLE sqljobs_tasks (
     name         TEXT PRIMARY KEY,
     queue        TEXT NOT NULL,
@@ -99,7 +99,7 @@ CREATE TABLE sqljobs_tasks (
     max_attempts INTEGER NOT NULL,
     deadline     REAL,
     updated_at   REAL NOT NULL,
-    concurrency  INTEGER,                      -- its concurrency limit, if any (0006)
+    concurrency  INTEGER,                      -- its concurrency limit, if any (0007)
     keyed        INTEGER NOT NULL DEFAULT 0,   -- counted per key, by a key function
     rate_max     INTEGER,                      -- its rate limit, if any
     rate_window  REAL
@@ -166,7 +166,7 @@ CREATE TABLE sqljobs_queues (
     paused     INTEGER NOT NULL DEFAULT 0,
     paused_at  REAL,
     updated_at REAL    NOT NULL,
-    concurrency INTEGER,           -- its limits (app.limit_queue), as workers record them (0008)
+    concurrency INTEGER,           -- its limits (app.limit_queue), as workers record them (0009)
     rate_max    INTEGER,
     rate_window REAL
 );

@@ -32,14 +32,14 @@ CREATE TABLE sqljobs_jobs_new (
     history         TEXT    NOT NULL DEFAULT '[]',
     key_hold        REAL,
     released_key    TEXT,
-    prefetched      INTEGER NOT NULL DEFAULT 0, -- in a worker's buffer, not started (0004)
-    result          TEXT,                       -- the task's return value, JSON (0005)
-    progress        TEXT,                       -- the last ctx.progress(), JSON (0005)
-    limit_key       TEXT,                       -- its limits' key (0006)
+    prefetched      INTEGER NOT NULL DEFAULT 0, -- in a worker's buffer, not started (0005)
+    result          TEXT,                       -- the task's return value, JSON (0006)
+    progress        TEXT,                       -- the last ctx.progress(), JSON (0006)
+    limit_key       TEXT,                       -- its limits' key (0007)
     limit_max       INTEGER,                    -- at most this many running at once
     rate_max        INTEGER,                    -- at most this many starts
     rate_window     REAL,                       -- in any window of these seconds
-    parents         TEXT,                       -- the ids it waits for, JSON (0007)
+    parents         TEXT,                       -- the ids it waits for, JSON (0008)
     after_policy    TEXT CHECK (after_policy IN ('done', 'always')),
     waiting_on      INTEGER NOT NULL DEFAULT 0, -- how many parents have not ended
     children        INTEGER NOT NULL DEFAULT 0, -- how many jobs were enqueued after it
