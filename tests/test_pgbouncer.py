@@ -28,13 +28,13 @@ from sqljobs.notifiers.postgres import PostgresNotifier
 from sqljobs.url import url_options
 
 from . import (
-    test_claim_and_fencing,
     test_effects,
     test_enqueue,
     test_processes,
     test_schedules,
     test_shutdown,
 )
+from .backend_conformance import test_claims
 from .conftest import (
     POOLED,
     Runs,
@@ -74,15 +74,15 @@ def through(test: Callable[..., None], *cases: Any) -> Callable[..., None]:
 # by SIGTERM and an effect (and LISTEN, below).
 BOTH = (TRANSACTION, SESSION)
 test_claims_take_priority_then_age_and_respect_run_at_and_queue = through(
-    test_claim_and_fencing.test_claims_take_priority_then_age_and_respect_run_at_and_queue,
+    test_claims.test_claims_take_priority_then_age_and_respect_run_at_and_queue,
     TRANSACTION,
 )
 test_a_stale_worker_cannot_complete_fail_release_or_renew = through(
-    test_claim_and_fencing.test_a_stale_worker_cannot_complete_fail_release_or_renew,
+    test_claims.test_a_stale_worker_cannot_complete_fail_release_or_renew,
     TRANSACTION,
 )
 test_a_heartbeat_renews_every_held_lease_in_one_call = through(
-    test_claim_and_fencing.test_a_heartbeat_renews_every_held_lease_in_one_call, TRANSACTION
+    test_claims.test_a_heartbeat_renews_every_held_lease_in_one_call, TRANSACTION
 )
 test_a_second_enqueue_with_the_same_key_returns_the_existing_job = through(
     test_enqueue.test_a_second_enqueue_with_the_same_key_returns_the_existing_job, TRANSACTION

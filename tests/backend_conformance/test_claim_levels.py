@@ -24,7 +24,9 @@ from sqljobs.backends import open_backend
 from sqljobs.backends.base import Claim
 from sqljobs.url import url_options
 
-from .conftest import db_execute, is_pg
+from ..conftest import db_execute, is_pg
+
+COVERS = {"claim_jobs"}
 
 FUTURE, BACKLOG = 60_000, 100_000
 """Jobs of the measured queue due in a day (in three priorities), and due jobs of another

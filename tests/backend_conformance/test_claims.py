@@ -12,10 +12,13 @@ import sqljobs
 from sqljobs import App, JobState
 from sqljobs.backends import WorkerInfo
 from sqljobs.backends.base import Claim
-from sqljobs.jobs import HeldJob, Outcome
+from sqljobs.jobs import Due, HeldJob, Outcome
 from sqljobs.maintenance import Reaper
 
-from .conftest import db_execute, expire_lease
+from ..conftest import db_execute, expire_lease
+from .conftest import new_job
+
+COVERS = {"claim_jobs", "claim_suspect", "next_due"}
 
 
 def _claim_until_empty(
@@ -251,3 +254,36 @@ def test_the_reaper_is_safe_to_run_concurrently(app: App) -> None:
     assert sum(results) == 200
     assert app.stats().total("pending") == 200
     assert all(j.crashes == 1 for j in app.list_jobs(limit=300))
+
+
+def test_a_job_of_two_crashed_workers_is_claimed_only_alone(app: App) -> None:
+    """A job held by workers that crashed twice waits for ``claim_suspect``: normal
+    claims skip it, ``next_due`` says one waits, and it is claimed on its own."""
+    backend = app.backend
+    made = backend.enqueue_jobs([new_job(backend, "t", 1), new_job(backend, "t", 2)])
+    suspect, innocent = backend.claim_jobs(Claim("w", None, 2))
+    crashed = Outcome(suspect.id, suspect.token, JobState.PENDING, crashes=2)
+    backend.finish_jobs([crashed, Outcome(innocent.id, innocent.token, JobState.DONE)])
+    assert backend.claim_jobs(Claim("w", None, 5)) == []
+    assert backend.next_due(None).suspects
+    assert backend.claim_suspect("other", ["elsewhere"]) is None
+    alone = backend.claim_suspect("w", None, {"t": 45.0})
+    assert alone is not None and alone.id == made[0].id and alone.lease == 45.0
+    assert backend.claim_suspect("w", None) is None
+
+
+def test_next_due_says_when_a_delayed_job_of_the_workers_tasks_falls_due(app: App) -> None:
+    backend = app.backend
+    assert backend.next_due(None) == Due(None, False, None)
+    later = backend.now() + 30
+    backend.enqueue_jobs([new_job(backend, "t", 1, run_at=later)])
+    backend.enqueue_jobs([new_job(backend, "u", 2, run_at=later - 20, queue="other")])
+    due = backend.next_due(["default"], ["t"])
+    assert due.wait is not None and 25 < due.wait <= 30 and not due.suspects
+    sooner = backend.next_due(None)
+    assert sooner.wait is not None and sooner.wait <= 10
+    assert backend.next_due(["default"], ["u"]).wait is None, "no job of its tasks"
+    limited = new_job(backend, "t", 3, run_at=later - 10, limit_key="k", limit_max=1)
+    backend.enqueue_jobs([limited])
+    wait = backend.next_due(["default"], ["t"], limited=True).wait
+    assert wait is not None and wait <= 20, "a delayed limited job counts when asked"

@@ -10,10 +10,14 @@ from importlib import resources
 from pathlib import Path
 
 import sqljobs
+from sqljobs.backends.base import JobListing
 from sqljobs.backends.sqlfile import load_migrations
 from sqljobs.backends.sqlite import MIGRATIONS, SqliteBackend, split_script
 
-from .conftest import db_execute, is_pg
+from ..conftest import db_execute, is_pg
+from .conftest import new_job
+
+COVERS = {"migrate", "close"}
 
 
 def _describe(conn: sqlite3.Connection) -> dict[str, object]:
@@ -209,3 +213,15 @@ def test_a_database_numbered_the_old_way_opens_and_migrates(tmp_path: Path) -> N
     assert backend.migrate() == later
     backend.close()
     assert _recorded(partial) == everything
+
+
+def test_a_closed_backend_lets_go_and_another_opens_the_database(url: str) -> None:
+    app = sqljobs.App(url)
+    first = app.open_backend()
+    assert first.migrate() == []
+    first.enqueue_jobs([new_job(first, "t", 1)])
+    first.close()
+    second = app.open_backend()
+    assert [j.args for j in second.list_jobs(JobListing())] == [[1]]
+    second.close()
+    app.close()

@@ -24,7 +24,9 @@ from sqljobs.backends.base import Claim
 from sqljobs.jobs import ClaimedJob, HeldJob, Outcome
 from sqljobs.maintenance import Reaper
 
-from .conftest import db_execute, expire_lease
+from ..conftest import db_execute, expire_lease
+
+COVERS = {"finish_and_claim"}
 
 PROGRESS = '{"done": 1, "total": null, "note": "stale", "at": 0}'
 
