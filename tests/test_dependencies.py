@@ -22,8 +22,8 @@ from sqljobs import (
     PayloadError,
     Retry,
 )
-from sqljobs.backends.base import Claim
-from sqljobs.jobs import Outcome
+from sqljobs.backends.base import Claim, PruneFinished
+from sqljobs.jobs import NewJob, Outcome
 
 from .conftest import db_execute, wait_until, worker_thread
 
@@ -356,3 +356,51 @@ def test_a_keyed_child_gives_its_key_up_as_its_scope_says(app: App) -> None:
 def _enqueue_child(go: threading.Barrier, into: list[Any], task: Any, parent: Any) -> None:
     go.wait()
     into.append(task.with_options(after=[parent]).enqueue("child"))
+
+
+def test_a_keyed_child_whose_key_holder_is_pruned_mid_enqueue_answers_with_it(
+    app: App, url: str
+) -> None:
+    """The key holder conflicts with the child's insert, then the pruner deletes it
+    before the child reads it back: the enqueue answers with the kept key, never fails."""
+    if url.startswith("sqlite"):
+        pytest.skip("one writer: nothing can prune between the enqueue's statements")
+
+    @app.task
+    def step() -> None:
+        pass
+
+    holder = step.with_options(key="order-7").enqueue()
+    app.run_until_empty()
+    parent = step.enqueue()
+    assert _states(app, holder, parent) == ["done", "pending"]
+    backend: Any = app.backend  # its statements and one step of its enqueue
+    pruned: list[int] = []
+
+    class PruneAfterConflict:
+        """The enqueue's connection; the pruner runs right after the conflicting insert."""
+
+        def __init__(self, conn: Any) -> None:
+            self.conn = conn
+
+        def execute(self, statement: Any, params: Any = None) -> Any:
+            cursor = self.conn.execute(statement, params)
+            if statement is backend.sql["insert_dependent"] and not pruned:
+                pruned.append(backend.prune_finished(PruneFinished(backend.now() + 60)))
+            return cursor
+
+    job = NewJob(
+        task="step",
+        payload="[[], {}]",
+        queue="default",
+        priority=0,
+        run_at=0.0,
+        lease=30.0,
+        max_attempts=3,
+        key="order-7",
+        after=(parent.id,),
+    )
+    with backend.job_transaction() as conn:
+        answer = backend._insert_dependent(PruneAfterConflict(conn), job)
+    assert pruned == [1]
+    assert (answer.id, answer.created) == (holder.id, False)

@@ -367,6 +367,8 @@ def test_a_cancelled_handler_that_runs_on_keeps_its_slot_until_it_returns(app: A
             return job is not None and (job.lease_until or 0) > held_until + 0.5
 
         wait_until(renewed, timeout=10, what="the worker to renew the held slot")
+        [usage] = app.stats().limits.values()
+        assert (usage.running, usage.concurrency) == (1, 1), "stats count the held slot"
         _second_waits_for_the_first(app, stubborn, log, first, marker)
     job = app.get_job(first)
     assert job is not None and job.lease_until is None, "the slot was given back"

@@ -329,7 +329,9 @@ class BackendCore(Dialect):
         oldest = max(ages.values()) if ages else None
         columns = ("key", "queue", "waiting", "limit_max", "rate_max", "rate_window")
         waiting = query("limit_backlog", {"now": now, "most": LIMITS_SHOWN}).pick(*columns)
-        running = query("limit_running_all").pick("key", "queue", "running", *columns[3:])
+        running = query("limit_running_all", {"now": now}).pick(
+            "key", "queue", "running", *columns[3:]
+        )
         limits = limit_usages(waiting, running)
         return Stats(counts, oldest, ages, len(live), unserved, paused, capped, COUNT_CAP, limits)
 
@@ -403,11 +405,22 @@ class BackendCore(Dialect):
             "now": self.now(),
             "channel": self._event_channel(),
         }
-        made = result(conn.execute(self.sql["insert_dependent"], params))
-        inserted = made.first("id")
-        if inserted is None:  # its key names a job that exists: that one is the answer
+        for _ in range(3):
+            made = result(conn.execute(self.sql["insert_dependent"], params))
+            if (inserted := made.first("id")) is not None:
+                break
+            # its key names a job that exists: that one is the answer, unless the pruner
+            # removed it meanwhile, leaving the key spent (or free: then insert again)
             existing = result(conn.execute(self.sql["dependent_by_key"], {"key": job.key}))
-            return EnqueueResult(int(existing.rows[0][0]), False)
+            if (found_row := existing.first("id")) is not None:
+                return EnqueueResult(int(found_row[0]), False)
+            spent = result(conn.execute(self.sql["spent_key"], {"key": job.key, "now": self.now()}))
+            if (kept := spent.first("job_id")) is not None:
+                return EnqueueResult(int(kept[0]), False)
+        else:
+            raise RuntimeError(
+                f"could not enqueue the job keyed {job.key!r}: its key kept changing"
+            )
         child = int(inserted[0])
         kept = made.first("kept") if "kept" in made.names else None  # PostgreSQL's race
         if kept is not None and kept[0] is not None:  # its key was kept meanwhile: undone

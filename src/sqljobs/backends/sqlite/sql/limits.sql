@@ -156,10 +156,17 @@ WHERE state = 'pending' AND limit_key IS NOT NULL AND run_at <= :now
 GROUP BY limit_key ORDER BY waiting DESC, key LIMIT :most
 
 -- name: limit_running_all
--- Per limit key, its running jobs (from the lease index: the running set is small).
+-- Per limit key, the slots in use: its running jobs, and the handlers that run on after
+-- their job left `running` (both from partial indexes: these sets are small).
 SELECT limit_key AS key, min(queue) AS queue, count(*) AS running,
        max(limit_max) AS limit_max, max(rate_max) AS rate_max, max(rate_window) AS rate_window
-FROM sqljobs_jobs WHERE state = 'running' AND limit_key IS NOT NULL GROUP BY limit_key
+FROM (SELECT limit_key, queue, limit_max, rate_max, rate_window FROM sqljobs_jobs
+      WHERE state = 'running' AND limit_key IS NOT NULL
+      UNION ALL
+      SELECT limit_key, queue, limit_max, rate_max, rate_window
+      FROM sqljobs_jobs INDEXED BY sqljobs_jobs_held
+      WHERE lease_until > :now AND state <> 'running' AND limit_key IS NOT NULL)
+GROUP BY limit_key
 
 -- name: prune_starts
 -- Starts older than any window, of keys no claim has looked at since (a claim drops its
