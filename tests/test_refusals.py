@@ -18,7 +18,8 @@ import sqljobs
 import sqljobs.worker
 from sqljobs import App, ConfigurationError, PayloadError, Retry
 from sqljobs.errors import PayloadTooLarge, UnknownTask
-from sqljobs.tasks import JobHandle, TaskInfo
+from sqljobs.handles import JobHandle
+from sqljobs.jobs import TaskInfo
 from sqljobs.validate import check_queues
 
 AT = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)

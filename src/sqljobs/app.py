@@ -15,23 +15,28 @@ from typing import TYPE_CHECKING, Any, Concatenate, TypeVar, cast, overload
 
 from . import app_async, payload
 from .backends import Backend, open_backend
-from .browse import (
-    ENDED,
-    RETRYABLE,
-    UNENDED,
-    JobCount,
-    JobFilter,
-    JobPage,
-    WorkerStatus,
-    is_job_id,
-)
 from .context import JobContext
 from .dependencies import AfterPolicy, Group, check_policy, parent_ids
 from .errors import ConfigurationError, JobNotFound, PayloadError, SqljobsError
 from .handles import JobHandle
 from .hooks import EventName, Hook, Hooks, Middleware, around_enqueue
 from .humanize import redact_url
-from .jobs import Job, JobState, NewJob, QueueInfo
+from .jobs import (
+    ENDED,
+    RETRYABLE,
+    UNENDED,
+    EnqueueOptions,
+    Job,
+    JobCount,
+    JobFilter,
+    JobPage,
+    JobState,
+    KeyScope,
+    NewJob,
+    QueueInfo,
+    TaskInfo,
+    WorkerStatus,
+)
 from .limits import (
     QUEUE_KEY,
     Limit,
@@ -44,7 +49,14 @@ from .limits import (
 from .notifiers import LocalNotifier
 from .notifiers.base import JobEventCallback
 from .payload import check_text
-from .retention import DEFAULT_RETENTION, KeyRetention, Retention, key_retention_of
+from .retention import (
+    DEFAULT_RETENTION,
+    KeyRetention,
+    Retention,
+    check_key_retention,
+    key_hold,
+    key_retention_of,
+)
 from .retry import Retry
 from .rollup import MetricAmount, MinuteCounts, check_window, minute_counts, minute_of
 from .schedules import (
@@ -59,20 +71,7 @@ from .schedules import (
     tick_key,
 )
 from .stats import Stats, with_queues
-from .tasks import (
-    _P,
-    _R,
-    EnqueueOptions,
-    KeyScope,
-    Signature,
-    Task,
-    TaskDecorator,
-    TaskInfo,
-    _Unchecked,
-    check_key_retention,
-    key_hold,
-    unknown_task,
-)
+from .tasks import _P, _R, Signature, Task, TaskDecorator, _Unchecked, unknown_task
 from .url import check_sqlite_directory, parse_url, resolve_url
 from .validate import (
     MAX_ID,
@@ -80,6 +79,7 @@ from .validate import (
     check_priority,
     check_queue_name,
     check_queues,
+    is_job_id,
     seconds,
     to_epoch,
 )
@@ -866,7 +866,7 @@ class App:
             check_queue_name(queue, "cancel_many(queue=...)")
         return self.cancel_jobs(JobFilter(queue=queue, task=task, state=state))
 
-    # -- browsing and bulk actions (sqljobs.browse) -------------------------------------
+    # -- browsing and bulk actions (sqljobs.jobs) -------------------------------------
 
     def find_jobs(
         self, filter: JobFilter | None = None, *, before: int | None = None, limit: int = 50
@@ -892,7 +892,7 @@ class App:
     def count_jobs(self, filter: JobFilter | None = None, *, cap: int = 10_000) -> JobCount:
         """How many jobs match ``filter``, counted up to ``cap``; ``capped`` says the true
         number may be larger. By state and queue alone it is the stats' count; with other
-        fields, the newest :data:`~sqljobs.browse.COUNT_SCAN` jobs are counted (a count
+        fields, the newest :data:`~sqljobs.jobs.COUNT_SCAN` jobs are counted (a count
         over every job of a large table would read them all), and a count that did not
         reach the oldest job is capped too."""
         if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:

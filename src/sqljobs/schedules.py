@@ -310,7 +310,7 @@ def schedule_job(app: App, schedule: Schedule, key: str, now: float) -> NewJob:
     """The job one run of ``schedule`` enqueues. A task registered in ``app`` lends its
     lease and retry policy and checks the arguments; otherwise the app's defaults apply,
     as for ``app.enqueue`` by name."""
-    from .tasks import EnqueueOptions
+    from .jobs import EnqueueOptions
 
     # a tick runs once because its claim moves the schedule row past it; the key guards
     # the claim while the job is kept, and a key kept past it would be one row a tick

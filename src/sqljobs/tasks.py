@@ -18,10 +18,10 @@ from . import payload
 from .dependencies import AfterPolicy, check_policy, parent_ids
 from .errors import ConfigurationError, PayloadError, UnknownTask
 from .handles import JobHandle
-from .jobs import NewJob
+from .jobs import EnqueueOptions, KeyScope, NewJob, TaskInfo
 from .limits import Limit, arguments_by_name
 from .model_args import find_models
-from .retention import KeyRetention, key_retention_of
+from .retention import KeyRetention, check_key_retention, key_hold
 from .retry import Retry
 from .validate import check_priority, check_queue_name, seconds, to_epoch
 
@@ -70,48 +70,6 @@ class TaskDecorator(Protocol):
     def __call__(self, fn: Callable[_P, _R], /) -> Task[_P, _R]: ...
 
 
-@dataclass(frozen=True)
-class EnqueueOptions:
-    """Per-enqueue choices; None means "the task's default"."""
-
-    key: str | None = None
-    delay: float | None = None
-    run_at: float | None = None
-    priority: int | None = None
-    queue: str | None = None
-    connection: Any = None
-    key_hold: float | None = None
-    concurrency_key: str | None = None
-    after: tuple[int, ...] = ()
-    """The ids of jobs it waits for (see sqljobs.dependencies)."""
-    after_policy: AfterPolicy = "done"
-    key_retention: float | Literal["default"] | None = "default"
-    """Seconds its key outlives its row (None: for ever); "default": the task's setting,
-    else the pruning App's ``Retention.keys``."""
-
-
-@dataclass(frozen=True)
-class TaskInfo:
-    """What an enqueue needs to know of a task besides its function: where and how its
-    jobs run. A :class:`Task` gives its own (``task.info``); a task only another service
-    registers is described by the catalogue its workers write, so an enqueue by name gets
-    that service's queue, lease and retry policy rather than this app's defaults."""
-
-    name: str
-    queue: str
-    priority: int
-    lease: float
-    max_attempts: int
-    deadline: float | None
-    concurrency: int | None = None
-    """At most this many of its jobs run at once (per key if ``keyed``), cluster-wide."""
-    keyed: bool = False
-    rate_max: int | None = None
-    """At most this many of its jobs start in any ``rate_window`` seconds (per key if
-    ``keyed``), cluster-wide."""
-    rate_window: float | None = None
-
-
 def unknown_task(name: str, registered: Iterable[str]) -> UnknownTask:
     """The error for a task name nobody registered, with the close matches (typos)."""
     known = list(dict.fromkeys(registered))  # a task both here and in the catalogue once
@@ -124,46 +82,6 @@ def unknown_task(name: str, registered: Iterable[str]) -> UnknownTask:
         name,
         matches,
     )
-
-
-KeyScope = Literal["active", "retained"] | float | timedelta
-
-
-def key_hold(scope: KeyScope) -> float | None:
-    """How long after its job finishes a key keeps refusing duplicates, in seconds.
-
-    ``"retained"`` (the default): as long as the job is kept (until the pruner deletes it
-    after the app's retention) and then for its ``key_retention`` (a week by default), so
-    a late duplicate after completion is refused too. ``"active"``: only while the job is
-    pending or running. A number or timedelta: that long after the job finished, whether
-    or not its row is still kept.
-    """
-    if scope == "retained":
-        return None
-    if scope == "active":
-        return 0.0
-    if isinstance(scope, str):
-        raise ConfigurationError(
-            f"key_scope must be 'active', 'retained' or a duration, got {scope!r}"
-        )
-    return seconds(scope, "key_scope")
-
-
-def check_key_retention(
-    value: KeyRetention, scope: KeyScope, where: str
-) -> float | Literal["default"] | None:
-    """``value`` checked (see :func:`~sqljobs.retention.key_retention_of`), "default" as
-    is. A key_retention given with a scope other than "retained" is refused: those scopes
-    say themselves how long the key is held."""
-    if isinstance(value, str) and value == "default":
-        return "default"
-    kept = key_retention_of(value, where)
-    if not (isinstance(scope, str) and scope == "retained"):
-        raise ConfigurationError(
-            f"{where} applies to keys with key_scope='retained' (the default), not "
-            f"key_scope={scope!r}, which says itself how long the key is held: drop one"
-        )
-    return kept
 
 
 class Task(Generic[P, R]):
@@ -477,16 +395,7 @@ def _first_param_is_context(fn: Callable[..., Any]) -> bool:
     return False
 
 
-__all__ = [
-    "BoundTask",
-    "EnqueueOptions",
-    "JobHandle",
-    "Signature",
-    "Task",
-    "TaskDecorator",
-    "TaskInfo",
-    "payload",
-]
+__all__ = ["BoundTask", "Signature", "Task", "TaskDecorator"]
 
 
 def _check_redact(

@@ -17,16 +17,43 @@ MAX_ID = 2**63 - 1
 """A job id is a signed 64-bit integer on every engine."""
 
 
+def is_whole(value: object, low: int | None = None, high: int | None = None) -> bool:
+    """Whether ``value`` is an int (not a bool) within ``low`` and ``high`` (each bound
+    left out when None)."""
+    return (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and (low is None or value >= low)
+        and (high is None or value <= high)
+    )
+
+
+def is_number(value: object) -> bool:
+    """Whether ``value`` is a finite int or float (not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def is_job_id(value: object) -> bool:
+    """Whether ``value`` can be a job's id: a whole number from 1 to 2**63 - 1."""
+    return is_whole(value, 1, MAX_ID)
+
+
+def is_searchable(value: object) -> bool:
+    """Text a database can compare: a non-empty string, no NUL, valid Unicode."""
+    if not isinstance(value, str) or not value or "\x00" in value:
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def whole_number(value: object, name: str, *, low: int = 1, high: int | None = None) -> int:
     """``value`` if it is an int (not a bool) from ``low`` to ``high`` (no upper bound if
     None)."""
-    if (
-        isinstance(value, int)
-        and not isinstance(value, bool)
-        and value >= low
-        and (high is None or value <= high)
-    ):
-        return value
+    if is_whole(value, low, high):
+        return value  # type: ignore[return-value]
     span = f">= {low}" if high is None else f"from {low} to {high}"
     raise ConfigurationError(f"{name} must be a whole number {span}, got {value!r}")
 
@@ -34,13 +61,8 @@ def whole_number(value: object, name: str, *, low: int = 1, high: int | None = N
 def finite_number(value: object, name: str, *, positive: bool = False) -> float:
     """``value`` as a float if it is a finite int or float (not a bool); with
     ``positive``, above zero."""
-    if (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and (not positive or value > 0)
-    ):
-        return float(value)
+    if is_number(value) and (not positive or value > 0):  # type: ignore[operator]
+        return float(value)  # type: ignore[arg-type]
     kind = "a finite number above 0" if positive else "a finite number"
     raise ConfigurationError(f"{name} must be {kind}, got {value!r}")
 

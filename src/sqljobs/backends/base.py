@@ -13,7 +13,6 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..browse import JobCount, JobFilter, JobPage, WorkerStatus
 from ..jobs import (
     ClaimedJob,
     Due,
@@ -21,9 +20,14 @@ from ..jobs import (
     ExpiredJob,
     HeldJob,
     Job,
+    JobCount,
+    JobFilter,
+    JobPage,
     NewJob,
     Outcome,
     SpentKey,
+    TaskInfo,
+    WorkerStatus,
 )
 from ..limits import QueueLimit
 from ..notifiers.base import Notifier
@@ -31,7 +35,6 @@ from ..retention import KEY_RETENTION
 from ..rollup import MetricAmount
 from ..schedules import Schedule, ScheduleState, Tick, TickResult
 from ..stats import Stats, WorkerScope
-from ..tasks import TaskInfo
 
 
 @dataclass(frozen=True)
@@ -269,7 +272,7 @@ class Backend(Protocol):
         self, state: str | None = None, queue: str | None = None, limit: int = 50
     ) -> list[Job]: ...
 
-    # -- browsing and bulk actions (sqljobs.browse) -------------------------------------
+    # -- browsing and bulk actions (sqljobs.jobs) -------------------------------------
 
     def find_jobs(self, wanted: JobFilter, before: int | None, limit: int) -> JobPage:
         """A page of matching jobs, newest first, below ``before`` (an id)."""

@@ -28,6 +28,7 @@ from ..jobs import (
     NewJob,
     Outcome,
     SpentKey,
+    TaskInfo,
 )
 from ..limits import QueueLimit
 from ..retention import KEY_RETENTION
@@ -43,7 +44,6 @@ from ..stats import (
     unserved_tasks,
     worker_scope,
 )
-from ..tasks import TaskInfo
 from .base import Decide, EffectRecord, WorkerInfo
 from .dialect import Claim, Dialect
 from .migrations import apply_migrations, up_to_date

@@ -17,11 +17,20 @@ from cronsim import CronSim, CronSimError
 from jinja2 import Environment
 
 from ..app import App
-from ..browse import ENDED, RETRYABLE, UNENDED, JobCount, JobFilter, JobPage, WorkerStatus
 from ..cron import zone
 from ..errors import ConfigurationError
 from ..humanize import duration
-from ..jobs import Job, JobState
+from ..jobs import (
+    ENDED,
+    RETRYABLE,
+    UNENDED,
+    Job,
+    JobCount,
+    JobFilter,
+    JobPage,
+    JobState,
+    WorkerStatus,
+)
 from ..schedules import ScheduleState
 from . import charts
 from .api import filter_fields

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..app import App
-from ..tasks import EnqueueOptions
+from ..jobs import EnqueueOptions
 from ..worker import Worker, WorkerConfig
 
 

@@ -6,9 +6,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..browse import JobFilter
 from ..errors import ConfigurationError
-from ..jobs import Job
+from ..jobs import Job, JobFilter
 from ..tasks import Task
 
 if TYPE_CHECKING:

@@ -15,9 +15,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from ..browse import JobFilter
 from ..errors import ConfigurationError, DrainIncomplete
-from ..jobs import Job
+from ..jobs import Job, JobFilter
 from ..maintenance import Scheduler
 from ..worker import Worker
 from ..worker.events import EventLog, WorkerEvent
