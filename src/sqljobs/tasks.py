@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, Protocol, 
 
 from typing_extensions import ParamSpec, TypeVar
 
-from . import payload
 from .dependencies import AfterPolicy, check_policy, parent_ids
 from .errors import ConfigurationError, PayloadError, UnknownTask
 from .handles import JobHandle
