@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 import sqljobs
+import sqljobs.enqueue
 import sqljobs.worker
 from sqljobs import App, ConfigurationError, PayloadError, Retry
 from sqljobs.errors import PayloadTooLarge, UnknownTask
@@ -61,7 +62,9 @@ def test_a_task_a_worker_registered_lends_its_defaults(
     app: App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     remote = TaskInfo("mailer", "mail", 3, 12.0, 7, 600.0)
-    monkeypatch.setattr(app, "catalogued_task", lambda name: remote if name == "mailer" else None)
+    monkeypatch.setattr(
+        sqljobs.enqueue, "catalogued_task", lambda app, name: remote if name == "mailer" else None
+    )
     before = app.clock()
     job = app.enqueue("mailer", args=["hi"]).job()
     assert job is not None

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
@@ -13,11 +11,11 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, TypeVar, cast, overload
 
-from . import app_async, payload
+from . import enqueue, payload
 from .backends import Backend, open_backend
 from .context import JobContext
-from .dependencies import AfterPolicy, Group, check_policy, parent_ids
-from .errors import ConfigurationError, JobNotFound, PayloadError, SqljobsError
+from .dependencies import AfterPolicy, Group, check_policy
+from .errors import ConfigurationError, JobNotFound, SqljobsError
 from .handles import JobHandle
 from .hooks import EventName, Hook, Hooks, Middleware, around_enqueue
 from .humanize import redact_url
@@ -25,7 +23,6 @@ from .jobs import (
     ENDED,
     RETRYABLE,
     UNENDED,
-    EnqueueOptions,
     Job,
     JobCount,
     JobFilter,
@@ -38,11 +35,9 @@ from .jobs import (
     WorkerStatus,
 )
 from .limits import (
-    QUEUE_KEY,
     Limit,
     QueueLimit,
     Rate,
-    arguments_by_name,
     define_limit,
     define_queue_limit,
 )
@@ -53,8 +48,6 @@ from .retention import (
     DEFAULT_RETENTION,
     KeyRetention,
     Retention,
-    check_key_retention,
-    key_hold,
     key_retention_of,
 )
 from .retry import Retry
@@ -71,17 +64,14 @@ from .schedules import (
     tick_key,
 )
 from .stats import Stats, with_queues
-from .tasks import _P, _R, Signature, Task, TaskDecorator, _Unchecked, unknown_task
+from .tasks import _P, _R, Signature, Task, TaskDecorator, _Unchecked
 from .url import check_sqlite_directory, parse_url, resolve_url
 from .validate import (
     MAX_ID,
-    check_due,
-    check_priority,
     check_queue_name,
     check_queues,
     is_job_id,
     seconds,
-    to_epoch,
 )
 from .waiting import JobWatcher
 
@@ -336,164 +326,12 @@ class App:
         ``after_policy`` and ``key_retention`` are as for ``Task.with_options`` (a task
         this App does not register: the pruning App's ``Retention.keys`` by default).
         """
-        job = self.build_named_job(
-            task,
-            args,
-            kwargs,
-            key=key,
-            delay=delay,
-            run_at=run_at,
-            priority=priority,
-            queue=queue,
-            connection=connection,
-            key_scope=key_scope,
-            known=known,
-            concurrency_key=concurrency_key,
-            after=after,
-            after_policy=after_policy,
+        return enqueue.enqueue_named(
+            self, task, args, kwargs, key=key, delay=delay, run_at=run_at, priority=priority,
+            queue=queue, connection=connection, key_scope=key_scope, known=known,
+            concurrency_key=concurrency_key, after=after, after_policy=after_policy,
             key_retention=key_retention,
-        )
-        return self.insert([job], connection)[0]
-
-    def build_named_job(
-        self,
-        task: str,
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        *,
-        key: str | None = None,
-        delay: float | timedelta | None = None,
-        run_at: float | datetime | None = None,
-        priority: int | None = None,
-        queue: str | None = None,
-        connection: Any = None,
-        key_scope: KeyScope = "retained",
-        known: bool = True,
-        concurrency_key: str | None = None,
-        after: Iterable[JobHandle | int] | None = None,
-        after_policy: AfterPolicy = "done",
-        key_retention: KeyRetention = "default",
-    ) -> NewJob:
-        """The row :meth:`enqueue` inserts, checked and encoded but not inserted (what
-        :meth:`enqueue_async` sends on an async connection). Arguments as for enqueue."""
-        check_text(task, "task name")
-        if isinstance(args, str | bytes) or not isinstance(args, Sequence):
-            raise PayloadError(f"args for task {task!r} must be a list, got {type(args).__name__}")
-        if delay is not None and run_at is not None:
-            raise ConfigurationError("give either delay or run_at, not both")
-        if queue is not None:
-            check_queue_name(queue, "app.enqueue(queue=...)")
-        opts = EnqueueOptions(
-            key,
-            seconds(delay, "delay"),
-            to_epoch(run_at, "run_at"),
-            priority,
-            queue,
-            connection,
-            key_hold(key_scope),
-            concurrency_key,
-            parent_ids(after),
-            check_policy(after_policy),
-            check_key_retention(key_retention, key_scope, "app.enqueue(key_retention=...)"),
-        )
-        registered = self.tasks.get(task)
-        now = self.clock()
-        if registered is not None:
-            job = registered.new_job(args, kwargs or {}, opts, now)
-        else:
-            info = self._task_info(task, known)
-            job = self.build_job(task, args, kwargs or {}, opts, now, task=info)
-        return job
-
-    def _task_info(self, name: str, known: bool) -> TaskInfo | None:
-        """The defaults of a task this App does not register, as a worker recorded them;
-        with ``known``, a name no worker has registered either is refused."""
-        info = self.catalogued_task(name)
-        if info is None and known:
-            raise unknown_task(name, [*self.tasks, *self.backend.task_names()])
-        return info
-
-    def catalogued_task(self, name: str) -> TaskInfo | None:
-        """The task ``name`` as a worker of this database registered it (the catalogue
-        every worker writes when it starts), or None."""
-        return self.backend.task_info(name)
-
-    def build_job(
-        self,
-        name: str,
-        args: Sequence[Any],
-        kwargs: Mapping[str, Any],
-        opts: EnqueueOptions,
-        now: float,
-        task: Task | TaskInfo | None = None,
-        names: Sequence[str] = (),
-    ) -> NewJob:
-        """The row for one enqueue, with the defaults of ``task`` filled in: a Task
-        registered here, a TaskInfo (a task a worker registered), or none (the app's)."""
-        info = task.info if isinstance(task, Task) else (task or self._default_info(name))
-        run_at = opts.run_at if opts.run_at is not None else now + (opts.delay or 0.0)
-        check_due(run_at, "run_at" if opts.run_at is not None else f"delay={opts.delay!r}")
-        if opts.priority is not None:
-            check_priority(opts.priority, f"the enqueue of {name!r}")
-        if opts.key is not None:
-            check_text(opts.key, "key")
-        limit_key = _limit_key(name, args, kwargs, opts, task, info)
-        queue = opts.queue or info.queue
-        limit_max, rate_max, rate_window = info.concurrency, info.rate_max, info.rate_window
-        if limit_key is None and (by_queue := self._queue_limit(queue, task)) is not None:
-            limit_key = QUEUE_KEY.format(queue=queue)
-            limit_max = by_queue.concurrency
-            rate_max = None if by_queue.rate is None else by_queue.rate.count
-            rate_window = None if by_queue.rate is None else by_queue.rate.window
-        return NewJob(
-            task=name,
-            payload=payload.encode(name, args, kwargs, names, self.max_payload),
-            queue=queue,
-            priority=opts.priority if opts.priority is not None else info.priority,
-            run_at=run_at,
-            lease=info.lease,
-            max_attempts=info.max_attempts,
-            deadline_at=None if info.deadline is None else now + info.deadline,
-            key=opts.key,
-            key_hold=opts.key_hold,
-            key_retention=self._key_retention(opts, task),
-            delay=(opts.delay or 0.0) if opts.run_at is None else None,
-            limit_key=limit_key,
-            limit_max=None if limit_key is None else limit_max,
-            rate_max=None if limit_key is None else rate_max,
-            rate_window=None if limit_key is None else rate_window,
-            after=opts.after,
-            after_policy=opts.after_policy,
-        )
-
-    def _key_retention(self, opts: EnqueueOptions, task: Task | TaskInfo | None) -> float | None:
-        """How long the key of a job built with ``opts`` outlives its row: the enqueue's
-        setting, else its task's (``inf``: for ever), else None: the pruning App's
-        ``Retention.keys``. None too for a key under a scope other than "retained", held
-        as that scope says."""
-        if opts.key is None or opts.key_hold is not None:
-            return None
-        kept = opts.key_retention
-        if isinstance(kept, str) and isinstance(task, Task):
-            kept = task.key_retention
-        if isinstance(kept, str):
-            return None
-        return math.inf if kept is None else kept
-
-    def _queue_limit(self, queue: str, task: Task | TaskInfo | None) -> Limit | None:
-        """The limit of ``queue``: this app's, or, for a task this app does not register
-        (an enqueue by name), the one its workers recorded in the catalogue."""
-        if queue in self.queue_limits or isinstance(task, Task):
-            return self.queue_limits.get(queue)
-        recorded = self.backend.queue_limit(queue)
-        return None if recorded is None else recorded.limit()
-
-    def _default_info(self, name: str) -> TaskInfo:
-        """The app's defaults, for a task nothing here or in the catalogue describes."""
-        retry = self.default_retry
-        return TaskInfo(
-            name, self.default_queue, 0, self.default_lease, retry.max_attempts, retry.deadline
-        )
+        )  # fmt: skip
 
     def group(
         self,
@@ -548,29 +386,12 @@ class App:
                  "" if then_handle is None else f", then job {then_handle.id}")  # fmt: skip
         return Group(handles, then_handle)
 
-    def insert(self, jobs: Iterable[NewJob], connection: Any = None) -> list[JobHandle]:
-        """Insert built jobs in one transaction and wake this process's workers."""
-        if self.hooks.around_enqueue:
-            store = functools.partial(self._store, connection=connection)
-            return around_enqueue(self.hooks, jobs, connection is not None, store)
-        return self._store(jobs, connection)
-
-    def _store(self, jobs: Iterable[NewJob], connection: Any) -> list[JobHandle]:
-        results = self.backend.enqueue_jobs(jobs, connection)
-        if connection is None:
-            self.wake_local_workers()
-        return [JobHandle(r.id, r.created, self) for r in results]
-
-    # -- for asyncio callers (sqljobs.app_async: nothing here blocks the event loop) ----
+    # -- for asyncio callers (nothing here blocks the event loop) ----------------------
 
     async def enqueue_async(self, task: str, *args: Any, **kwargs: Any) -> JobHandle:
         """:meth:`enqueue`, awaitable; ``connection=`` may be a psycopg AsyncConnection,
         whose transaction the job joins."""
-        return await app_async.enqueue_named(self, task, *args, **kwargs)
-
-    async def insert_async(self, jobs: Sequence[NewJob], connection: Any) -> list[JobHandle]:
-        """Insert built jobs in the caller's AsyncConnection transaction."""
-        return await app_async.insert_on(self, jobs, connection)
+        return await enqueue.enqueue_named_async(self, task, *args, **kwargs)
 
     async def stats_async(self) -> Stats:
         return await asyncio.to_thread(self.stats)
@@ -601,6 +422,7 @@ class App:
         then drain it as SIGTERM would and re-raise. It installs no signal handlers (they
         are the application's): for a service that serves and works in one process."""
         from .worker import WorkerConfig
+        from .worker.embedded import run_worker_async
 
         config = WorkerConfig(
             concurrency=concurrency,
@@ -608,7 +430,7 @@ class App:
             install_signal_handlers=False,
             **options,
         )
-        await app_async.run_worker(self, config)
+        await run_worker_async(self, config)
 
     # -- hooks, middleware and tracing -------------------------------------------------
 
@@ -1134,7 +956,7 @@ class App:
         registered = self.tasks.get(task if isinstance(task, str) else task.name)
         info: Task | TaskInfo | None = registered
         if registered is None and isinstance(task, str) and task:
-            info = self._task_info(task, known)
+            info = enqueue.task_info(self, task, known)
         schedule = define_schedule(
             name,
             task=task,
@@ -1258,39 +1080,3 @@ class App:
             self, clock=clock, until=until, max_jobs=max_jobs, timeout=timeout,
             queues=queues, concurrency=concurrency,
         )  # fmt: skip
-
-
-def _limit_key(
-    name: str,
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-    opts: EnqueueOptions,
-    task: Task | TaskInfo | None,
-    info: TaskInfo,
-) -> str | None:
-    """The concurrency-limit key of a new job: from the task here (its key function, or
-    the key given at enqueue), or, for a task only a worker elsewhere registered, from the
-    catalogue (a key function lives in that service's code: the key must be given)."""
-    if isinstance(task, Task):
-        if task.limit is None:
-            if opts.concurrency_key is not None:
-                raise ConfigurationError(
-                    f"task {name!r} has no concurrency limit: concurrency_key means nothing "
-                    "without @app.task(concurrency=N) or rate='N/s'"
-                )
-            return None
-        arguments = arguments_by_name(task.signature, list(args), kwargs)
-        return task.limit.key_for(name, arguments, opts.concurrency_key)
-    if info.concurrency is None and info.rate_max is None:
-        if opts.concurrency_key is not None:
-            raise ConfigurationError(
-                f"task {name!r} has no concurrency limit that this app or a worker knows of: "
-                "concurrency_key means nothing without one"
-            )
-        return None
-    if info.keyed and opts.concurrency_key is None:
-        raise ConfigurationError(
-            f"task {name!r} limits its concurrency per key, by a function in the service that "
-            "defines it: pass concurrency_key=... with this enqueue"
-        )
-    return Limit(info.concurrency).key_for(name, {}, opts.concurrency_key)

@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 from . import payload
 from .cron import check_cron, next_cron_tick, zone
+from .enqueue import build_job, catalogued_task
 from .errors import ConfigurationError
 from .errors import ScheduleNotFound as ScheduleNotFound  # its home before errors.py
-from .jobs import NewJob
+from .jobs import EnqueueOptions, NewJob
 from .validate import seconds
 
 if TYPE_CHECKING:
@@ -310,8 +311,6 @@ def schedule_job(app: App, schedule: Schedule, key: str, now: float) -> NewJob:
     """The job one run of ``schedule`` enqueues. A task registered in ``app`` lends its
     lease and retry policy and checks the arguments; otherwise the app's defaults apply,
     as for ``app.enqueue`` by name."""
-    from .jobs import EnqueueOptions
-
     # a tick runs once because its claim moves the schedule row past it; the key guards
     # the claim while the job is kept, and a key kept past it would be one row a tick
     opts = EnqueueOptions(
@@ -320,5 +319,5 @@ def schedule_job(app: App, schedule: Schedule, key: str, now: float) -> NewJob:
     task = app.tasks.get(schedule.task)
     if task is not None:
         return task.new_job((), schedule.kwargs, opts, now)
-    remote = app.catalogued_task(schedule.task)  # lease and retry as its worker says
-    return app.build_job(schedule.task, (), schedule.kwargs, opts, now, task=remote)
+    remote = catalogued_task(app, schedule.task)  # lease and retry as its worker says
+    return build_job(app, schedule.task, (), schedule.kwargs, opts, now, task=remote)

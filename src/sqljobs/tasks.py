@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import difflib
 import functools
 import inspect
 import typing
@@ -14,15 +13,16 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, Protocol, 
 
 from typing_extensions import ParamSpec, TypeVar
 
-from .dependencies import AfterPolicy, check_policy, parent_ids
-from .errors import ConfigurationError, PayloadError, UnknownTask
+from .dependencies import AfterPolicy
+from .enqueue import build_job, enqueue_options, insert, insert_async, is_async_connection
+from .errors import ConfigurationError, PayloadError
 from .handles import JobHandle
 from .jobs import EnqueueOptions, KeyScope, NewJob, TaskInfo
 from .limits import Limit, arguments_by_name
 from .model_args import find_models
-from .retention import KeyRetention, check_key_retention, key_hold
+from .retention import KeyRetention
 from .retry import Retry
-from .validate import check_priority, check_queue_name, seconds, to_epoch
+from .validate import check_priority
 
 if TYPE_CHECKING:
     from .app import App
@@ -67,20 +67,6 @@ class TaskDecorator(Protocol):
     def __call__(self, fn: Callable[_P, Coroutine[Any, Any, _R]], /) -> Task[_P, _R]: ...
     @overload
     def __call__(self, fn: Callable[_P, _R], /) -> Task[_P, _R]: ...
-
-
-def unknown_task(name: str, registered: Iterable[str]) -> UnknownTask:
-    """The error for a task name nobody registered, with the close matches (typos)."""
-    known = list(dict.fromkeys(registered))  # a task both here and in the catalogue once
-    matches = tuple(difflib.get_close_matches(name, known, n=3))
-    hint = f" (did you mean {' or '.join(map(repr, matches))}?)" if matches else ""
-    return UnknownTask(
-        f"unknown task {name!r}{hint}: neither this App nor a worker of its database has "
-        "registered it; to enqueue a task that only another service registers, pass "
-        "known=False (CLI: sqljobs enqueue --remote)",
-        name,
-        matches,
-    )
 
 
 class Task(Generic[P, R]):
@@ -190,27 +176,23 @@ class Task(Generic[P, R]):
         instead of its ``concurrency_key`` function. ``after`` names jobs (handles or ids)
         this one waits for: it is ``waiting`` until they are all done, or, with
         ``after_policy="always"``, until they have all ended (see sqljobs.dependencies)."""
-        if delay is not None and run_at is not None:
-            raise ConfigurationError("give either delay or run_at, not both")
         if concurrency_key is not None and self.limit is None:
             raise ConfigurationError(
                 f"task {self.name!r} has no concurrency limit: concurrency_key means nothing "
                 "without @app.task(concurrency=N) or rate='N/s'"
             )
-        opts = EnqueueOptions(
+        opts = enqueue_options(
             key=key,
-            delay=seconds(delay, "delay"),
-            run_at=to_epoch(run_at, "run_at"),
+            delay=delay,
+            run_at=run_at,
             priority=priority,
-            queue=None if queue is None else check_queue_name(queue, "with_options(queue=...)"),
+            queue=queue,
             connection=connection,
-            key_hold=key_hold(key_scope),
+            key_scope=key_scope,
             concurrency_key=concurrency_key,
-            after=parent_ids(after),
-            after_policy=check_policy(after_policy),
-            key_retention=check_key_retention(
-                key_retention, key_scope, "with_options(key_retention=...)"
-            ),
+            after=after,
+            after_policy=after_policy,
+            key_retention=key_retention,
         )
         return BoundTask(self, opts)
 
@@ -231,7 +213,7 @@ class Task(Generic[P, R]):
         return BoundTask(self, EnqueueOptions()).enqueue_many(calls)
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
-        """:meth:`enqueue` for asyncio callers (see :mod:`sqljobs.app_async`)."""
+        """:meth:`enqueue` for asyncio callers (see :mod:`sqljobs.enqueue`)."""
         return await BoundTask(self, EnqueueOptions()).enqueue_async(*args, **kwargs)
 
     async def enqueue_many_async(
@@ -258,8 +240,8 @@ class Task(Generic[P, R]):
                 key = self.limit.key_for(self.name, arguments).removeprefix(f"{self.name}:")
                 opts = replace(opts, concurrency_key=key)
             args, kwargs = self.model_args.dump(args, kwargs)
-        return self.app.build_job(
-            self.name, args, kwargs, opts, now, task=self, names=self._positional_names
+        return build_job(
+            self.app, self.name, args, kwargs, opts, now, task=self, names=self._positional_names
         )
 
 
@@ -284,7 +266,7 @@ class BoundTask(Generic[P, R]):
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         now = self.task.app.clock()
         job = self.task.new_job(args, kwargs, self.options, now)
-        return self.task.app.insert([job], self.options.connection)[0]
+        return insert(self.task.app, [job], self.options.connection)[0]
 
     def enqueue_many(
         self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]
@@ -294,30 +276,26 @@ class BoundTask(Generic[P, R]):
                 "enqueue_many cannot share one key among several jobs; enqueue keyed jobs "
                 "one by one or give each its own key"
             )
-        return self.task.app.insert(self._new_jobs(calls), self.options.connection)
+        return insert(self.task.app, self._new_jobs(calls), self.options.connection)
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         """:meth:`enqueue` without blocking the event loop: in a thread, or, with a psycopg
         AsyncConnection as ``connection``, awaited in the caller's transaction."""
-        from .app_async import is_async_connection  # app_async imports this module
-
         connection = self.options.connection
         if connection is not None and is_async_connection(connection):
             job = self.task.new_job(args, kwargs, self.options, self.task.app.clock())
-            return (await self.task.app.insert_async([job], connection))[0]
+            return (await insert_async(self.task.app, [job], connection))[0]
         return await asyncio.to_thread(self.enqueue, *args, **kwargs)
 
     async def enqueue_many_async(
         self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]
     ) -> list[JobHandle[R]]:
         """:meth:`enqueue_many` without blocking the event loop (as :meth:`enqueue_async`)."""
-        from .app_async import is_async_connection
-
         connection = self.options.connection
         if connection is not None and is_async_connection(connection):
             if self.options.key is not None:
                 self.enqueue_many([])  # the same refusal as enqueue_many's
-            return await self.task.app.insert_async(list(self._new_jobs(calls)), connection)
+            return await insert_async(self.task.app, list(self._new_jobs(calls)), connection)
         return await asyncio.to_thread(self.enqueue_many, calls)
 
     def _new_jobs(self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]) -> Iterator[NewJob]:
@@ -372,7 +350,7 @@ class Signature:
         if model_args is not None:  # the results list comes first, in the worker
             args, kwargs = model_args.dump(*model_args.instances(args, kwargs, 1), offset=1)
         task = self.task
-        job = task.app.build_job(task.name, args, kwargs, self.options, now, task=task)
+        job = build_job(task.app, task.name, args, kwargs, self.options, now, task=task)
         return replace(job, collect=True)
 
 
