@@ -11,18 +11,15 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, TypeVar, cast, overload
 
-from . import enqueue, payload
+from . import admin, enqueue, payload
 from .backends import Backend, open_backend
 from .context import JobContext
 from .dependencies import AfterPolicy, Group, check_policy
-from .errors import ConfigurationError, JobNotFound, SqljobsError
+from .errors import ConfigurationError, SqljobsError
 from .handles import JobHandle
 from .hooks import EventName, Hook, Hooks, Middleware, around_enqueue
 from .humanize import redact_url
 from .jobs import (
-    ENDED,
-    RETRYABLE,
-    UNENDED,
     Job,
     JobCount,
     JobFilter,
@@ -36,8 +33,6 @@ from .jobs import (
 )
 from .limits import (
     Limit,
-    QueueLimit,
-    Rate,
     define_limit,
     define_queue_limit,
 )
@@ -51,7 +46,7 @@ from .retention import (
     key_retention_of,
 )
 from .retry import Retry
-from .rollup import MetricAmount, MinuteCounts, check_window, minute_counts, minute_of
+from .rollup import MetricAmount, MinuteCounts
 from .schedules import (
     Schedule,
     ScheduleNotFound,
@@ -67,10 +62,9 @@ from .stats import Stats, with_queues
 from .tasks import _P, _R, Signature, Task, TaskDecorator, _Unchecked
 from .url import check_sqlite_directory, parse_url, resolve_url
 from .validate import (
-    MAX_ID,
+    check_job_id,
     check_queue_name,
     check_queues,
-    is_job_id,
     seconds,
 )
 from .waiting import JobWatcher
@@ -511,7 +505,7 @@ class App:
         """Wake this process's workers: call it after a commit that may have made work."""
         self._wakeups.announce()
 
-    # -- inspection --------------------------------------------------------------------
+    # -- inspection, browsing and admin (sqljobs.admin) --------------------------------
 
     def stats(self) -> Stats:
         """Counts by queue and state, and the age of the oldest due pending job. Every
@@ -524,11 +518,7 @@ class App:
         minutes (the current one last), of one queue or all: one entry per minute, empty
         minutes included, oldest first. Workers add their counts at each heartbeat, so the
         newest minute may lag by one heartbeat (see :mod:`sqljobs.rollup`)."""
-        minutes = check_window(minutes)
-        if queue is not None:
-            check_queue_name(queue, "throughput(queue=...)")
-        first = minute_of(self.clock()) - 60 * (minutes - 1)
-        return minute_counts(self.backend.attempts_by_minute(first, queue), first, minutes)
+        return admin.throughput(self, minutes, queue)
 
     def metric_totals(self) -> list[MetricAmount]:
         """Every counted amount since the database began (by queue, task, outcome, series
@@ -539,156 +529,18 @@ class App:
         """The ``(queue, task)`` pairs the metrics show before anything is counted: every
         task this app registers or workers have written to the catalogue, and those that
         schedules enqueue (this app's periodic tasks, and the schedules table's)."""
-        tasks = {(task.queue, name) for name, task in self.tasks.items()}
-        scheduled = {(s.queue, s.task) for s in self.periodic_schedules.values()}
-        for queue, task, is_scheduled in self.backend.metric_label_sets():
-            (scheduled if is_scheduled else tasks).add((queue, task))
-        return tasks, scheduled
+        return admin.metric_label_sets(self)
 
     def get_job(self, job_id: int) -> Job | None:
-        if not is_job_id(job_id):  # no job has it: and the database would not take it
-            return None
-        return self.backend.get_job(job_id)
+        """The job with this id, or None."""
+        return admin.get_job(self, job_id)
 
     def list_jobs(
         self, state: str | None = None, queue: str | None = None, limit: int = 50
     ) -> list[Job]:
         """The newest ``limit`` jobs, of one state and queue or all. A state or queue that
         cannot be is refused, as :class:`JobFilter` refuses it."""
-        JobFilter(state=state, queue=queue)  # a typo would otherwise list nothing, quietly
-        return self.backend.list_jobs(state, queue, limit)
-
-    def retry_job(self, job_id: int) -> bool:
-        """Send a dead or cancelled job back to pending with fresh attempts. A job enqueued
-        ``after`` others is refused while one of them is not done: it would run before
-        them (retry those first)."""
-        job_id = self.job(job_id).id
-        job = self.backend.get_job(job_id)
-        if job is not None and job.parents and job.state is JobState.CANCELLED:
-            parents = [(p, self.backend.get_job(p)) for p in job.parents]
-            undone = [p for p, parent in parents if parent and parent.state is not JobState.DONE]
-            if undone:
-                ids = ", ".join(map(str, undone))
-                raise ConfigurationError(
-                    f"job {job_id} runs after jobs {ids}, which are not done: retry them "
-                    "first, then enqueue it again (retrying it now would run it before them)"
-                )
-        retried = self.backend.retry_jobs(JobFilter(ids=(job_id,)), RETRYABLE) == 1
-        if retried:
-            self._announce_retried()
-        return retried
-
-    def _announce_retried(self) -> None:
-        """Wake the workers for jobs a retry made due now: those of this process at
-        once, the others through the notifier (else they learn at their next poll)."""
-        self.backend.notifier.announce()
-        self.wake_local_workers()
-
-    def retry_dead(self, queue: str | None = None) -> int:
-        """Send every dead job (of ``queue``, or all) back to pending; return how many."""
-        return self.retry_jobs(JobFilter(state=JobState.DEAD.value, queue=queue))
-
-    def waiting_reason(self, job: Job) -> str | None:
-        """Why a pending job is not running yet, if it is not simply next in line: no
-        live worker has its task, or none that has it serves its queue, or its time has
-        not come; or which parents a waiting job waits for."""
-        if job.state is JobState.WAITING:
-            open_parents = self.backend.open_parents(job.id, job.parents)
-            ids = ", ".join(map(str, open_parents))
-            n = len(open_parents)
-            return f"waiting for {n} parent{'s' if n != 1 else ''} to end (jobs {ids})"
-        if job.state is not JobState.PENDING:
-            return None
-        scopes = self.backend.worker_scopes()
-        if not any(job.task in scope.tasks for scope in scopes):
-            return (
-                f"no live worker has registered task {job.task!r}: start a worker whose "
-                "app registers it (a worker claims only the tasks it has)"
-            )
-        if not any(scope.serves(job.task, job.queue) for scope in scopes):
-            served = sorted({q for s in scopes if job.task in s.tasks for q in s.queues or ()})
-            return (
-                f"no live worker that runs task {job.task!r} serves its queue {job.queue!r} "
-                f"(they serve {', '.join(served)}): start a worker with --queues "
-                f"{job.queue} (or none: every queue)"
-            )
-        if job.run_at > self.clock():
-            return "its run_at lies in the future"
-        paused = self.backend.queue_states().get(job.queue, (False, None))[0]
-        if paused:
-            return f"its queue {job.queue} is paused: sqljobs queues resume {job.queue}"
-        if job.limit_key is not None:
-            return self._limit_reason(job)
-        return None
-
-    def _limit_reason(self, job: Job) -> str | None:
-        """Why a due job under a limit waits: its key's slots are taken, or its rate's
-        window is full."""
-        key = job.limit_key
-        assert key is not None
-        running, starts = self.backend.limit_usage(key, job.rate_window or 0.0)
-        if job.limit_max is not None and running >= job.limit_max:
-            return (
-                f"{key} is at its limit of {job.limit_max} running at once: it starts when "
-                "one of them ends"
-            )
-        if job.rate_max is not None and job.rate_window and starts >= job.rate_max:
-            rate = Rate(job.rate_max, job.rate_window)
-            return f"{key} reached its rate of {rate}: it starts when the window allows"
-        return None
-
-    # -- control over work in flight ---------------------------------------------------
-
-    def job(self, job_id: int) -> JobHandle:
-        """A handle for any job id: ``refresh()``, ``result()``, ``cancel()``."""
-        if isinstance(job_id, bool) or not isinstance(job_id, int) or abs(job_id) > MAX_ID:
-            raise ConfigurationError(f"a job id is an integer (of 64 bits), got {job_id!r}")
-        return JobHandle(job_id, False, self)
-
-    def cancel(self, job_id: int) -> bool:
-        """Cancel a job: a pending one at once; a running one too, and its worker is told
-        to stop (``ctx.cancelled``; an async task is cancelled) within a heartbeat, at
-        once where the notifier pushes. The handler's outcome is discarded whatever it
-        does. No attempt is charged. True if this call cancelled it; False if it had
-        already ended (cancelling twice is harmless). Raises ``JobNotFound``."""
-        job_id = self.job(job_id).id
-        if self.backend.cancel_job(job_id):
-            log.info("job %s cancelled", job_id)
-            self._wakeups.emit("cancel", job_id)  # this process's workers, at once
-            return True
-        job = self.backend.get_job(job_id)
-        if job is None:
-            raise JobNotFound(f"no job {job_id}: it never existed, or it was pruned")
-        return False
-
-    def cancel_job(self, job_id: int) -> bool:
-        """Like :meth:`cancel`, but False (not an error) for a job that does not exist."""
-        try:
-            return self.cancel(job_id)
-        except JobNotFound:
-            return False
-
-    def cancel_many(
-        self, queue: str | None = None, task: str | None = None, state: str | None = None
-    ) -> int:
-        """Cancel every pending, waiting or running job matching all the filters given
-        (``state``: one of those three; at least one filter), in bounded batches; return
-        how many."""
-        if state is not None and state not in ("pending", "waiting", "running"):
-            raise ConfigurationError(
-                "cancel_many(state=...) must be 'pending', 'waiting', 'running' or None, "
-                f"got {state!r}: only jobs that have not ended can be cancelled"
-            )
-        if queue is None and task is None and state is None:
-            raise ConfigurationError(
-                "cancel_many() needs a queue, task or state: cancelling every job at once "
-                "is never what a typo should do (state='pending' cancels all pending jobs)"
-            )
-        if queue is not None:
-            check_queue_name(queue, "cancel_many(queue=...)")
-        return self.cancel_jobs(JobFilter(queue=queue, task=task, state=state))
-
-    # -- browsing and bulk actions (sqljobs.jobs) -------------------------------------
+        return admin.list_jobs(self, state, queue, limit)
 
     def find_jobs(
         self, filter: JobFilter | None = None, *, before: int | None = None, limit: int = 50
@@ -696,20 +548,7 @@ class App:
         """A page of the jobs matching ``filter``, newest first: pass the page's
         ``next_before`` as ``before`` for the next one (keyset paging, as cheap on page
         500 as on page 1). ``limit`` is 1 to 1000."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
-            raise ConfigurationError(f"find_jobs(limit={limit!r}): give 1 to 1000 jobs a page")
-        if before is not None and not is_job_id(before):
-            raise ConfigurationError(f"find_jobs(before={before!r}): give a job id")
-        return self.backend.find_jobs(self._searchable(filter), before, limit)
-
-    def _searchable(self, filter: JobFilter | None) -> JobFilter:
-        """``filter``, leaving out of a text search the jobs of tasks that redact
-        arguments: whether such a job matched would tell what its page hides."""
-        wanted = filter or JobFilter()
-        hiding = sorted(name for name, task in self.tasks.items() if task.redact)
-        if wanted.text is None or not hiding:
-            return wanted
-        return replace(wanted, skip_tasks=tuple(sorted({*hiding, *(wanted.skip_tasks or ())})))
+        return admin.find_jobs(self, filter, before=before, limit=limit)
 
     def count_jobs(self, filter: JobFilter | None = None, *, cap: int = 10_000) -> JobCount:
         """How many jobs match ``filter``, counted up to ``cap``; ``capped`` says the true
@@ -717,65 +556,14 @@ class App:
         fields, the newest :data:`~sqljobs.jobs.COUNT_SCAN` jobs are counted (a count
         over every job of a large table would read them all), and a count that did not
         reach the oldest job is capped too."""
-        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
-            raise ConfigurationError(f"count_jobs(cap={cap!r}): give a positive whole number")
-        wanted = self._searchable(filter)
-        if wanted.by_state_and_queue_only():
-            return self._count_from_stats(wanted, cap)
-        return self.backend.count_jobs(wanted, cap)
+        return admin.count_jobs(self, filter, cap=cap)
 
-    def _count_from_stats(self, wanted: JobFilter, cap: int) -> JobCount:
-        """A count by state and queue alone, from the per-queue counts ``stats()`` reads
-        through indexes (exact but for done and cancelled jobs past its own cap)."""
-        stats = self.backend.stats()
-        queues = [wanted.queue] if wanted.queue is not None else list(stats.counts)
-        states = [wanted.state] if wanted.state is not None else [s.value for s in JobState]
-        n = sum(stats.counts.get(q, {}).get(s, 0) for q in queues for s in states)
-        lower_bound = any(s in stats.capped.get(q, ()) for q in queues for s in states)
-        return JobCount(min(n, cap), n > cap or lower_bound)
-
-    def retry_jobs(self, filter: JobFilter) -> int:
-        """Send every dead or cancelled job matching ``filter`` back to pending with fresh
-        attempts, in batches; return how many. A cancelled job that runs after others is
-        left alone while one of them is not done (:meth:`retry_job` says why)."""
-        n = self.backend.retry_jobs(self._searchable(filter), filter.only(RETRYABLE))
-        log.info("retried %d jobs (%s)", n, filter.describe())
-        if n:
-            self._announce_retried()
-        return n
-
-    def cancel_jobs(self, filter: JobFilter) -> int:
-        """Cancel every pending, waiting or running job matching ``filter``, in batches,
-        as :meth:`cancel` does one; return how many."""
-        n = self.backend.cancel_jobs_matching(self._searchable(filter), filter.only(UNENDED))
-        log.info("cancelled %d jobs (%s)", n, filter.describe())
-        if n:
-            self._wakeups.emit("cancel", None)
-        return n
-
-    def delete_jobs(self, filter: JobFilter) -> int:
-        """Delete every ended (done, dead or cancelled) job matching ``filter``, in
-        batches; return how many. Jobs that have not ended are left alone: cancel them
-        first."""
-        n = self.backend.delete_jobs(self._searchable(filter), filter.only(ENDED))
-        log.info("deleted %d jobs (%s)", n, filter.describe())
-        return n
-
-    def delete_job(self, job_id: int) -> bool:
-        """Delete one ended job; False if there is no such job. A job that has not ended
-        is refused with ConfigurationError (cancel it first)."""
-        job_id = self.job(job_id).id
-        found = self.backend.get_job(job_id)
-        if found is None:
-            return False
-        if found.state.value not in ENDED:
-            raise ConfigurationError(
-                f"job {job_id} is {found.state.value}: only a done, dead or cancelled job "
-                "can be deleted (cancel it first)"
-            )
-        deleted = self.backend.delete_jobs(JobFilter(ids=(job_id,)), ENDED) == 1
-        log.info("job %s %s", job_id, "deleted" if deleted else "was not deleted: it changed")
-        return deleted
+    def waiting_reason(self, job: Job) -> str | None:
+        """Why a pending job is not running yet, if it is not simply next in line: no
+        live worker has its task, or none that has it serves its queue, or its time has
+        not come, or its queue is paused, or its limit is reached; or which parents a
+        waiting job waits for."""
+        return admin.waiting_reason(self, job)
 
     def workers(self) -> list[WorkerStatus]:
         """Every live worker (seen within its heartbeat) and the jobs it is running."""
@@ -784,9 +572,89 @@ class App:
     def job_children(self, job_id: int, limit: int = 100) -> list[int]:
         """The ids of the jobs enqueued ``after`` this one (up to ``limit``, 1 to 1000),
         oldest first."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
-            raise ConfigurationError(f"job_children(limit={limit!r}): give 1 to 1000")
-        return self.backend.job_children(self.job(job_id).id, limit)
+        return admin.job_children(self, job_id, limit)
+
+    def job(self, job_id: int) -> JobHandle:
+        """A handle for any job id: ``refresh()``, ``result()``, ``cancel()``."""
+        return JobHandle(check_job_id(job_id), False, self)
+
+    @overload
+    def cancel(self, which: int, /) -> bool: ...
+    @overload
+    def cancel(self, which: JobFilter, /) -> int: ...
+    @overload
+    def cancel(
+        self, /, *, queue: str | None = None, task: str | None = None, state: str | None = None
+    ) -> int: ...
+
+    def cancel(
+        self,
+        which: int | JobFilter | None = None,
+        /,
+        *,
+        queue: str | None = None,
+        task: str | None = None,
+        state: str | None = None,
+    ) -> bool | int:
+        """Cancel one job, or every job that matches.
+
+        ``app.cancel(job_id)``: a pending or waiting job ends at once; a running one
+        too, and its worker is told to stop (``ctx.cancelled``; an async task is
+        cancelled) within a heartbeat, at once where the notifier pushes. The handler's
+        outcome is discarded whatever it does; no attempt is charged. True if this call
+        cancelled it; False if it had already ended (cancelling twice is harmless).
+        Raises ``JobNotFound`` for an id that names no job.
+
+        ``app.cancel(JobFilter(...))``, or ``app.cancel(queue=..., task=..., state=...)``
+        (at least one; ``state`` one of pending, waiting, running): every pending,
+        waiting or running job that matches, as one is cancelled, in bounded batches;
+        returns how many. The aliases :meth:`cancel_job`, :meth:`cancel_jobs` and
+        :meth:`cancel_many` are these three forms under their earlier names."""
+        return admin.cancel(self, which, queue=queue, task=task, state=state)
+
+    def cancel_job(self, job_id: int) -> bool:
+        """``cancel(job_id)``, but False (not an error) for a job that does not exist."""
+        return admin.cancel_job(self, job_id)
+
+    def cancel_jobs(self, filter: JobFilter) -> int:
+        """``cancel(filter)``: every pending, waiting or running job matching ``filter``."""
+        return admin.cancel_matching(self, filter)
+
+    def cancel_many(
+        self, queue: str | None = None, task: str | None = None, state: str | None = None
+    ) -> int:
+        """``cancel(queue=..., task=..., state=...)``: every pending, waiting or running
+        job matching all the filters given (at least one); returns how many."""
+        return admin.cancel(self, queue=queue, task=task, state=state, where="cancel_many")
+
+    def retry_job(self, job_id: int) -> bool:
+        """Send a dead or cancelled job back to pending with fresh attempts. A job enqueued
+        ``after`` others is refused while one of them is not done: it would run before
+        them (retry those first)."""
+        return admin.retry_job(self, job_id)
+
+    def retry_jobs(self, filter: JobFilter) -> int:
+        """Send every dead or cancelled job matching ``filter`` back to pending with fresh
+        attempts, in batches; return how many. A cancelled job that runs after others is
+        left alone while one of them is not done (:meth:`retry_job` says why)."""
+        return admin.retry_jobs(self, filter)
+
+    def retry_dead(self, queue: str | None = None) -> int:
+        """Send every dead job (of ``queue``, or all) back to pending; return how many."""
+        return admin.retry_jobs(self, JobFilter(state=JobState.DEAD.value, queue=queue))
+
+    def delete_job(self, job_id: int) -> bool:
+        """Delete one ended job; False if there is no such job. A job that has not ended
+        is refused with ConfigurationError (cancel it first)."""
+        return admin.delete_job(self, job_id)
+
+    def delete_jobs(self, filter: JobFilter) -> int:
+        """Delete every ended (done, dead or cancelled) job matching ``filter``, in
+        batches; return how many. Jobs that have not ended are left alone: cancel them
+        first."""
+        return admin.delete_jobs(self, filter)
+
+    # -- queues ------------------------------------------------------------------------
 
     def limit_queue(
         self, name: str, *, concurrency: int | None = None, rate: str | None = None
@@ -799,54 +667,26 @@ class App:
         the catalogue, where an enqueue by name from a service without it finds it."""
         check_queue_name(name, "limit_queue")
         self.queue_limits[name] = define_queue_limit(name, concurrency, rate)
-        log.debug("queue %s limited: concurrency=%s rate=%s", name, concurrency, rate)
-
-    def queue_limit_records(self, queues: Iterable[str]) -> list[QueueLimit]:
-        """What a worker records in the catalogue for the queues it serves: each one's
-        limit, or none (which clears a limit since taken out of the code)."""
-        names = set(queues) | set(self.queue_limits)
-        return [QueueLimit.of(name, self.queue_limits.get(name)) for name in sorted(names)]
 
     def pause_queue(self, name: str) -> bool:
         """Stop every worker, on every host, from claiming jobs of queue ``name``; jobs
         already running finish, enqueues and schedules still add to it. True if this
         call paused it (False: it was paused already)."""
-        check_queue_name(name, "pause_queue")
-        paused = self.backend.pause_queue(name)
-        log.info("queue %s %s", name, "paused" if paused else "was already paused")
-        return paused
+        return admin.pause_queue(self, name)
 
     def resume_queue(self, name: str) -> bool:
         """Let workers claim from queue ``name`` again (woken at once); True if it was
         paused."""
-        check_queue_name(name, "resume_queue")
-        resumed = self.backend.resume_queue(name)
-        if resumed:
-            log.info("queue %s resumed", name)
-            self.backend.notifier.announce([name])
-            self.wake_local_workers()
-        return resumed
+        return admin.resume_queue(self, name)
 
     def paused_queues(self) -> dict[str, float | None]:
         """Each paused queue and when it was paused (Unix seconds; None if not known)."""
-        return {name: at for name, (paused, at) in self.backend.queue_states().items() if paused}
+        return admin.paused_queues(self)
 
     def queues(self) -> list[QueueInfo]:
-        """Every queue that has jobs, tasks of this app, or a pause: (name, paused, counts by state,
-        age of the oldest due pending job in seconds or None), by name."""
-        stats = self.stats()  # it reads the paused queues too: no second query
-        paused = set(stats.paused)
-        names = set(stats.counts) | paused
-        empty = {s.value: 0 for s in JobState}
-        return [
-            QueueInfo(
-                name,
-                name in paused,
-                dict(stats.counts.get(name, empty)),
-                stats.oldest_pending_age_by_queue.get(name),
-            )
-            for name in sorted(names)
-        ]
+        """Every queue that has jobs, tasks of this app, or a pause: (name, paused,
+        counts by state, age of the oldest due pending job in seconds or None), by name."""
+        return admin.queues(self)
 
     # -- periodic schedules ------------------------------------------------------------
 

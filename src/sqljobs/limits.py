@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -212,3 +212,11 @@ def arguments_by_name(
         else:
             out[name] = value
     return out
+
+
+def queue_limit_records(limits: Mapping[str, Limit], queues: Iterable[str]) -> list[QueueLimit]:
+    """What a worker records in the catalogue for the queues it serves: each one's limit
+    in ``limits`` (an App's ``queue_limits``), or none (which clears a limit since taken
+    out of the code)."""
+    names = set(queues) | set(limits)
+    return [QueueLimit.of(name, limits.get(name)) for name in sorted(names)]

@@ -9,7 +9,7 @@ import math
 import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import overload
+from typing import TypeGuard, overload
 
 from .errors import ConfigurationError
 
@@ -17,7 +17,7 @@ MAX_ID = 2**63 - 1
 """A job id is a signed 64-bit integer on every engine."""
 
 
-def is_whole(value: object, low: int | None = None, high: int | None = None) -> bool:
+def is_whole(value: object, low: int | None = None, high: int | None = None) -> TypeGuard[int]:
     """Whether ``value`` is an int (not a bool) within ``low`` and ``high`` (each bound
     left out when None)."""
     return (
@@ -28,12 +28,12 @@ def is_whole(value: object, low: int | None = None, high: int | None = None) -> 
     )
 
 
-def is_number(value: object) -> bool:
+def is_number(value: object) -> TypeGuard[int | float]:
     """Whether ``value`` is a finite int or float (not a bool)."""
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def is_job_id(value: object) -> bool:
+def is_job_id(value: object) -> TypeGuard[int]:
     """Whether ``value`` can be a job's id: a whole number from 1 to 2**63 - 1."""
     return is_whole(value, 1, MAX_ID)
 
@@ -49,11 +49,19 @@ def is_searchable(value: object) -> bool:
     return True
 
 
+def check_job_id(value: object) -> int:
+    """``value`` if it is an integer of 64 bits: what ``app.job()`` and the calls that
+    take an id accept (one that names no job is for the database to say)."""
+    if not is_whole(value, -MAX_ID, MAX_ID):
+        raise ConfigurationError(f"a job id is an integer (of 64 bits), got {value!r}")
+    return value
+
+
 def whole_number(value: object, name: str, *, low: int = 1, high: int | None = None) -> int:
     """``value`` if it is an int (not a bool) from ``low`` to ``high`` (no upper bound if
     None)."""
     if is_whole(value, low, high):
-        return value  # type: ignore[return-value]
+        return value
     span = f">= {low}" if high is None else f"from {low} to {high}"
     raise ConfigurationError(f"{name} must be a whole number {span}, got {value!r}")
 
@@ -61,8 +69,8 @@ def whole_number(value: object, name: str, *, low: int = 1, high: int | None = N
 def finite_number(value: object, name: str, *, positive: bool = False) -> float:
     """``value`` as a float if it is a finite int or float (not a bool); with
     ``positive``, above zero."""
-    if is_number(value) and (not positive or value > 0):  # type: ignore[operator]
-        return float(value)  # type: ignore[arg-type]
+    if is_number(value) and (not positive or value > 0):
+        return float(value)
     kind = "a finite number above 0" if positive else "a finite number"
     raise ConfigurationError(f"{name} must be {kind}, got {value!r}")
 

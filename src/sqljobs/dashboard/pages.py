@@ -31,6 +31,7 @@ from ..jobs import (
     JobState,
     WorkerStatus,
 )
+from ..limits import queue_limit_records
 from ..schedules import ScheduleState
 from . import charts
 from .api import filter_fields
@@ -263,7 +264,9 @@ class Pages:
         app = self.app
         stats = app.stats()
         infos = queue_infos(app, stats)
-        limits = {r.queue: r for r in app.queue_limit_records(q.name for q in infos)}
+        limits = {
+            r.queue: r for r in queue_limit_records(app.queue_limits, (q.name for q in infos))
+        }
         return self.render(
             "queues.html",
             view,

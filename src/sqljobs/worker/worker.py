@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..backends.base import Backend, WorkerInfo
 from ..errors import BackendError, ConfigurationError
+from ..limits import queue_limit_records
 from ..rollup import Meter
 from .completer import Completer
 from .config import WorkerConfig
@@ -235,7 +236,7 @@ class Worker:
             self.config.concurrency,
             heartbeat_interval,
             tuple(task.info for task in self.app.tasks.values()),
-            tuple(self.app.queue_limit_records(self._served_queues())),
+            tuple(queue_limit_records(self.app.queue_limits, self._served_queues())),
         )
         self._began = time.monotonic()
         backend = connect(self.app, self.config, info, self._shutdown.requested, self._wake)
