@@ -20,7 +20,7 @@ from .conftest import db_execute, expire_lease
 def _claim_until_empty(
     url: str, name: str, start: multiprocessing.synchronize.Barrier
 ) -> list[int]:
-    backend = App(url).open_backend()
+    backend = App(url)._open_backend()
     start.wait()  # every claimer starts at the same moment
     got: list[int] = []
     empty = 0
@@ -236,7 +236,7 @@ def test_the_reaper_is_safe_to_run_concurrently(app: App) -> None:
     held = app.backend.claim_jobs("gone", None, 200)
     for j in held:
         expire_lease(app, j.id)
-    reapers = [Reaper(sqljobs.App(app.url).open_backend()) for _ in range(3)]
+    reapers = [Reaper(sqljobs.App(app.url)._open_backend()) for _ in range(3)]
     import threading
 
     results: list[int] = []

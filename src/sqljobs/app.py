@@ -37,7 +37,6 @@ from .limits import (
     define_queue_limit,
 )
 from .notifiers import LocalNotifier
-from .notifiers.base import JobEventCallback
 from .payload import check_text
 from .retention import (
     DEFAULT_RETENTION,
@@ -157,10 +156,10 @@ class App:
         if self._backend is None:
             with self._lock:
                 if self._backend is None:
-                    self._backend = self.open_backend()
+                    self._backend = self._open_backend()
         return self._backend
 
-    def open_backend(self, **options: Any) -> Backend:
+    def _open_backend(self, **options: Any) -> Backend:
         """A new backend instance on this app's database (workers take their own)."""
         check_sqlite_directory(self.url)
         backend = open_backend(self.url, **{"clock": self.clock, **self.backend_options, **options})
@@ -181,7 +180,7 @@ class App:
             self._backend.close()
             self._backend = None
 
-    def job_watcher(self) -> JobWatcher:
+    def _job_watcher(self) -> JobWatcher:
         """What wakes callers waiting on this app's jobs (one per app, made on first use)."""
         backend = self.backend
         with self._lock:
@@ -373,7 +372,7 @@ class App:
         else:
             made = store(everything)
         if connection is None:
-            self.wake_local_workers()
+            self._wakeups.announce()
         handles = made[: len(jobs)]
         then_handle = made[len(jobs)] if callback is not None else None
         log.info("group of %d enqueued%s", len(handles),
@@ -478,32 +477,6 @@ class App:
         from .tracing import enable_tracing
 
         enable_tracing(self, tracer_provider, child_of_enqueue=child_of_enqueue)
-
-    # -- in-process wake-ups -----------------------------------------------------------
-
-    def add_wakeup(self, event: threading.Event) -> None:
-        """Have ``event`` set whenever this app enqueues (a worker in this process)."""
-        self._wakeups.subscribe(event.set)
-
-    def remove_wakeup(self, event: threading.Event) -> None:
-        self._wakeups.unsubscribe(event.set)
-
-    def watch_jobs(self, callback: JobEventCallback) -> None:
-        """Have ``callback`` told of this app's own cancels (its workers, at once)."""
-        self._wakeups.watch_jobs(callback)
-
-    def unwatch_jobs(self, callback: JobEventCallback) -> None:
-        self._wakeups.unwatch_jobs(callback)
-
-    def local_marker(self) -> int:
-        """How many times this app has woken its own process's workers: a worker that sees
-        it move claims (where nothing else would tell it, as in poll-only mode)."""
-        marker = self._wakeups.change_marker()
-        return marker or 0
-
-    def wake_local_workers(self) -> None:
-        """Wake this process's workers: call it after a commit that may have made work."""
-        self._wakeups.announce()
 
     # -- inspection, browsing and admin (sqljobs.admin) --------------------------------
 
@@ -863,7 +836,7 @@ class App:
         if result is None or result.job_id is None:
             raise ScheduleNotFound(f"no schedule named {name!r}")
         if result.created:
-            self.wake_local_workers()
+            self._wakeups.announce()
         return JobHandle(result.job_id, result.created, self)
 
     # -- workers -----------------------------------------------------------------------

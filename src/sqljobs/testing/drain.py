@@ -141,7 +141,7 @@ class _Drain:
             while True:
                 ticks = self.scheduler.run_once()
                 if ticks.enqueued:
-                    self.app.wake_local_workers()
+                    self.app._wakeups.announce()
                 left = self.deadline - time.monotonic()
                 try:
                     if left <= 0:
