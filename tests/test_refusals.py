@@ -17,6 +17,7 @@ import pytest
 import sqljobs
 import sqljobs.enqueue
 import sqljobs.worker
+import sqljobs.worker.run
 from sqljobs import App, ConfigurationError, PayloadError, Retry
 from sqljobs.errors import PayloadTooLarge, UnknownTask
 from sqljobs.handles import JobHandle
@@ -143,7 +144,7 @@ def test_run_worker_takes_a_string_as_one_queue(
         def run(self) -> None:
             raise _Stopped
 
-    monkeypatch.setattr(sqljobs.worker, "Worker", FakeWorker)
+    monkeypatch.setattr(sqljobs.worker.run, "Worker", FakeWorker)
     with pytest.raises(_Stopped):
         offline.run_worker(queues="default")
     assert seen[0].queues == ("default",)

@@ -15,9 +15,10 @@ below.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, overload
 
 from .errors import ConfigurationError, JobNotFound
 from .jobs import (
@@ -30,43 +31,98 @@ from .jobs import (
     JobPage,
     JobState,
     QueueInfo,
+    WorkerStatus,
 )
 from .limits import Rate
-from .rollup import MinuteCounts, check_window, minute_counts, minute_of
+from .rollup import MetricAmount, MinuteCounts, check_window, minute_counts, minute_of
 from .validate import check_queue_name, is_job_id, is_whole
 
 if TYPE_CHECKING:
     from .app import App
+    from .stats import Stats
 
 log = logging.getLogger("sqljobs")
 
 CANCELLABLE = ("pending", "waiting", "running")
 
 
+@overload
+def cancel(app: App, which: int, /) -> bool: ...
+@overload
+def cancel(app: App, which: JobFilter, /) -> int: ...
+@overload
+def cancel(
+    app: App, /, *, queue: str | None = None, task: str | None = None, state: str | None = None
+) -> int: ...
+
+
 def cancel(
     app: App,
     which: int | JobFilter | None = None,
+    /,
     *,
     queue: str | None = None,
     task: str | None = None,
     state: str | None = None,
-    where: str = "cancel",
 ) -> bool | int:
-    """``App.cancel``: one job by id (True if this call cancelled it), or every job a
-    :class:`~sqljobs.JobFilter` or ``queue``/``task``/``state`` match (how many)."""
+    """Cancel one job, or every job that matches.
+
+    ``app.cancel(job_id)``: a pending or waiting job ends at once; a running one too,
+    and its worker is told to stop (``ctx.cancelled``; an async task is cancelled)
+    within a heartbeat, at once where the notifier pushes. The handler's outcome is
+    discarded whatever it does; no attempt is charged. True if this call cancelled it;
+    False if it had already ended (cancelling twice is harmless). Raises ``JobNotFound``
+    for an id that names no job.
+
+    ``app.cancel(JobFilter(...))``, or ``app.cancel(queue=..., task=..., state=...)`` (at
+    least one; ``state`` one of pending, waiting, running): every pending, waiting or
+    running job that matches, as one is cancelled, in bounded batches; returns how many.
+    The aliases ``cancel_job``, ``cancel_jobs`` and ``cancel_many`` are these forms under
+    their earlier names."""
     if isinstance(which, JobFilter):
         if (queue, task, state) != (None, None, None):
             raise ConfigurationError(
-                f"{where}(): give a JobFilter or queue=/task=/state=, not both "
+                "cancel(): give a JobFilter or queue=/task=/state=, not both "
                 "(a JobFilter has those fields)"
             )
-        return cancel_matching(app, which)
+        return cancel_jobs(app, which)
     if which is not None:
         if (queue, task, state) != (None, None, None):
             raise ConfigurationError(
-                f"{where}({which!r}, ...): a job id names one job: leave out queue, task and state"
+                f"cancel({which!r}, ...): a job id names one job: leave out queue, task and state"
             )
-        return cancel_one(app, which)
+        return _cancel_one(app, which)
+    return _cancel_by(app, queue, task, state, "cancel")
+
+
+def cancel_job(app: App, job_id: int) -> bool:
+    """``cancel(job_id)``, but False (not an error) for a job that does not exist."""
+    try:
+        return _cancel_one(app, job_id)
+    except JobNotFound:
+        return False
+
+
+def cancel_jobs(app: App, filter: JobFilter) -> int:
+    """``cancel(filter)``: cancel every pending, waiting or running job matching
+    ``filter``, in batches, as :meth:`cancel` does one; return how many."""
+    n = app.backend.cancel_jobs_matching(_searchable(app, filter), filter.only(UNENDED))
+    log.info("cancelled %d jobs (%s)", n, filter.describe())
+    if n:
+        app._wakeups.emit("cancel", None)
+    return n
+
+
+def cancel_many(
+    app: App, queue: str | None = None, task: str | None = None, state: str | None = None
+) -> int:
+    """``cancel(queue=..., task=..., state=...)``: cancel every pending, waiting or running
+    job matching all the filters given (``state``: one of those three; at least one
+    filter), in bounded batches; return how many."""
+    return _cancel_by(app, queue, task, state, "cancel_many")
+
+
+def _cancel_by(app: App, queue: str | None, task: str | None, state: str | None, where: str) -> int:
     if state is not None and state not in CANCELLABLE:
         raise ConfigurationError(
             f"{where}(state=...) must be 'pending', 'waiting', 'running' or None, "
@@ -80,11 +136,10 @@ def cancel(
         )
     if queue is not None:
         check_queue_name(queue, f"{where}(queue=...)")
-    return cancel_matching(app, JobFilter(queue=queue, task=task, state=state))
+    return cancel_jobs(app, JobFilter(queue=queue, task=task, state=state))
 
 
-def cancel_one(app: App, job_id: int) -> bool:
-    """Cancel job ``job_id``; True if this call cancelled it, False if it had ended."""
+def _cancel_one(app: App, job_id: int) -> bool:
     job_id = app.job(job_id).id
     if app.backend.cancel_job(job_id):
         log.info("job %s cancelled", job_id)
@@ -93,23 +148,6 @@ def cancel_one(app: App, job_id: int) -> bool:
     if app.backend.get_job(job_id) is None:
         raise JobNotFound(f"no job {job_id}: it never existed, or it was pruned")
     return False
-
-
-def cancel_job(app: App, job_id: int) -> bool:
-    """:func:`cancel_one`, but False (not an error) for a job that does not exist."""
-    try:
-        return cancel_one(app, job_id)
-    except JobNotFound:
-        return False
-
-
-def cancel_matching(app: App, filter: JobFilter) -> int:
-    """Cancel every pending, waiting or running job matching ``filter``, in batches."""
-    n = app.backend.cancel_jobs_matching(_searchable(app, filter), filter.only(UNENDED))
-    log.info("cancelled %d jobs (%s)", n, filter.describe())
-    if n:
-        app._wakeups.emit("cancel", None)
-    return n
 
 
 def get_job(app: App, job_id: int) -> Job | None:
@@ -159,7 +197,8 @@ def _announce_retried(app: App) -> None:
 def waiting_reason(app: App, job: Job) -> str | None:
     """Why a pending job is not running yet, if it is not simply next in line: no
     live worker has its task, or none that has it serves its queue, or its time has
-    not come; or which parents a waiting job waits for."""
+    not come, or its queue is paused, or its limit is reached; or which parents a
+    waiting job waits for."""
     if job.state is JobState.WAITING:
         open_parents = app.backend.open_parents(job.id, job.parents)
         ids = ", ".join(map(str, open_parents))
@@ -255,6 +294,11 @@ def _count_from_stats(app: App, wanted: JobFilter, cap: int) -> JobCount:
     return JobCount(min(n, cap), n > cap or lower_bound)
 
 
+def retry_dead(app: App, queue: str | None = None) -> int:
+    """Send every dead job (of ``queue``, or all) back to pending; return how many."""
+    return retry_jobs(app, JobFilter(state=JobState.DEAD.value, queue=queue))
+
+
 def retry_jobs(app: App, filter: JobFilter) -> int:
     """Send every dead or cancelled job matching ``filter`` back to pending with fresh
     attempts, in batches; return how many. A cancelled job that runs after others is
@@ -290,6 +334,17 @@ def delete_job(app: App, job_id: int) -> bool:
     deleted = app.backend.delete_jobs(JobFilter(ids=(job_id,)), ENDED) == 1
     log.info("job %s %s", job_id, "deleted" if deleted else "was not deleted: it changed")
     return deleted
+
+
+def workers(app: App) -> list[WorkerStatus]:
+    """Every live worker (seen within its heartbeat) and the jobs it is running."""
+    return app.backend.worker_statuses()
+
+
+def metric_totals(app: App) -> list[MetricAmount]:
+    """Every counted amount since the database began (by queue, task, outcome, series
+    and bucket): what the Prometheus counters and histograms show."""
+    return app.backend.metric_totals()
 
 
 def job_children(app: App, job_id: int, limit: int = 100) -> list[int]:
@@ -366,3 +421,40 @@ def metric_label_sets(app: App) -> tuple[set[tuple[str, str]], set[tuple[str, st
     for queue, task, is_scheduled in app.backend.metric_label_sets():
         (scheduled if is_scheduled else tasks).add((queue, task))
     return tasks, scheduled
+
+
+# -- for asyncio callers: each in a thread, so the event loop is never blocked ----------
+
+
+async def stats_async(app: App) -> Stats:
+    """``app.stats()``, awaitable."""
+    return await asyncio.to_thread(app.stats)
+
+
+async def queues_async(app: App) -> list[QueueInfo]:
+    """``app.queues()``, awaitable."""
+    return await asyncio.to_thread(queues, app)
+
+
+async def get_job_async(app: App, job_id: int) -> Job | None:
+    """``app.get_job()``, awaitable."""
+    return await asyncio.to_thread(get_job, app, job_id)
+
+
+async def cancel_async(app: App, job_id: int) -> bool:
+    """``app.cancel(job_id)``, awaitable."""
+    return await asyncio.to_thread(cancel, app, job_id)
+
+
+async def find_jobs_async(
+    app: App, filter: JobFilter | None = None, *, before: int | None = None, limit: int = 50
+) -> JobPage:
+    """``app.find_jobs()``, awaitable."""
+    return await asyncio.to_thread(find_jobs, app, filter, before=before, limit=limit)
+
+
+async def count_jobs_async(
+    app: App, filter: JobFilter | None = None, *, cap: int = 10_000
+) -> JobCount:
+    """``app.count_jobs()``, awaitable."""
+    return await asyncio.to_thread(count_jobs, app, filter, cap=cap)

@@ -1,32 +1,38 @@
-"""Tasks: registered functions, and the options an enqueue may carry."""
+"""Tasks: registered functions (``@app.task``), a task bound to enqueue options, and a
+signature (a task and its arguments, for ``app.group``)."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
 import inspect
+import logging
 import typing
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, Protocol, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, Protocol, cast, overload
 
 from typing_extensions import ParamSpec, TypeVar
 
-from .dependencies import AfterPolicy
+from .dependencies import AfterPolicy, Group, check_policy
 from .enqueue import build_job, enqueue_options, insert, insert_async, is_async_connection
 from .errors import ConfigurationError, PayloadError
 from .handles import JobHandle
+from .hooks import around_enqueue
 from .jobs import EnqueueOptions, KeyScope, NewJob, TaskInfo
-from .limits import Limit, arguments_by_name
+from .limits import Limit, arguments_by_name, define_limit
 from .model_args import find_models
-from .retention import KeyRetention
+from .payload import check_text
+from .retention import KeyRetention, key_retention_of
 from .retry import Retry
-from .validate import check_priority
+from .validate import check_priority, check_queue_name, seconds
 
 if TYPE_CHECKING:
     from .app import App
     from .context import JobContext
+
+log = logging.getLogger("sqljobs")
 
 P = ParamSpec("P", default=...)
 """The parameters a caller passes to ``enqueue`` (a context parameter left out)."""
@@ -354,6 +360,107 @@ class Signature:
         return replace(job, collect=True)
 
 
+def define_task(
+    app: App,
+    fn: Callable[..., Any] | None,
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+    lease: float | timedelta | None = None,
+    retry: Retry | None = None,
+    priority: int = 0,
+    timeout: float | timedelta | None = None,
+    store_result: bool = True,
+    concurrency: int | None = None,
+    concurrency_key: Callable[..., Any] | None = None,
+    rate: str | None = None,
+    redact: Sequence[str] = (),
+    key_retention: KeyRetention = "default",
+) -> Task[..., Any] | TaskDecorator:
+    """``@app.task``: register ``fn`` with ``app`` (or return the decorator that will),
+    with the App's defaults for what is not given. Options as for ``App.task``."""
+    kept = key_retention
+    if not (isinstance(kept, str) and kept == "default"):
+        kept = key_retention_of(kept, "@app.task(key_retention=...)")
+    if queue is not None:
+        check_queue_name(queue, "@app.task(queue=...)")
+
+    def register(func: Callable[..., Any]) -> Task:
+        task_name = check_text(name or func.__name__, "task name")
+        if task_name in app.tasks:
+            raise ConfigurationError(f"a task named {task_name!r} is already registered")
+        task = Task(
+            app,
+            func,
+            name=task_name,
+            queue=app.default_queue if queue is None else queue,
+            lease=app.default_lease if lease is None else seconds(lease, "lease"),
+            retry=retry or app.default_retry,
+            priority=priority,
+            timeout=seconds(timeout, "timeout"),
+            store_result=store_result,
+            limit=define_limit(concurrency, concurrency_key, rate, task_name),
+            redact=redact,
+            key_retention=kept,
+        )
+        app.tasks[task_name] = task
+        return task
+
+    return register(fn) if fn is not None else cast(TaskDecorator, register)
+
+
+def enqueue_group(
+    app: App,
+    members: Iterable[Signature],
+    then: Signature | None = None,
+    *,
+    after_policy: AfterPolicy = "done",
+    connection: Any = None,
+) -> Group:
+    """Enqueue ``members`` (``task.s(...)`` signatures) and, given ``then``, a callback
+    that runs once they have all ended, called with their results (a list, in the
+    members' order) before its own arguments, all in one transaction (or in the
+    caller's, on ``connection``). Under ``after_policy="done"`` a member that ends dead
+    or cancelled cancels the callback; ``"always"`` runs it anyway, with None for that
+    member's result."""
+    if isinstance(members, Signature) or not isinstance(members, Iterable):
+        raise ConfigurationError(
+            f"group() takes a list of task signatures (task.s(...)), got {members!r}"
+        )
+    signatures = list(members)
+    for i, sig in enumerate([*signatures, then] if then is not None else signatures):
+        if not isinstance(sig, Signature):
+            raise ConfigurationError(
+                f"group() takes task signatures (task.s(...)), got {sig!r} at {i}"
+            )
+    if not signatures:
+        raise ConfigurationError("group() needs at least one member signature")
+    now = app.clock()
+    jobs = [sig.new_job(now) for sig in signatures]
+    callback = None
+    if then is not None:
+        callback = replace(then.new_job(now, collect=True), after_policy=check_policy(after_policy))
+
+    def store(rows: Iterable[NewJob]) -> list[JobHandle]:
+        given = list(rows)  # as built, or carrying the enqueue middleware's headers
+        members, then_job = given[: len(jobs)], given[len(jobs)] if callback else None
+        got, last = app.backend.enqueue_group(members, then_job, connection)
+        return [JobHandle(r.id, r.created, app) for r in [*got, *([last] if last else [])]]
+
+    everything = [*jobs, *([callback] if callback is not None else [])]
+    if app.hooks.around_enqueue:
+        made = around_enqueue(app.hooks, everything, connection is not None, store)
+    else:
+        made = store(everything)
+    if connection is None:
+        app._wakeups.announce()
+    handles = made[: len(jobs)]
+    then_handle = made[len(jobs)] if callback is not None else None
+    log.info("group of %d enqueued%s", len(handles),
+             "" if then_handle is None else f", then job {then_handle.id}")  # fmt: skip
+    return Group(handles, then_handle)
+
+
 def _first_param_is_context(fn: Callable[..., Any]) -> bool:
     from .context import JobContext
 
@@ -372,7 +479,7 @@ def _first_param_is_context(fn: Callable[..., Any]) -> bool:
     return False
 
 
-__all__ = ["BoundTask", "Signature", "Task", "TaskDecorator"]
+__all__ = ["BoundTask", "Signature", "Task", "TaskDecorator", "define_task", "enqueue_group"]
 
 
 def _check_redact(
