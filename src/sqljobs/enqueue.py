@@ -30,9 +30,8 @@ from .handles import JobHandle
 from .hooks import around_enqueue, around_enqueue_async
 from .jobs import EnqueueOptions, KeyScope, NewJob, TaskInfo
 from .limits import QUEUE_KEY, Limit, arguments_by_name
-from .payload import check_text
 from .retention import KeyRetention, check_key_retention, key_hold
-from .validate import check_due, check_priority, check_queue_name, seconds, to_epoch
+from .validate import check_due, check_priority, check_queue_name, check_text, seconds, to_epoch
 
 if TYPE_CHECKING:
     from .app import App

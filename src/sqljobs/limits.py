@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigurationError, PayloadError
-from .payload import check_text
+from .validate import check_text, is_whole
 
 KeyFunction = Callable[..., Any]
 
@@ -95,7 +95,7 @@ class Limit:
 
     def __post_init__(self) -> None:
         limit = self.concurrency
-        bad = isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        bad = not is_whole(limit, 1)
         if limit is not None and bad:
             raise ConfigurationError(f"concurrency must be an int >= 1, got {limit!r}")
         if self.key is not None and not callable(self.key):

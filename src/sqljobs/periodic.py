@@ -17,7 +17,6 @@ from .errors import ConfigurationError, ScheduleNotFound, SqljobsError
 from .handles import JobHandle
 from .jobs import TaskInfo
 from .maintenance.scheduler import Scheduler
-from .payload import check_text
 from .retry import Retry
 from .schedules import (
     ScheduleState,
@@ -29,7 +28,7 @@ from .schedules import (
     tick_key,
 )
 from .tasks import Task, TaskDecorator
-from .validate import check_queue_name
+from .validate import check_queue_name, check_text
 
 if TYPE_CHECKING:
     from .app import App

@@ -23,7 +23,7 @@ from .enqueue import build_job, catalogued_task
 from .errors import ConfigurationError
 from .errors import ScheduleNotFound as ScheduleNotFound  # its home before errors.py
 from .jobs import EnqueueOptions, NewJob
-from .validate import seconds
+from .validate import check_text, is_whole, seconds
 
 if TYPE_CHECKING:
     from .app import App
@@ -109,16 +109,16 @@ def define_schedule(
 ) -> Schedule:
     """Check a definition and return it; every mistake is a ConfigurationError (or a
     PayloadError for kwargs) here, at definition time, never in a worker later."""
-    payload.check_text(name, "schedule name")
+    check_text(name, "schedule name")
     task_name = task if isinstance(task, str) else getattr(task, "name", None)
     if not isinstance(task_name, str) or not task_name:
         raise ConfigurationError(f"schedule {name!r}: task must be a task name, got {task!r}")
-    payload.check_text(task_name, f"schedule {name!r}: task name")
+    check_text(task_name, f"schedule {name!r}: task name")
     cron, interval = check_timing(cron, every, tz, where=f"schedule {name!r}")
     check_policies(overlap, misfire, where=f"schedule {name!r}")
     if not isinstance(queue, str) or not queue:
         raise ConfigurationError(f"schedule {name!r}: queue must be a non-empty string")
-    if not isinstance(priority, int) or isinstance(priority, bool):
+    if not is_whole(priority):
         raise ConfigurationError(f"schedule {name!r}: priority must be an int, got {priority!r}")
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise ConfigurationError(

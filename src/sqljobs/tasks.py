@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, Protocol, 
 
 from typing_extensions import ParamSpec, TypeVar
 
+from .context import JobContext
 from .dependencies import AfterPolicy, Group, check_policy
 from .enqueue import build_job, enqueue_options, insert, insert_async, is_async_connection
 from .errors import ConfigurationError, PayloadError
@@ -23,14 +24,12 @@ from .hooks import around_enqueue
 from .jobs import EnqueueOptions, KeyScope, NewJob, TaskInfo
 from .limits import Limit, arguments_by_name, define_limit
 from .model_args import find_models
-from .payload import check_text
 from .retention import KeyRetention, key_retention_of
 from .retry import Retry
-from .validate import check_priority, check_queue_name, seconds
+from .validate import check_priority, check_queue_name, check_text, seconds
 
 if TYPE_CHECKING:
     from .app import App
-    from .context import JobContext
 
 log = logging.getLogger("sqljobs")
 
@@ -462,8 +461,6 @@ def enqueue_group(
 
 
 def _first_param_is_context(fn: Callable[..., Any]) -> bool:
-    from .context import JobContext
-
     params = list(inspect.signature(fn).parameters.values())
     if not params:
         return False

@@ -28,9 +28,12 @@ def is_whole(value: object, low: int | None = None, high: int | None = None) -> 
     )
 
 
-def is_number(value: object) -> TypeGuard[int | float]:
-    """Whether ``value`` is a finite int or float (not a bool)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+def is_number(value: object, *, finite: bool = True) -> TypeGuard[int | float]:
+    """Whether ``value`` is an int or float (not a bool), finite unless ``finite=False``
+    (NaN is never a number here: it compares false with every bound)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    return math.isfinite(value) if finite else not math.isnan(value)
 
 
 def is_job_id(value: object) -> TypeGuard[int]:
@@ -127,6 +130,35 @@ def check_queue_name(name: object, where: str) -> str:
     )
 
 
+NAME_LIMIT = 500
+"""The most characters in a task name, a key or a schedule name: each is indexed, and
+PostgreSQL refuses an index entry over 2704 bytes (500 characters are at most 2000)."""
+
+
+def check_text(value: object, what: str) -> str:
+    """``value`` if it is a name both databases store and index as given, else a
+    ConfigurationError naming ``what``: a non-empty string of at most :data:`NAME_LIMIT`
+    characters, without NUL (PostgreSQL's text refuses it, so SQLite is held to the same)
+    and valid Unicode (a lone surrogate has no UTF-8 form)."""
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"{what} must be a non-empty string, got {value!r}")
+    if len(value) > NAME_LIMIT:
+        raise ConfigurationError(
+            f"{what} {value[:40]!r}... is {len(value):,} characters, over {NAME_LIMIT}: "
+            "name by an id, not by data"
+        )
+    if "\x00" in value:
+        raise ConfigurationError(f"{what} {value[:200]!r} contains a NUL character")
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError as exc:
+            raise ConfigurationError(
+                f"{what} {value[:200]!r} is not valid Unicode ({exc.reason})"
+            ) from None
+    return value
+
+
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 """A priority is a 32-bit integer (PostgreSQL's ``integer``; SQLite is held to the same)."""
 TIME_RANGE = (-62135596800.0, 253402300799.0)
@@ -137,7 +169,7 @@ PostgreSQL's timestamps reach further, SQLite's REAL anywhere)."""
 def check_priority(value: object, where: str) -> int:
     """``value`` if it is a priority both databases store, else ConfigurationError."""
     low, high = PRIORITY_RANGE
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    if not is_whole(value, low, high):
         raise ConfigurationError(
             f"priority {value!r} (in {where}) must be an integer from {low} to {high}"
         )
