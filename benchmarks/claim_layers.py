@@ -35,7 +35,7 @@ Timed = Callable[[], int]
 
 def _kinds(url: str, app: sqljobs.App) -> dict[str, Timed]:
     """The three calls timed, each returning how many rows (jobs) it got."""
-    backend = app.open_backend(pool_size=4, synchronous_commit=False)
+    backend = app._open_backend(pool_size=4, synchronous_commit=False)
     assert isinstance(backend, PostgresBackend)
     claim = Claim("bench", None, 10, None, 10, ())
     sql, params = backend._claim_statement("claim", claim)

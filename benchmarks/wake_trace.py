@@ -126,7 +126,7 @@ def trace(url: str, jobs: int, gap: float) -> tuple[dict[str, list[float]], int]
         started[i] = (time.monotonic(), ctx.job_id)
 
     app.migrate()
-    probe = app.open_backend()
+    probe = app._open_backend()
     backend_type = type(probe)
     probe.close()
     wakes, trips = Stamps(), Trips()

@@ -107,7 +107,7 @@ def close_what_tests_open(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Close every App and backend a test opened, so no connection pool is left for the
     garbage collector to tear down from one of the pool's own threads."""
     opened: list[Any] = []
-    real_init, real_open = sqljobs.App.__init__, sqljobs.App.open_backend
+    real_init, real_open = sqljobs.App.__init__, sqljobs.App._open_backend
 
     @functools.wraps(real_init)  # keeps App's signature for tests that read it
     def init(self: sqljobs.App, *args: Any, **kwargs: Any) -> None:
@@ -121,7 +121,7 @@ def close_what_tests_open(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         return backend
 
     monkeypatch.setattr(sqljobs.App, "__init__", init)
-    monkeypatch.setattr(sqljobs.App, "open_backend", open_backend)
+    monkeypatch.setattr(sqljobs.App, "_open_backend", open_backend)
     yield
     for thing in reversed(opened):
         with contextlib.suppress(Exception):

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+import sqljobs.enqueue
 from sqljobs import App, ConfigurationError, JobState
 from sqljobs.backends.postgres.pool import PostgresPool
 from sqljobs.backends.sqlite.connections import SqliteConnections
@@ -153,7 +154,7 @@ def test_an_async_enqueue_joins_the_callers_asyncconnection_transaction(app: App
         job = app.get_job(asyncio.run(offloaded()))
         assert job is not None and job.args == ["in a thread"]
         with pytest.raises(ConfigurationError, match="needs a psycopg AsyncConnection"):
-            asyncio.run(app.insert_async([], object()))
+            asyncio.run(sqljobs.enqueue.insert_async(app, [], object()))
         return
     import psycopg
 

@@ -19,6 +19,7 @@ from sqljobs import (
     JobCancelled,
     JobContext,
     JobFailed,
+    JobFilter,
     JobNotFound,
     JobState,
     Progress,
@@ -337,6 +338,24 @@ def test_cancel_many_by_queue_task_and_state(app: App) -> None:
         app.cancel_many(state="done")
     with pytest.raises(ConfigurationError, match="queue name"):
         app.cancel_many(queue="bad queue")
+
+
+def test_cancel_takes_an_id_a_filter_or_queue_task_and_state(app: App) -> None:
+    @app.task(queue="mail")
+    def send(n: int) -> None: ...
+
+    handles = send.enqueue_many([(i,) for i in range(5)])
+    assert app.cancel(handles[0].id) is True
+    assert app.cancel(JobFilter(ids=(handles[1].id, handles[2].id))) == 2
+    assert app.cancel(queue="mail", state="pending") == 2
+    assert app.cancel(task="send") == 0
+    assert app.cancel_job(2**40) is False, "the alias answers False for no such job"
+    with pytest.raises(ConfigurationError, match="not both"):
+        app.cancel(JobFilter(queue="mail"), state="pending")  # type: ignore[call-overload]
+    with pytest.raises(ConfigurationError, match="names one job"):
+        app.cancel(handles[0].id, queue="mail")  # type: ignore[call-overload]
+    with pytest.raises(ConfigurationError, match="needs a queue, task or state"):
+        app.cancel()
 
 
 # -- pausing queues ------------------------------------------------------------------------

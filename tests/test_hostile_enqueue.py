@@ -29,7 +29,7 @@ from sqljobs import (
     PayloadError,
     PayloadTooLarge,
 )
-from sqljobs.payload import NAME_LIMIT
+from sqljobs.validate import NAME_LIMIT
 
 from .conftest import db_execute, worker_thread
 

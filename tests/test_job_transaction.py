@@ -160,7 +160,7 @@ def test_amend_done_job_writes_only_a_done_job_under_its_token(app: App) -> None
     """The statement behind both: refused for a stale token and for a job not done."""
     app.task(name="t")(lambda: None)
     job_id = app.enqueue("t").id
-    backend = app.open_backend()
+    backend = app._open_backend()
     (claimed,) = backend.claim_jobs(Claim("w", None, 1))
     note = {"attempt": 1, "outcome": "raised_after_commit", "error": "boom"}
 

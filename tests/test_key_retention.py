@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 import sqljobs
+import sqljobs.enqueue
 from sqljobs import App, ConfigurationError, JobNotFound, Retention
 from sqljobs.maintenance import Pruner
 from sqljobs.schedules import define_schedule, schedule_job
@@ -177,7 +178,7 @@ def test_batches_transactions_and_dependent_jobs_honour_kept_keys(app: App, cloc
     # one batch: a kept key, a new key, a key of a live job, and the same new key twice
     now = app.clock()
     sigs = [t.with_options(key=k).s(0) for k in ("k0", "new", "live", "new")]
-    got = app.insert([s.new_job(now) for s in sigs])
+    got = sqljobs.enqueue.insert(app, [s.new_job(now) for s in sigs])
     assert [(h.id, h.created) for h in got[:1]] == [(old[0].id, False)]
     assert got[1].created and (got[2].id, got[2].created) == (live.id, False)
     assert (got[3].id, got[3].created) == (got[1].id, False)

@@ -173,7 +173,7 @@ def test_two_workers_flushing_into_the_same_rows_lose_no_increment(url: str) -> 
     app = sqljobs.App(url, clock=Clock(a_minute_ago_and_30_s()))
     at = app.clock()
     rounds = 25
-    backends = [app.open_backend(), app.open_backend()]
+    backends = [app._open_backend(), app._open_backend()]
     start = threading.Barrier(len(backends))
     errors: list[BaseException] = []
 

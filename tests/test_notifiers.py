@@ -71,10 +71,10 @@ def test_a_local_announcement_wakes_the_subscribers_of_its_queues() -> None:
 def test_an_enqueue_wakes_the_workers_of_its_own_app_at_once(url: str) -> None:
     app = sqljobs.App(url)
     woken = threading.Event()
-    app.add_wakeup(woken)
+    app._wakeups.subscribe(woken.set)
     app.enqueue("t", known=False)
     assert woken.is_set(), "set before enqueue returned: no database round trip needed"
-    app.remove_wakeup(woken)
+    app._wakeups.unsubscribe(woken.set)
     woken.clear()
     app.enqueue("t", known=False)
     assert not woken.is_set()
@@ -87,7 +87,7 @@ def test_a_commit_in_another_process_reaches_a_waiting_subscriber(url: str) -> N
     """Both backends push: PostgreSQL by LISTEN/NOTIFY, SQLite by a datagram from the
     process that committed. The change marker moves too, the cheap check a woken worker
     reads before it spends a claim; nothing moves while nothing commits."""
-    backend = sqljobs.App(url).open_backend()
+    backend = sqljobs.App(url)._open_backend()
     woken = Calls()
     backend.subscribe(woken)
     assert backend.pushes_changes
@@ -104,7 +104,7 @@ def test_a_commit_in_another_process_reaches_a_waiting_subscriber(url: str) -> N
 
 
 def test_a_subscriber_to_some_queues_is_woken_for_those_only(url: str) -> None:
-    backend = sqljobs.App(url).open_backend()
+    backend = sqljobs.App(url)._open_backend()
     mail, any_queue = Calls(), Calls()
     backend.subscribe(mail, queues=["mail"])  # subscribed first, so woken first
     backend.subscribe(any_queue)
@@ -121,7 +121,7 @@ def test_a_subscriber_to_some_queues_is_woken_for_those_only(url: str) -> None:
 
 def test_a_new_schedule_is_announced_to_every_subscriber(url: str) -> None:
     """A schedule that is new may fall due before waiting workers would next look."""
-    backend = sqljobs.App(url).open_backend()
+    backend = sqljobs.App(url)._open_backend()
     mail = Calls()
     backend.subscribe(mail, queues=["mail"])
     if is_pg(url):
@@ -133,7 +133,7 @@ def test_a_new_schedule_is_announced_to_every_subscriber(url: str) -> None:
 
 
 def test_a_closed_notifier_listens_again_when_used_again(url: str) -> None:
-    backend = sqljobs.App(url).open_backend()
+    backend = sqljobs.App(url)._open_backend()
     woken = Calls()
     backend.subscribe(woken)
     if is_pg(url):
@@ -151,7 +151,7 @@ def test_a_closed_notifier_listens_again_when_used_again(url: str) -> None:
 @pytest.mark.parametrize("url", ["postgres"], indirect=True)
 def test_poll_only_mode_pushes_nothing_and_has_no_marker(url: str) -> None:
     """For PgBouncer in transaction mode: no LISTEN, so workers rely on their poll."""
-    backend = sqljobs.App(url, backend_options={"listen": False}).open_backend()
+    backend = sqljobs.App(url, backend_options={"listen": False})._open_backend()
     backend.subscribe(Calls())
     assert not backend.pushes_changes and backend.change_marker() is None
 
@@ -165,7 +165,7 @@ def test_sqlite_poll_only_mode_binds_no_socket_and_workers_read_the_counter(url:
     to reading the change counter every few milliseconds."""
     app = sqljobs.App(url + "?listen=false")
     app.task(name="t")(lambda: None)
-    backend = app.open_backend()
+    backend = app._open_backend()
     backend.subscribe(Calls())
     assert not backend.pushes_changes and backend.change_marker() is not None
     folder = datagram.folder_for(backend.path)  # type: ignore[attr-defined]
@@ -184,7 +184,7 @@ def test_a_database_deep_in_a_tree_is_woken_through_the_folders_descriptor(
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)
     deep_url = f"sqlite:///{deep}/jobs.db"
-    backend = sqljobs.App(deep_url).open_backend()
+    backend = sqljobs.App(deep_url)._open_backend()
     woken = Calls()
     backend.subscribe(woken)
     assert backend.pushes_changes
@@ -202,7 +202,7 @@ def test_without_a_socket_address_workers_fall_back_to_the_counter(
     monkeypatch.setattr(datagram, "FD_FOLDERS", str(tmp_path / "no-proc"))
     deep = tmp_path / ("d" * 60) / ("e" * 60)
     deep.mkdir(parents=True)
-    backend = sqljobs.App(f"sqlite:///{deep}/jobs.db").open_backend()
+    backend = sqljobs.App(f"sqlite:///{deep}/jobs.db")._open_backend()
     backend.subscribe(Calls())
     assert not backend.pushes_changes
     assert backend.change_marker() is not None
@@ -212,12 +212,12 @@ def test_without_a_socket_address_workers_fall_back_to_the_counter(
 def test_the_socket_of_a_killed_listener_is_removed_by_the_next_announcement(url: str) -> None:
     """A SIGKILLed process leaves its socket file; the first sender that finds nobody
     behind it removes it, and the living listeners still hear."""
-    backend = sqljobs.App(url).open_backend()
+    backend = sqljobs.App(url)._open_backend()
     woken = Calls()
     backend.subscribe(woken)
     folder = datagram.folder_for(backend.path)  # type: ignore[attr-defined]
     code = (
-        "import sqljobs, sys, time; b = sqljobs.App(sys.argv[1]).open_backend(); "
+        "import sqljobs, sys, time; b = sqljobs.App(sys.argv[1])._open_backend(); "
         "b.subscribe(lambda: None); print('bound', flush=True); time.sleep(60)"
     )
     child = subprocess.Popen([sys.executable, "-c", code, url], stdout=subprocess.PIPE)
@@ -241,7 +241,7 @@ def test_an_enqueue_in_the_callers_transaction_is_found_when_the_caller_commits(
     """Nothing can announce a commit the caller makes later: the enqueue says one is
     coming, and the listener reads the change counter every 2 ms for a while (it does
     not look at all otherwise), waking its subscribers when it moved."""
-    backend = sqljobs.App(url).open_backend()
+    backend = sqljobs.App(url)._open_backend()
     woken = Calls()
     backend.subscribe(woken)
     producer = sqljobs.App(url)
@@ -263,7 +263,7 @@ def test_an_idle_listener_blocks_and_never_looks_at_the_counter(url: str) -> Non
     while a commit is coming, so an idle host costs nothing. What another program
     inserts is found by the workers' fallback poll."""
     sqljobs.App(url).migrate()
-    backend = sqljobs.App(url).open_backend()
+    backend = sqljobs.App(url)._open_backend()
     woken = Calls()
     backend.subscribe(woken)
     conn = sqlite3.connect(backend.path, isolation_level=None)  # type: ignore[attr-defined]
@@ -271,7 +271,7 @@ def test_an_idle_listener_blocks_and_never_looks_at_the_counter(url: str) -> Non
     conn.close()
     # a datagram after the commit that wakes no one (a cancel of no job here): once it is
     # heard, the listener has passed its loop since the commit
-    other = sqljobs.App(url).open_backend()
+    other = sqljobs.App(url)._open_backend()
     other.notifier.announce_events("cancel", [1])  # type: ignore[attr-defined]
     wait_until(lambda: backend.notifier.heard() == 1, what="the datagram after the commit")  # type: ignore[attr-defined]
     assert backend.notifier.looks == 1  # type: ignore[attr-defined]

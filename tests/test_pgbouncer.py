@@ -125,7 +125,7 @@ def test_poll_only_mode_leaves_nothing_on_the_server_sessions(url: str) -> None:
     statement on the sessions it used, where the next client of each would find them,
     and its statements keep working however often they run on whichever session."""
     app = App(url)
-    backend = app.open_backend(synchronous_commit=False, pool_size=4)
+    backend = app._open_backend(synchronous_commit=False, pool_size=4)
 
     @app.task
     def t(n: int) -> None: ...
@@ -164,7 +164,7 @@ def test_poll_only_workers_are_woken_by_their_own_app_and_by_their_poll(url: str
     process at once; a worker elsewhere finds the job at its next poll. In between, an
     idle worker sleeps (it has no change counter to read every few milliseconds)."""
     app = App(url)
-    assert not app.open_backend().pushes_changes
+    assert not app._open_backend().pushes_changes
     ran: list[str] = []
 
     @app.task
@@ -231,7 +231,7 @@ def test_session_mode_keeps_listen(url: str) -> None:
     """In session mode the listener's connection keeps its server session, so a NOTIFY
     from another client reaches it, its own probe included."""
     app = App(url)
-    backend = app.open_backend()
+    backend = app._open_backend()
     assert backend.pushes_changes
     woken = threading.Event()
     backend.subscribe(lambda *_: woken.set())
@@ -251,7 +251,7 @@ def test_listen_left_on_behind_a_transaction_pooler_is_reported(
     then hears nothing: the listener's probe finds that out and says what to do."""
     monkeypatch.setattr(notifiers_postgres, "PROBE_WAIT", 0.3)
     caplog.set_level(logging.DEBUG, logger="sqljobs")  # a probe not sent says so at DEBUG
-    backend = App(url_options(url)[0]).open_backend()  # the URL without ?listen=false
+    backend = App(url_options(url)[0])._open_backend()  # the URL without ?listen=false
     assert backend.pushes_changes
     backend.subscribe(lambda *_: None)
     assert backend.notifier.wait_listening(5)
@@ -281,7 +281,7 @@ def test_a_bad_url_option_fails_at_definition_and_a_contradiction_at_open() -> N
         App("postgresql://u@h/db?listen=maybe")
     app = App("postgresql://u@h/db?listen=false", backend_options={"listen": True})
     with pytest.raises(ConfigurationError, match="give it one way"):
-        app.open_backend()
+        app._open_backend()
 
 
 def test_the_testing_plugin_keeps_the_url_option(pg_template: str) -> None:
@@ -295,7 +295,7 @@ def test_the_testing_plugin_keeps_the_url_option(pg_template: str) -> None:
         assert fresh.endswith("?listen=false")
         app = App(fresh)
         app.migrate()
-        assert not app.open_backend().pushes_changes
+        assert not app._open_backend().pushes_changes
         assert app.stats().counts == {}
 
 

@@ -15,10 +15,13 @@ from typing import Any
 import pytest
 
 import sqljobs
+import sqljobs.enqueue
 import sqljobs.worker
+import sqljobs.worker.run
 from sqljobs import App, ConfigurationError, PayloadError, Retry
 from sqljobs.errors import PayloadTooLarge, UnknownTask
-from sqljobs.tasks import JobHandle, TaskInfo
+from sqljobs.handles import JobHandle
+from sqljobs.jobs import TaskInfo
 from sqljobs.validate import check_queues
 
 AT = dt.datetime(2030, 1, 1, tzinfo=dt.UTC)
@@ -60,7 +63,9 @@ def test_a_task_a_worker_registered_lends_its_defaults(
     app: App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     remote = TaskInfo("mailer", "mail", 3, 12.0, 7, 600.0)
-    monkeypatch.setattr(app, "catalogued_task", lambda name: remote if name == "mailer" else None)
+    monkeypatch.setattr(
+        sqljobs.enqueue, "catalogued_task", lambda app, name: remote if name == "mailer" else None
+    )
     before = app.clock()
     job = app.enqueue("mailer", args=["hi"]).job()
     assert job is not None
@@ -139,7 +144,7 @@ def test_run_worker_takes_a_string_as_one_queue(
         def run(self) -> None:
             raise _Stopped
 
-    monkeypatch.setattr(sqljobs.worker, "Worker", FakeWorker)
+    monkeypatch.setattr(sqljobs.worker.run, "Worker", FakeWorker)
     with pytest.raises(_Stopped):
         offline.run_worker(queues="default")
     assert seen[0].queues == ("default",)

@@ -210,7 +210,7 @@ def test_a_real_worker_runs_everything_and_may_not_change_the_schema(db: Databas
         wait_until(lambda: worker.get_schedule("hourly"), what="the schedule synced")
         assert worker.run_schedule_now("hourly").result(timeout=10) is None
         assert running.id in {w.id for w in worker.workers()}
-    backend = worker.open_backend()
+    backend = worker._open_backend()
     assert Reaper(backend).run_once() == []
     assert Pruner(backend, 0.001).run_once() >= 6
     backend.close()

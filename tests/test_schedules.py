@@ -163,7 +163,7 @@ def test_replicas_racing_for_one_tick_enqueue_one_job(url: str) -> None:
     app, clock = frozen_app(url, utc(2026, 5, 1, 12))
     app.schedule("race", every=10, task="t", known=False)
     clock.set(state(app, "race").next_run_at)
-    backends = [app.open_backend() for _ in range(8)]
+    backends = [app._open_backend() for _ in range(8)]
     schedulers = [Scheduler(app, b) for b in backends]
     due = state(app, "race")
     start = threading.Barrier(len(schedulers))

@@ -78,7 +78,7 @@ def test_jobs_a_claim_brings_back_after_the_stop_are_handed_back_unstarted(app: 
     ran: list[int] = []
     app.task(name="t")(ran.append)
     claimed, release = threading.Event(), threading.Event()
-    real_open = app.open_backend
+    real_open = app._open_backend
 
     def gated_backend(**options: Any) -> Any:
         """The worker's backend, whose claims pause once they have committed jobs."""
@@ -95,7 +95,7 @@ def test_jobs_a_claim_brings_back_after_the_stop_are_handed_back_unstarted(app: 
         backend.finish_and_claim = gated  # type: ignore[method-assign]
         return backend
 
-    app.open_backend = gated_backend  # type: ignore[method-assign]
+    app._open_backend = gated_backend  # type: ignore[method-assign]
     events = EventLog()
     with worker_thread(app, concurrency=2, poll_interval=60, on_event=events) as worker:
         handles = app.tasks["t"].enqueue_many([(i,) for i in range(8)])  # full batches
@@ -146,7 +146,7 @@ def test_a_release_that_fails_is_written_again_not_dropped(app: App) -> None:
         release.wait(10)  # still running when the drain ends
 
     failed: list[bool] = []
-    real_open = app.open_backend
+    real_open = app._open_backend
 
     def flaky_backend(**options: Any) -> Any:
         """The worker's backend, failing the first hand-back it is asked to write."""
@@ -162,7 +162,7 @@ def test_a_release_that_fails_is_written_again_not_dropped(app: App) -> None:
         backend.finish_jobs = flaky  # type: ignore[method-assign,assignment]
         return backend
 
-    app.open_backend = flaky_backend  # type: ignore[method-assign]
+    app._open_backend = flaky_backend  # type: ignore[method-assign]
     events = EventLog()
     with worker_thread(app, concurrency=1, drain_timeout=0.3, on_event=events) as worker:
         handle = long.enqueue()

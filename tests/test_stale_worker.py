@@ -176,7 +176,7 @@ def test_a_late_result_returned_before_any_heartbeat_is_discarded_while_the_new_
         try:
             assert held.wait(10), "A's handler began"
             expire_lease(app, job_id)
-            other = App(app.url).open_backend()
+            other = App(app.url)._open_backend()
             other.register_worker(WorkerInfo("new", "host", 1, None, 1, 10.0))
             Reaper(other).run_once()
             (new,) = other.claim_jobs(Claim("new", None, 1))

@@ -316,7 +316,7 @@ def test_a_short_batchs_question_of_when_to_look_again_waits_until_its_jobs_bega
         if i == 0:
             release.wait(10)
 
-    probe = app.open_backend()
+    probe = app._open_backend()
     backend_type = type(probe)
     probe.close()
     original = backend_type.next_due
@@ -444,7 +444,7 @@ def test_a_lost_lease_rolls_back_the_transaction_and_tells_the_handler(app: App)
         expire_lease(app, job_id)
         from sqljobs.maintenance import Reaper
 
-        other = App(app.url).open_backend()
+        other = App(app.url)._open_backend()
         other.register_worker(WorkerInfo("other-worker", "h", 1, None, 1, 10.0))
         Reaper(other).run_once()
         (taken,) = other.claim_jobs(Claim("other-worker", None, 1))
@@ -629,7 +629,7 @@ def test_a_retry_claimed_by_another_lane_before_its_first_attempt_is_accounted(
             wait_until(lambda: flaky_id not in worker.inflight, timeout=10)
             second_collected.set()
 
-    probe = app.open_backend()
+    probe = app._open_backend()
     backend_type = type(probe)
     probe.close()
     finish_and_claim, finish_jobs = backend_type.finish_and_claim, backend_type.finish_jobs

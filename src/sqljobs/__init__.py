@@ -2,7 +2,6 @@
 
 from ._version import __version__ as __version__
 from .app import App
-from .browse import JobCount, JobFilter, JobPage, WorkerStatus
 from .context import AsyncTransaction, JobContext
 from .dependencies import Group
 from .effects import perform_once
@@ -28,7 +27,7 @@ from .errors import (
 from .handles import JobHandle
 from .hooks import AttemptInfo, EnqueueInfo, JobEvent, WorkerLifecycle
 from .idempotency import idempotent
-from .jobs import Job, JobState, Progress, QueueInfo
+from .jobs import Job, JobCount, JobFilter, JobPage, JobState, Progress, QueueInfo, WorkerStatus
 from .retention import Retention
 from .retry import Retry
 from .rollup import MetricAmount, MinuteCounts

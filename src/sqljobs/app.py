@@ -1,101 +1,48 @@
-"""App: the task registry, the enqueue path, and the entry to workers and stats."""
+"""App: configuration, the task registry, and the entry to everything else.
+
+Each operation hands over to the module that holds it: :mod:`sqljobs.tasks` registers
+tasks and enqueues groups, :mod:`sqljobs.enqueue` builds and stores jobs,
+:mod:`sqljobs.admin` finds, counts and acts on them, :mod:`sqljobs.periodic` registers
+and runs schedules, :mod:`sqljobs.worker.run` runs workers.
+"""
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import logging
-import math
 import threading
 import time
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
-from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Concatenate, overload
 
-from . import app_async, payload
+from . import admin, enqueue, hooks, tracing
+from . import periodic as stored
 from .backends import Backend, open_backend
-from .backends.records import JobGroup, JobListing
-from .browse import (
-    ENDED,
-    RETRYABLE,
-    UNENDED,
-    JobCount,
-    JobFilter,
-    JobPage,
-    WorkerStatus,
-    is_job_id,
-)
 from .context import JobContext
-from .dependencies import AfterPolicy, Group, check_policy, parent_ids
-from .errors import ConfigurationError, JobNotFound, PayloadError, SqljobsError
+from .dependencies import AfterPolicy
+from .errors import ConfigurationError
 from .handles import JobHandle
-from .hooks import EventName, Hook, Hooks, Middleware, around_enqueue
+from .hooks import Hooks
 from .humanize import redact_url
-from .jobs import Job, JobState, NewJob, QueueInfo
-from .limits import (
-    QUEUE_KEY,
-    Limit,
-    QueueLimit,
-    Rate,
-    arguments_by_name,
-    define_limit,
-    define_queue_limit,
-)
+from .jobs import KeyScope
+from .limits import Limit, define_queue_limit
 from .notifiers import LocalNotifier
-from .notifiers.base import JobEventCallback
-from .payload import check_text
-from .retention import DEFAULT_RETENTION, KeyRetention, Retention, key_retention_of
+from .retention import DEFAULT_RETENTION, KeyRetention, Retention
 from .retry import Retry
-from .rollup import MetricAmount, MinuteCounts, check_window, minute_counts, minute_of
-from .schedules import (
-    Schedule,
-    ScheduleNotFound,
-    ScheduleState,
-    check_arguments,
-    check_policies,
-    check_timing,
-    define_schedule,
-    schedule_job,
-    tick_key,
-)
+from .schedules import Schedule
 from .stats import Stats, with_queues
-from .tasks import (
-    _P,
-    _R,
-    EnqueueOptions,
-    KeyScope,
-    Signature,
-    Task,
-    TaskDecorator,
-    TaskInfo,
-    _Unchecked,
-    check_key_retention,
-    key_hold,
-    unknown_task,
-)
+from .tasks import _P, _R, Task, TaskDecorator, _Unchecked, define_task, enqueue_group
+from .testing.drain import run_until_empty
 from .url import check_sqlite_directory, parse_url, resolve_url
-from .validate import (
-    MAX_ID,
-    check_due,
-    check_priority,
-    check_queue_name,
-    check_queues,
-    seconds,
-    to_epoch,
-)
+from .validate import check_job_id, check_queue_name, is_whole, seconds
 from .waiting import JobWatcher
+from .worker.run import run_worker, run_worker_async
 
 if TYPE_CHECKING:
     from .testing import Clock, DrainReport
 
-log = logging.getLogger("sqljobs")
-
 DEFAULT_QUEUE = "default"
 DEFAULT_LEASE = 30.0
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
-
-H = TypeVar("H", bound=Hook)
 
 
 class App:
@@ -107,9 +54,8 @@ class App:
     :class:`~sqljobs.Retention` (by default done jobs 1 day, dead and cancelled jobs 7
     days, business keys 7 days past their jobs' rows), or one duration for every ended
     state (dead jobs kept at least 7 days); 0 or None keeps every job for ever.
-    ``max_payload`` is the
-    largest payload an enqueue accepts, in bytes of JSON: every claim reads the row, so
-    bulk data belongs elsewhere, with a reference to it in the job.
+    ``max_payload`` is the largest payload an enqueue accepts, in bytes of JSON: every
+    claim reads the row, so bulk data belongs elsewhere, with a reference to it in the job.
     """
 
     def __init__(
@@ -133,7 +79,7 @@ class App:
         self.default_lease = seconds(default_lease, "default_lease")
         if self.default_lease <= 0:
             raise ConfigurationError(f"default_lease must be > 0 seconds, got {default_lease!r}")
-        if isinstance(max_payload, bool) or not isinstance(max_payload, int) or max_payload < 1:
+        if not is_whole(max_payload, 1):
             raise ConfigurationError(
                 f"max_payload must be a positive number of bytes, got {max_payload!r} "
                 "(there is no unlimited setting: a queue row is no place for bulk data)"
@@ -174,10 +120,10 @@ class App:
         if self._backend is None:
             with self._lock:
                 if self._backend is None:
-                    self._backend = self.open_backend()
+                    self._backend = self._open_backend()
         return self._backend
 
-    def open_backend(self, **options: Any) -> Backend:
+    def _open_backend(self, **options: Any) -> Backend:
         """A new backend instance on this app's database (workers take their own)."""
         check_sqlite_directory(self.url)
         backend = open_backend(self.url, **{"clock": self.clock, **self.backend_options, **options})
@@ -185,11 +131,20 @@ class App:
             backend.migrate()
         return backend
 
+    def _job_watcher(self) -> JobWatcher:
+        """What wakes callers waiting on this app's jobs (one per app, made on first use)."""
+        backend = self.backend
+        with self._lock:
+            if self._watcher is None:
+                self._watcher = JobWatcher(backend)
+            return self._watcher
+
     def migrate(self) -> list[str]:
         """Apply pending schema migrations; return their names."""
         return self.backend.migrate()
 
     def close(self) -> None:
+        """Close this app's connections (using it again opens them again)."""
         with self._lock:
             watcher, self._watcher = self._watcher, None
         if watcher is not None:
@@ -198,71 +153,39 @@ class App:
             self._backend.close()
             self._backend = None
 
-    def job_watcher(self) -> JobWatcher:
-        """What wakes callers waiting on this app's jobs (one per app, made on first use)."""
-        backend = self.backend
-        with self._lock:
-            if self._watcher is None:
-                self._watcher = JobWatcher(backend)
-            return self._watcher
-
-    # -- tasks -------------------------------------------------------------------------
+    # -- tasks and schedules in code ---------------------------------------------------
 
     # The bare decorator's overloads are TaskDecorator's (see there why in this order).
+    # fmt: off
     @overload
-    def task(
-        self, fn: Callable[Concatenate[_Unchecked, ...], Coroutine[Any, Any, _R]], /
-    ) -> Task[..., _R]: ...
+    def task(self, fn: Callable[Concatenate[_Unchecked, ...], Coroutine[Any, Any, _R]], /) -> Task[..., _R]: ...  # noqa: E501
     @overload
     def task(self, fn: Callable[Concatenate[_Unchecked, ...], _R], /) -> Task[..., _R]: ...
     @overload
-    def task(
-        self, fn: Callable[Concatenate[JobContext, _P], Coroutine[Any, Any, _R]], /
-    ) -> Task[_P, _R]: ...
+    def task(self, fn: Callable[Concatenate[JobContext, _P], Coroutine[Any, Any, _R]], /) -> Task[_P, _R]: ...  # noqa: E501
     @overload
     def task(self, fn: Callable[Concatenate[JobContext, _P], _R], /) -> Task[_P, _R]: ...
     @overload
     def task(self, fn: Callable[_P, Coroutine[Any, Any, _R]], /) -> Task[_P, _R]: ...
     @overload
     def task(self, fn: Callable[_P, _R], /) -> Task[_P, _R]: ...
-
     @overload
     def task(
-        self,
-        fn: None = None,
-        /,
-        *,
-        name: str | None = None,
-        queue: str | None = None,
-        lease: float | timedelta | None = None,
-        retry: Retry | None = None,
-        priority: int = 0,
-        timeout: float | timedelta | None = None,
-        store_result: bool = True,
-        concurrency: int | None = None,
-        concurrency_key: Callable[..., Any] | None = None,
-        rate: str | None = None,
-        redact: Sequence[str] = (),
+        self, fn: None = None, /, *, name: str | None = None, queue: str | None = None,
+        lease: float | timedelta | None = None, retry: Retry | None = None, priority: int = 0,
+        timeout: float | timedelta | None = None, store_result: bool = True,
+        concurrency: int | None = None, concurrency_key: Callable[..., Any] | None = None,
+        rate: str | None = None, redact: Sequence[str] = (),
         key_retention: KeyRetention = "default",
     ) -> TaskDecorator: ...
 
     def task(
-        self,
-        fn: Callable[..., Any] | None = None,
-        /,
-        *,
-        name: str | None = None,
-        queue: str | None = None,
-        lease: float | timedelta | None = None,
-        retry: Retry | None = None,
-        priority: int = 0,
-        timeout: float | timedelta | None = None,
-        store_result: bool = True,
-        concurrency: int | None = None,
-        concurrency_key: Callable[..., Any] | None = None,
-        rate: str | None = None,
-        redact: Sequence[str] = (),
-        key_retention: KeyRetention = "default",
+        self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None,
+        queue: str | None = None, lease: float | timedelta | None = None,
+        retry: Retry | None = None, priority: int = 0, timeout: float | timedelta | None = None,
+        store_result: bool = True, concurrency: int | None = None,
+        concurrency_key: Callable[..., Any] | None = None, rate: str | None = None,
+        redact: Sequence[str] = (), key_retention: KeyRetention = "default",
     ) -> Task[..., Any] | TaskDecorator:
         """Register a task. ``lease`` (seconds) is how long a claim lasts without renewal;
         ``timeout`` how long one attempt may run before it is given up as timed out.
@@ -275,776 +198,18 @@ class App:
         the dashboard shows as ``***``. ``key_retention`` is how long a business key of its
         jobs outlives the job's row, refusing duplicates: seconds or a timedelta, None for
         ever (by default the App's ``Retention.keys``, 7 days; see docs/safe-to-repeat.md)."""
-        kept = key_retention
-        if not (isinstance(kept, str) and kept == "default"):
-            kept = key_retention_of(kept, "@app.task(key_retention=...)")
-
-        def register(func: Callable[..., Any]) -> Task:
-            task_name = check_text(name or func.__name__, "task name")
-            if task_name in self.tasks:
-                raise ConfigurationError(f"a task named {task_name!r} is already registered")
-            task = Task(
-                self,
-                func,
-                name=task_name,
-                queue=(
-                    self.default_queue
-                    if queue is None
-                    else check_queue_name(queue, "@app.task(queue=...)")
-                ),
-                lease=self.default_lease if lease is None else seconds(lease, "lease"),
-                retry=retry or self.default_retry,
-                priority=priority,
-                timeout=seconds(timeout, "timeout"),
-                store_result=store_result,
-                limit=define_limit(concurrency, concurrency_key, rate, task_name),
-                redact=redact,
-                key_retention=kept,
-            )
-            self.tasks[task_name] = task
-            return task
-
-        return register(fn) if fn is not None else cast(TaskDecorator, register)
-
-    # -- enqueue -----------------------------------------------------------------------
-
-    def enqueue(
-        self,
-        task: str,
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        *,
-        key: str | None = None,
-        delay: float | timedelta | None = None,
-        run_at: float | datetime | None = None,
-        priority: int | None = None,
-        queue: str | None = None,
-        connection: Any = None,
-        key_scope: KeyScope = "retained",
-        known: bool = True,
-        concurrency_key: str | None = None,
-        after: Iterable[JobHandle | int] | None = None,
-        after_policy: AfterPolicy = "done",
-        key_retention: KeyRetention = "default",
-    ) -> JobHandle:
-        """Enqueue by task name, e.g. from a service that does not import the task.
-
-        A task registered here lends its queue, lease and retry policy, as does one a
-        worker of this database has registered; a name neither knows is refused with
-        :class:`UnknownTask` (a typo would otherwise fail in a worker hours later).
-        ``known=False`` takes any name, for a task only another service registers; with
-        no worker's record of it, the app's defaults apply. ``after``,
-        ``after_policy`` and ``key_retention`` are as for ``Task.with_options`` (a task
-        this App does not register: the pruning App's ``Retention.keys`` by default).
-        """
-        job = self.build_named_job(
-            task,
-            args,
-            kwargs,
-            key=key,
-            delay=delay,
-            run_at=run_at,
-            priority=priority,
-            queue=queue,
-            connection=connection,
-            key_scope=key_scope,
-            known=known,
-            concurrency_key=concurrency_key,
-            after=after,
-            after_policy=after_policy,
-            key_retention=key_retention,
+        return define_task(
+            self, fn, name=name, queue=queue, lease=lease, retry=retry, priority=priority,
+            timeout=timeout, store_result=store_result, concurrency=concurrency,
+            concurrency_key=concurrency_key, rate=rate, redact=redact, key_retention=key_retention,
         )
-        return self.insert([job], connection)[0]
-
-    def build_named_job(
-        self,
-        task: str,
-        args: Sequence[Any] = (),
-        kwargs: Mapping[str, Any] | None = None,
-        *,
-        key: str | None = None,
-        delay: float | timedelta | None = None,
-        run_at: float | datetime | None = None,
-        priority: int | None = None,
-        queue: str | None = None,
-        connection: Any = None,
-        key_scope: KeyScope = "retained",
-        known: bool = True,
-        concurrency_key: str | None = None,
-        after: Iterable[JobHandle | int] | None = None,
-        after_policy: AfterPolicy = "done",
-        key_retention: KeyRetention = "default",
-    ) -> NewJob:
-        """The row :meth:`enqueue` inserts, checked and encoded but not inserted (what
-        :meth:`enqueue_async` sends on an async connection). Arguments as for enqueue."""
-        check_text(task, "task name")
-        if isinstance(args, str | bytes) or not isinstance(args, Sequence):
-            raise PayloadError(f"args for task {task!r} must be a list, got {type(args).__name__}")
-        if delay is not None and run_at is not None:
-            raise ConfigurationError("give either delay or run_at, not both")
-        if queue is not None:
-            check_queue_name(queue, "app.enqueue(queue=...)")
-        opts = EnqueueOptions(
-            key,
-            seconds(delay, "delay"),
-            to_epoch(run_at, "run_at"),
-            priority,
-            queue,
-            connection,
-            key_hold(key_scope),
-            concurrency_key,
-            parent_ids(after),
-            check_policy(after_policy),
-            check_key_retention(key_retention, key_scope, "app.enqueue(key_retention=...)"),
-        )
-        registered = self.tasks.get(task)
-        now = self.clock()
-        if registered is not None:
-            job = registered.new_job(args, kwargs or {}, opts, now)
-        else:
-            info = self._task_info(task, known)
-            job = self.build_job(task, args, kwargs or {}, opts, now, task=info)
-        return job
-
-    def _task_info(self, name: str, known: bool) -> TaskInfo | None:
-        """The defaults of a task this App does not register, as a worker recorded them;
-        with ``known``, a name no worker has registered either is refused."""
-        info = self.catalogued_task(name)
-        if info is None and known:
-            raise unknown_task(name, [*self.tasks, *self.backend.task_names()])
-        return info
-
-    def catalogued_task(self, name: str) -> TaskInfo | None:
-        """The task ``name`` as a worker of this database registered it (the catalogue
-        every worker writes when it starts), or None."""
-        return self.backend.task_info(name)
-
-    def build_job(
-        self,
-        name: str,
-        args: Sequence[Any],
-        kwargs: Mapping[str, Any],
-        opts: EnqueueOptions,
-        now: float,
-        task: Task | TaskInfo | None = None,
-        names: Sequence[str] = (),
-    ) -> NewJob:
-        """The row for one enqueue, with the defaults of ``task`` filled in: a Task
-        registered here, a TaskInfo (a task a worker registered), or none (the app's)."""
-        info = task.info if isinstance(task, Task) else (task or self._default_info(name))
-        run_at = opts.run_at if opts.run_at is not None else now + (opts.delay or 0.0)
-        check_due(run_at, "run_at" if opts.run_at is not None else f"delay={opts.delay!r}")
-        if opts.priority is not None:
-            check_priority(opts.priority, f"the enqueue of {name!r}")
-        if opts.key is not None:
-            check_text(opts.key, "key")
-        limit_key = _limit_key(name, args, kwargs, opts, task, info)
-        queue = opts.queue or info.queue
-        limit_max, rate_max, rate_window = info.concurrency, info.rate_max, info.rate_window
-        if limit_key is None and (by_queue := self._queue_limit(queue, task)) is not None:
-            limit_key = QUEUE_KEY.format(queue=queue)
-            limit_max = by_queue.concurrency
-            rate_max = None if by_queue.rate is None else by_queue.rate.count
-            rate_window = None if by_queue.rate is None else by_queue.rate.window
-        return NewJob(
-            task=name,
-            payload=payload.encode(name, args, kwargs, names, self.max_payload),
-            queue=queue,
-            priority=opts.priority if opts.priority is not None else info.priority,
-            run_at=run_at,
-            lease=info.lease,
-            max_attempts=info.max_attempts,
-            deadline_at=None if info.deadline is None else now + info.deadline,
-            key=opts.key,
-            key_hold=opts.key_hold,
-            key_retention=self._key_retention(opts, task),
-            delay=(opts.delay or 0.0) if opts.run_at is None else None,
-            limit_key=limit_key,
-            limit_max=None if limit_key is None else limit_max,
-            rate_max=None if limit_key is None else rate_max,
-            rate_window=None if limit_key is None else rate_window,
-            after=opts.after,
-            after_policy=opts.after_policy,
-        )
-
-    def _key_retention(self, opts: EnqueueOptions, task: Task | TaskInfo | None) -> float | None:
-        """How long the key of a job built with ``opts`` outlives its row: the enqueue's
-        setting, else its task's (``inf``: for ever), else None: the pruning App's
-        ``Retention.keys``. None too for a key under a scope other than "retained", held
-        as that scope says."""
-        if opts.key is None or opts.key_hold is not None:
-            return None
-        kept = opts.key_retention
-        if isinstance(kept, str) and isinstance(task, Task):
-            kept = task.key_retention
-        if isinstance(kept, str):
-            return None
-        return math.inf if kept is None else kept
-
-    def _queue_limit(self, queue: str, task: Task | TaskInfo | None) -> Limit | None:
-        """The limit of ``queue``: this app's, or, for a task this app does not register
-        (an enqueue by name), the one its workers recorded in the catalogue."""
-        if queue in self.queue_limits or isinstance(task, Task):
-            return self.queue_limits.get(queue)
-        recorded = self.backend.queue_limit(queue)
-        return None if recorded is None else recorded.limit()
-
-    def _default_info(self, name: str) -> TaskInfo:
-        """The app's defaults, for a task nothing here or in the catalogue describes."""
-        retry = self.default_retry
-        return TaskInfo(
-            name, self.default_queue, 0, self.default_lease, retry.max_attempts, retry.deadline
-        )
-
-    def group(
-        self,
-        members: Iterable[Signature],
-        then: Signature | None = None,
-        *,
-        after_policy: AfterPolicy = "done",
-        connection: Any = None,
-    ) -> Group:
-        """Enqueue ``members`` (``task.s(...)`` signatures) and, given ``then``, a callback
-        that runs once they have all ended, called with their results (a list, in the
-        members' order) before its own arguments, all in one transaction (or in the
-        caller's, on ``connection``). Under ``after_policy="done"`` a member that ends dead
-        or cancelled cancels the callback; ``"always"`` runs it anyway, with None for that
-        member's result."""
-        if isinstance(members, Signature) or not isinstance(members, Iterable):
-            raise ConfigurationError(
-                f"group() takes a list of task signatures (task.s(...)), got {members!r}"
-            )
-        signatures = list(members)
-        for i, sig in enumerate([*signatures, then] if then is not None else signatures):
-            if not isinstance(sig, Signature):
-                raise ConfigurationError(
-                    f"group() takes task signatures (task.s(...)), got {sig!r} at {i}"
-                )
-        if not signatures:
-            raise ConfigurationError("group() needs at least one member signature")
-        now = self.clock()
-        jobs = [sig.new_job(now) for sig in signatures]
-        callback = None
-        if then is not None:
-            callback = replace(
-                then.new_job(now, collect=True), after_policy=check_policy(after_policy)
-            )
-
-        def store(rows: Iterable[NewJob]) -> list[JobHandle]:
-            given = list(rows)  # as built, or carrying the enqueue middleware's headers
-            members, then_job = given[: len(jobs)], given[len(jobs)] if callback else None
-            got, last = self.backend.enqueue_group(JobGroup(members, then_job), connection)
-            return [JobHandle(r.id, r.created, self) for r in [*got, *([last] if last else [])]]
-
-        everything = [*jobs, *([callback] if callback is not None else [])]
-        if self.hooks.around_enqueue:
-            made = around_enqueue(self.hooks, everything, connection is not None, store)
-        else:
-            made = store(everything)
-        if connection is None:
-            self.wake_local_workers()
-        handles = made[: len(jobs)]
-        then_handle = made[len(jobs)] if callback is not None else None
-        log.info("group of %d enqueued%s", len(handles),
-                 "" if then_handle is None else f", then job {then_handle.id}")  # fmt: skip
-        return Group(handles, then_handle)
-
-    def insert(self, jobs: Iterable[NewJob], connection: Any = None) -> list[JobHandle]:
-        """Insert built jobs in one transaction and wake this process's workers."""
-        if self.hooks.around_enqueue:
-            store = functools.partial(self._store, connection=connection)
-            return around_enqueue(self.hooks, jobs, connection is not None, store)
-        return self._store(jobs, connection)
-
-    def _store(self, jobs: Iterable[NewJob], connection: Any) -> list[JobHandle]:
-        results = self.backend.enqueue_jobs(jobs, connection)
-        if connection is None:
-            self.wake_local_workers()
-        return [JobHandle(r.id, r.created, self) for r in results]
-
-    # -- for asyncio callers (sqljobs.app_async: nothing here blocks the event loop) ----
-
-    async def enqueue_async(self, task: str, *args: Any, **kwargs: Any) -> JobHandle:
-        """:meth:`enqueue`, awaitable; ``connection=`` may be a psycopg AsyncConnection,
-        whose transaction the job joins."""
-        return await app_async.enqueue_named(self, task, *args, **kwargs)
-
-    async def insert_async(self, jobs: Sequence[NewJob], connection: Any) -> list[JobHandle]:
-        """Insert built jobs in the caller's AsyncConnection transaction."""
-        return await app_async.insert_on(self, jobs, connection)
-
-    async def stats_async(self) -> Stats:
-        return await asyncio.to_thread(self.stats)
-
-    async def queues_async(self) -> list[QueueInfo]:
-        return await asyncio.to_thread(self.queues)
-
-    async def get_job_async(self, job_id: int) -> Job | None:
-        return await asyncio.to_thread(self.get_job, job_id)
-
-    async def cancel_async(self, job_id: int) -> bool:
-        return await asyncio.to_thread(self.cancel, job_id)
-
-    async def find_jobs_async(
-        self, filter: JobFilter | None = None, *, before: int | None = None, limit: int = 50
-    ) -> JobPage:
-        return await asyncio.to_thread(self.find_jobs, filter, before=before, limit=limit)
-
-    async def count_jobs_async(
-        self, filter: JobFilter | None = None, *, cap: int = 10_000
-    ) -> JobCount:
-        return await asyncio.to_thread(self.count_jobs, filter, cap=cap)
-
-    async def run_worker_async(
-        self, concurrency: int = 8, queues: str | Sequence[str] | None = None, **options: Any
-    ) -> None:
-        """Run a worker inside a running event loop until the awaiting task is cancelled,
-        then drain it as SIGTERM would and re-raise. It installs no signal handlers (they
-        are the application's): for a service that serves and works in one process."""
-        from .worker import WorkerConfig
-
-        config = WorkerConfig(
-            concurrency=concurrency,
-            queues=check_queues(queues, "run_worker_async(queues=...)"),
-            install_signal_handlers=False,
-            **options,
-        )
-        await app_async.run_worker(self, config)
-
-    # -- hooks, middleware and tracing -------------------------------------------------
-
-    @overload
-    def on(self, event: EventName, fn: None = None, /) -> Callable[[H], H]: ...
-
-    @overload
-    def on(self, event: EventName, fn: H, /) -> H: ...
-
-    def on(self, event: EventName, fn: H | None = None, /) -> H | Callable[[H], H]:
-        """Register a hook: ``@app.on("job_failed")`` above a function of one argument
-        (a :class:`~sqljobs.hooks.JobEvent`, or for ``worker_started`` and
-        ``worker_stopped`` a :class:`~sqljobs.hooks.WorkerLifecycle`), or
-        ``app.on("job_failed", fn)``. An unknown event is a ConfigurationError naming the
-        known ones. What a hook raises is logged and ignored. See docs/hooks.md for when
-        each event is told and on which thread."""
-        if fn is not None:
-            self.hooks.add_hook(event, fn)
-            return fn
-
-        def register(func: H) -> H:
-            self.hooks.add_hook(event, func)
-            return func
-
-        self.hooks.check_event(event)  # a typo fails at the decorator, not at its use
-        return register
-
-    def middleware(self, fn: Middleware) -> Middleware:
-        """Wrap every attempt in this app's workers with ``fn``, a generator function
-        given an :class:`~sqljobs.hooks.AttemptInfo` that yields once: its code before
-        the ``yield`` runs as the attempt begins, after it as the attempt ends (the
-        ``yield`` gives the handler's return value, or raises what the handler raised).
-        The first registered is outermost. Re-raise to let the attempt fail; catching the
-        exception without raising makes the attempt succeed (its result None)."""
-        self.hooks.add_middleware(fn)
-        return fn
-
-    def enqueue_middleware(self, fn: Middleware) -> Middleware:
-        """Wrap every enqueue of this app with ``fn``, a generator function given an
-        :class:`~sqljobs.hooks.EnqueueInfo` that yields once (the ``yield`` gives the
-        list of handles). Headers it puts in ``info.headers`` before yielding are carried
-        by every job of the enqueue, to attempt middleware."""
-        self.hooks.add_middleware(fn, enqueue=True)
-        return fn
-
-    def enable_tracing(
-        self, tracer_provider: Any = None, *, child_of_enqueue: bool = False
-    ) -> None:
-        """Trace enqueues and attempts with OpenTelemetry (``pip install sqljobs[otel]``):
-        see :func:`sqljobs.tracing.enable_tracing`."""
-        from .tracing import enable_tracing
-
-        enable_tracing(self, tracer_provider, child_of_enqueue=child_of_enqueue)
-
-    # -- in-process wake-ups -----------------------------------------------------------
-
-    def add_wakeup(self, event: threading.Event) -> None:
-        """Have ``event`` set whenever this app enqueues (a worker in this process)."""
-        self._wakeups.subscribe(event.set)
-
-    def remove_wakeup(self, event: threading.Event) -> None:
-        self._wakeups.unsubscribe(event.set)
-
-    def watch_jobs(self, callback: JobEventCallback) -> None:
-        """Have ``callback`` told of this app's own cancels (its workers, at once)."""
-        self._wakeups.watch_jobs(callback)
-
-    def unwatch_jobs(self, callback: JobEventCallback) -> None:
-        self._wakeups.unwatch_jobs(callback)
-
-    def local_marker(self) -> int:
-        """How many times this app has woken its own process's workers: a worker that sees
-        it move claims (where nothing else would tell it, as in poll-only mode)."""
-        marker = self._wakeups.change_marker()
-        return marker or 0
-
-    def wake_local_workers(self) -> None:
-        """Wake this process's workers: call it after a commit that may have made work."""
-        self._wakeups.announce()
-
-    # -- inspection --------------------------------------------------------------------
-
-    def stats(self) -> Stats:
-        """Counts by queue and state, and the age of the oldest due pending job. Every
-        queue a task of this app uses is counted, with zeros while it has no jobs (as
-        :meth:`queues` lists it), so ``counts["default"]["pending"]`` never raises."""
-        return with_queues(self.backend.stats(), {t.queue for t in self.tasks.values()})
-
-    def throughput(self, minutes: int = 60, queue: str | None = None) -> list[MinuteCounts]:
-        """Attempts that ended done, failed and cancelled in each of the last ``minutes``
-        minutes (the current one last), of one queue or all: one entry per minute, empty
-        minutes included, oldest first. Workers add their counts at each heartbeat, so the
-        newest minute may lag by one heartbeat (see :mod:`sqljobs.rollup`)."""
-        minutes = check_window(minutes)
-        if queue is not None:
-            check_queue_name(queue, "throughput(queue=...)")
-        first = minute_of(self.clock()) - 60 * (minutes - 1)
-        return minute_counts(self.backend.attempts_by_minute(first, queue), first, minutes)
-
-    def metric_totals(self) -> list[MetricAmount]:
-        """Every counted amount since the database began (by queue, task, outcome, series
-        and bucket): what the Prometheus counters and histograms show."""
-        return self.backend.metric_totals()
-
-    def metric_label_sets(self) -> tuple[set[tuple[str, str]], set[tuple[str, str]]]:
-        """The ``(queue, task)`` pairs the metrics show before anything is counted: every
-        task this app registers or workers have written to the catalogue, and those that
-        schedules enqueue (this app's periodic tasks, and the schedules table's)."""
-        tasks = {(task.queue, name) for name, task in self.tasks.items()}
-        scheduled = {(s.queue, s.task) for s in self.periodic_schedules.values()}
-        for queue, task, is_scheduled in self.backend.metric_label_sets():
-            (scheduled if is_scheduled else tasks).add((queue, task))
-        return tasks, scheduled
-
-    def get_job(self, job_id: int) -> Job | None:
-        if not is_job_id(job_id):  # no job has it: and the database would not take it
-            return None
-        return self.backend.get_job(job_id)
-
-    def list_jobs(
-        self, state: str | None = None, queue: str | None = None, limit: int = 50
-    ) -> list[Job]:
-        """The newest ``limit`` jobs, of one state and queue or all. A state or queue that
-        cannot be is refused, as :class:`JobFilter` refuses it."""
-        JobFilter(state=state, queue=queue)  # a typo would otherwise list nothing, quietly
-        return self.backend.list_jobs(JobListing(state, queue, limit))
-
-    def retry_job(self, job_id: int) -> bool:
-        """Send a dead or cancelled job back to pending with fresh attempts. A job enqueued
-        ``after`` others is refused while one of them is not done: it would run before
-        them (retry those first)."""
-        job_id = self.job(job_id).id
-        job = self.backend.get_job(job_id)
-        if job is not None and job.parents and job.state is JobState.CANCELLED:
-            parents = [(p, self.backend.get_job(p)) for p in job.parents]
-            undone = [p for p, parent in parents if parent and parent.state is not JobState.DONE]
-            if undone:
-                ids = ", ".join(map(str, undone))
-                raise ConfigurationError(
-                    f"job {job_id} runs after jobs {ids}, which are not done: retry them "
-                    "first, then enqueue it again (retrying it now would run it before them)"
-                )
-        retried = self.backend.retry_jobs(JobFilter(ids=(job_id,)), RETRYABLE) == 1
-        if retried:
-            self._announce_retried()
-        return retried
-
-    def _announce_retried(self) -> None:
-        """Wake the workers for jobs a retry made due now: those of this process at
-        once, the others through the notifier (else they learn at their next poll)."""
-        self.backend.notifier.announce()
-        self.wake_local_workers()
-
-    def retry_dead(self, queue: str | None = None) -> int:
-        """Send every dead job (of ``queue``, or all) back to pending; return how many."""
-        return self.retry_jobs(JobFilter(state=JobState.DEAD.value, queue=queue))
-
-    def waiting_reason(self, job: Job) -> str | None:
-        """Why a pending job is not running yet, if it is not simply next in line: no
-        live worker has its task, or none that has it serves its queue, or its time has
-        not come; or which parents a waiting job waits for."""
-        if job.state is JobState.WAITING:
-            open_parents = self.backend.open_parents(job.id, job.parents)
-            ids = ", ".join(map(str, open_parents))
-            n = len(open_parents)
-            return f"waiting for {n} parent{'s' if n != 1 else ''} to end (jobs {ids})"
-        if job.state is not JobState.PENDING:
-            return None
-        scopes = self.backend.worker_scopes()
-        if not any(job.task in scope.tasks for scope in scopes):
-            return (
-                f"no live worker has registered task {job.task!r}: start a worker whose "
-                "app registers it (a worker claims only the tasks it has)"
-            )
-        if not any(scope.serves(job.task, job.queue) for scope in scopes):
-            served = sorted({q for s in scopes if job.task in s.tasks for q in s.queues or ()})
-            return (
-                f"no live worker that runs task {job.task!r} serves its queue {job.queue!r} "
-                f"(they serve {', '.join(served)}): start a worker with --queues "
-                f"{job.queue} (or none: every queue)"
-            )
-        if job.run_at > self.clock():
-            return "its run_at lies in the future"
-        paused = self.backend.queue_states().get(job.queue, (False, None))[0]
-        if paused:
-            return f"its queue {job.queue} is paused: sqljobs queues resume {job.queue}"
-        if job.limit_key is not None:
-            return self._limit_reason(job)
-        return None
-
-    def _limit_reason(self, job: Job) -> str | None:
-        """Why a due job under a limit waits: its key's slots are taken, or its rate's
-        window is full."""
-        key = job.limit_key
-        assert key is not None
-        running, starts = self.backend.limit_usage(key, job.rate_window or 0.0)
-        if job.limit_max is not None and running >= job.limit_max:
-            return (
-                f"{key} is at its limit of {job.limit_max} running at once: it starts when "
-                "one of them ends"
-            )
-        if job.rate_max is not None and job.rate_window and starts >= job.rate_max:
-            rate = Rate(job.rate_max, job.rate_window)
-            return f"{key} reached its rate of {rate}: it starts when the window allows"
-        return None
-
-    # -- control over work in flight ---------------------------------------------------
-
-    def job(self, job_id: int) -> JobHandle:
-        """A handle for any job id: ``refresh()``, ``result()``, ``cancel()``."""
-        if isinstance(job_id, bool) or not isinstance(job_id, int) or abs(job_id) > MAX_ID:
-            raise ConfigurationError(f"a job id is an integer (of 64 bits), got {job_id!r}")
-        return JobHandle(job_id, False, self)
-
-    def cancel(self, job_id: int) -> bool:
-        """Cancel a job: a pending one at once; a running one too, and its worker is told
-        to stop (``ctx.cancelled``; an async task is cancelled) within a heartbeat, at
-        once where the notifier pushes. The handler's outcome is discarded whatever it
-        does. No attempt is charged. True if this call cancelled it; False if it had
-        already ended (cancelling twice is harmless). Raises ``JobNotFound``."""
-        job_id = self.job(job_id).id
-        if self.backend.cancel_job(job_id):
-            log.info("job %s cancelled", job_id)
-            self._wakeups.emit("cancel", job_id)  # this process's workers, at once
-            return True
-        job = self.backend.get_job(job_id)
-        if job is None:
-            raise JobNotFound(f"no job {job_id}: it never existed, or it was pruned")
-        return False
-
-    def cancel_job(self, job_id: int) -> bool:
-        """Like :meth:`cancel`, but False (not an error) for a job that does not exist."""
-        try:
-            return self.cancel(job_id)
-        except JobNotFound:
-            return False
-
-    def cancel_many(
-        self, queue: str | None = None, task: str | None = None, state: str | None = None
-    ) -> int:
-        """Cancel every pending, waiting or running job matching all the filters given
-        (``state``: one of those three; at least one filter), in bounded batches; return
-        how many."""
-        if state is not None and state not in ("pending", "waiting", "running"):
-            raise ConfigurationError(
-                "cancel_many(state=...) must be 'pending', 'waiting', 'running' or None, "
-                f"got {state!r}: only jobs that have not ended can be cancelled"
-            )
-        if queue is None and task is None and state is None:
-            raise ConfigurationError(
-                "cancel_many() needs a queue, task or state: cancelling every job at once "
-                "is never what a typo should do (state='pending' cancels all pending jobs)"
-            )
-        if queue is not None:
-            check_queue_name(queue, "cancel_many(queue=...)")
-        return self.cancel_jobs(JobFilter(queue=queue, task=task, state=state))
-
-    # -- browsing and bulk actions (sqljobs.browse) -------------------------------------
-
-    def find_jobs(
-        self, filter: JobFilter | None = None, *, before: int | None = None, limit: int = 50
-    ) -> JobPage:
-        """A page of the jobs matching ``filter``, newest first: pass the page's
-        ``next_before`` as ``before`` for the next one (keyset paging, as cheap on page
-        500 as on page 1). ``limit`` is 1 to 1000."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
-            raise ConfigurationError(f"find_jobs(limit={limit!r}): give 1 to 1000 jobs a page")
-        if before is not None and not is_job_id(before):
-            raise ConfigurationError(f"find_jobs(before={before!r}): give a job id")
-        return self.backend.find_jobs(self._searchable(filter), before, limit)
-
-    def _searchable(self, filter: JobFilter | None) -> JobFilter:
-        """``filter``, leaving out of a text search the jobs of tasks that redact
-        arguments: whether such a job matched would tell what its page hides."""
-        wanted = filter or JobFilter()
-        hiding = sorted(name for name, task in self.tasks.items() if task.redact)
-        if wanted.text is None or not hiding:
-            return wanted
-        return replace(wanted, skip_tasks=tuple(sorted({*hiding, *(wanted.skip_tasks or ())})))
-
-    def count_jobs(self, filter: JobFilter | None = None, *, cap: int = 10_000) -> JobCount:
-        """How many jobs match ``filter``, counted up to ``cap``; ``capped`` says the true
-        number may be larger. By state and queue alone it is the stats' count; with other
-        fields, the newest :data:`~sqljobs.browse.COUNT_SCAN` jobs are counted (a count
-        over every job of a large table would read them all), and a count that did not
-        reach the oldest job is capped too."""
-        if isinstance(cap, bool) or not isinstance(cap, int) or cap < 1:
-            raise ConfigurationError(f"count_jobs(cap={cap!r}): give a positive whole number")
-        wanted = self._searchable(filter)
-        if wanted.by_state_and_queue_only():
-            return self._count_from_stats(wanted, cap)
-        return self.backend.count_jobs(wanted, cap)
-
-    def _count_from_stats(self, wanted: JobFilter, cap: int) -> JobCount:
-        """A count by state and queue alone, from the per-queue counts ``stats()`` reads
-        through indexes (exact but for done and cancelled jobs past its own cap)."""
-        stats = self.backend.stats()
-        queues = [wanted.queue] if wanted.queue is not None else list(stats.counts)
-        states = [wanted.state] if wanted.state is not None else [s.value for s in JobState]
-        n = sum(stats.counts.get(q, {}).get(s, 0) for q in queues for s in states)
-        lower_bound = any(s in stats.capped.get(q, ()) for q in queues for s in states)
-        return JobCount(min(n, cap), n > cap or lower_bound)
-
-    def retry_jobs(self, filter: JobFilter) -> int:
-        """Send every dead or cancelled job matching ``filter`` back to pending with fresh
-        attempts, in batches; return how many. A cancelled job that runs after others is
-        left alone while one of them is not done (:meth:`retry_job` says why)."""
-        n = self.backend.retry_jobs(self._searchable(filter), filter.only(RETRYABLE))
-        log.info("retried %d jobs (%s)", n, filter.describe())
-        if n:
-            self._announce_retried()
-        return n
-
-    def cancel_jobs(self, filter: JobFilter) -> int:
-        """Cancel every pending, waiting or running job matching ``filter``, in batches,
-        as :meth:`cancel` does one; return how many."""
-        n = self.backend.cancel_jobs_matching(self._searchable(filter), filter.only(UNENDED))
-        log.info("cancelled %d jobs (%s)", n, filter.describe())
-        if n:
-            self._wakeups.emit("cancel", None)
-        return n
-
-    def delete_jobs(self, filter: JobFilter) -> int:
-        """Delete every ended (done, dead or cancelled) job matching ``filter``, in
-        batches; return how many. Jobs that have not ended are left alone: cancel them
-        first."""
-        n = self.backend.delete_jobs(self._searchable(filter), filter.only(ENDED))
-        log.info("deleted %d jobs (%s)", n, filter.describe())
-        return n
-
-    def delete_job(self, job_id: int) -> bool:
-        """Delete one ended job; False if there is no such job. A job that has not ended
-        is refused with ConfigurationError (cancel it first)."""
-        job_id = self.job(job_id).id
-        found = self.backend.get_job(job_id)
-        if found is None:
-            return False
-        if found.state.value not in ENDED:
-            raise ConfigurationError(
-                f"job {job_id} is {found.state.value}: only a done, dead or cancelled job "
-                "can be deleted (cancel it first)"
-            )
-        deleted = self.backend.delete_jobs(JobFilter(ids=(job_id,)), ENDED) == 1
-        log.info("job %s %s", job_id, "deleted" if deleted else "was not deleted: it changed")
-        return deleted
-
-    def workers(self) -> list[WorkerStatus]:
-        """Every live worker (seen within its heartbeat) and the jobs it is running."""
-        return self.backend.worker_statuses()
-
-    def job_children(self, job_id: int, limit: int = 100) -> list[int]:
-        """The ids of the jobs enqueued ``after`` this one (up to ``limit``, 1 to 1000),
-        oldest first."""
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
-            raise ConfigurationError(f"job_children(limit={limit!r}): give 1 to 1000")
-        return self.backend.job_children(self.job(job_id).id, limit)
-
-    def limit_queue(
-        self, name: str, *, concurrency: int | None = None, rate: str | None = None
-    ) -> None:
-        """Let at most ``concurrency`` jobs of queue ``name`` run at once, and at most
-        ``rate`` (``"14/s"``, ``/m``, ``/h``) start, across every worker on every host. It
-        counts the queue's jobs whose task has no limit of its own (a job counts against
-        one limit: its task's, else its queue's), enqueued after this call: define it where
-        the tasks are defined, so producers and workers share it. Workers record it in
-        the catalogue, where an enqueue by name from a service without it finds it."""
-        check_queue_name(name, "limit_queue")
-        self.queue_limits[name] = define_queue_limit(name, concurrency, rate)
-        log.debug("queue %s limited: concurrency=%s rate=%s", name, concurrency, rate)
-
-    def queue_limit_records(self, queues: Iterable[str]) -> list[QueueLimit]:
-        """What a worker records in the catalogue for the queues it serves: each one's
-        limit, or none (which clears a limit since taken out of the code)."""
-        names = set(queues) | set(self.queue_limits)
-        return [QueueLimit.of(name, self.queue_limits.get(name)) for name in sorted(names)]
-
-    def pause_queue(self, name: str) -> bool:
-        """Stop every worker, on every host, from claiming jobs of queue ``name``; jobs
-        already running finish, enqueues and schedules still add to it. True if this
-        call paused it (False: it was paused already)."""
-        check_queue_name(name, "pause_queue")
-        paused = self.backend.pause_queue(name)
-        log.info("queue %s %s", name, "paused" if paused else "was already paused")
-        return paused
-
-    def resume_queue(self, name: str) -> bool:
-        """Let workers claim from queue ``name`` again (woken at once); True if it was
-        paused."""
-        check_queue_name(name, "resume_queue")
-        resumed = self.backend.resume_queue(name)
-        if resumed:
-            log.info("queue %s resumed", name)
-            self.backend.notifier.announce([name])
-            self.wake_local_workers()
-        return resumed
-
-    def paused_queues(self) -> dict[str, float | None]:
-        """Each paused queue and when it was paused (Unix seconds; None if not known)."""
-        return {name: at for name, (paused, at) in self.backend.queue_states().items() if paused}
-
-    def queues(self) -> list[QueueInfo]:
-        """Every queue that has jobs, tasks of this app, or a pause: (name, paused, counts by state,
-        age of the oldest due pending job in seconds or None), by name."""
-        stats = self.stats()  # it reads the paused queues too: no second query
-        paused = set(stats.paused)
-        names = set(stats.counts) | paused
-        empty = {s.value: 0 for s in JobState}
-        return [
-            QueueInfo(
-                name,
-                name in paused,
-                dict(stats.counts.get(name, empty)),
-                stats.oldest_pending_age_by_queue.get(name),
-            )
-            for name in sorted(names)
-        ]
-
-    # -- periodic schedules ------------------------------------------------------------
 
     def periodic(
-        self,
-        expression: str | None = None,
-        /,
-        *,
-        cron: str | None = None,
-        every: float | timedelta | None = None,
-        tz: str = "UTC",
-        overlap: str = "allow",
-        misfire: str = "catch_up_once",
-        kwargs: Mapping[str, Any] | None = None,
-        name: str | None = None,
-        queue: str | None = None,
-        priority: int = 0,
-        retry: Retry | None = None,
-        lease: float | timedelta | None = None,
+        self, expression: str | None = None, /, *, cron: str | None = None,
+        every: float | timedelta | None = None, tz: str = "UTC", overlap: str = "allow",
+        misfire: str = "catch_up_once", kwargs: Mapping[str, Any] | None = None,
+        name: str | None = None, queue: str | None = None, priority: int = 0,
+        retry: Retry | None = None, lease: float | timedelta | None = None,
         timeout: float | timedelta | None = None,
     ) -> TaskDecorator:
         """Register a task and run it on a schedule: a cron expression in ``tz``
@@ -1057,155 +222,121 @@ class App:
         tick gives one job however many run; workers write these definitions to the
         database when they start. A mistake in the definition fails here.
         """
-        if expression is not None and cron is not None:
-            raise ConfigurationError(
-                "@app.periodic: give the cron expression once, positionally or as cron="
-            )
-        cron = expression if expression is not None else cron
-        where = "@app.periodic" if name is None else f"@app.periodic(name={name!r})"
-        check_timing(cron, every, tz, where)
-        check_policies(overlap, misfire, where)
-        if queue is not None:
-            check_queue_name(queue, "@app.periodic(queue=...)")
-
-        def register(fn: Callable[..., Any]) -> Task:
-            task_name = name or fn.__name__
-            if task_name in self.periodic_schedules:
-                raise ConfigurationError(f"a schedule named {task_name!r} is already defined")
-            task = self.task(
-                name=task_name,
-                queue=queue,
-                lease=lease,
-                retry=retry,
-                priority=priority,
-                timeout=timeout,
-            )(fn)
-            try:
-                schedule = define_schedule(
-                    task.name,
-                    task=task,
-                    kwargs=kwargs,
-                    cron=cron,
-                    every=every,
-                    tz=tz,
-                    overlap=overlap,
-                    misfire=misfire,
-                    queue=task.queue,
-                    priority=task.priority,
-                    source="code",
-                )
-                check_arguments(task, schedule)
-                payload.encode(task.name, (), schedule.kwargs, limit=self.max_payload)
-            except SqljobsError:
-                del self.tasks[task.name]
-                raise
-            self.periodic_schedules[task.name] = schedule
-            self._schedules_synced = False
-            return task
-
-        return cast(TaskDecorator, register)
-
-    def schedule(
-        self,
-        name: str,
-        *,
-        task: str | Task,
-        cron: str | None = None,
-        every: float | timedelta | None = None,
-        kwargs: Mapping[str, Any] | None = None,
-        tz: str = "UTC",
-        overlap: str = "allow",
-        misfire: str = "catch_up_once",
-        queue: str | None = None,
-        priority: int | None = None,
-        known: bool = True,
-    ) -> ScheduleState:
-        """Create or update a schedule stored in the database, e.g. one per tenant:
-        ``app.schedule("daily-report:acme", cron="0 3 * * *", task="send_report",
-        kwargs={"tenant": "acme"})``. Options as for :meth:`periodic`. Updating keeps the
-        schedule's next run (and its paused flag) unless the timing changed. A task name
-        that neither this App nor a worker has registered is refused unless ``known=False``
-        (see :meth:`enqueue`)."""
-        if name in self.periodic_schedules:
-            raise ConfigurationError(
-                f"schedule {name!r} is defined in code with @app.periodic; change it there"
-            )
-        if queue is not None:
-            check_queue_name(queue, "app.schedule(queue=...)")
-        registered = self.tasks.get(task if isinstance(task, str) else task.name)
-        info: Task | TaskInfo | None = registered
-        if registered is None and isinstance(task, str) and task:
-            info = self._task_info(task, known)
-        schedule = define_schedule(
-            name,
-            task=task,
-            kwargs=kwargs,
-            cron=cron,
-            every=every,
-            tz=tz,
-            overlap=overlap,
-            misfire=misfire,
-            queue=queue or (info.queue if info else self.default_queue),
-            priority=(info.priority if info else 0) if priority is None else priority,
+        return stored.define_periodic(
+            self, expression, cron=cron, every=every, tz=tz, overlap=overlap, misfire=misfire,
+            kwargs=kwargs, name=name, queue=queue, priority=priority, retry=retry, lease=lease,
+            timeout=timeout,
         )
-        if registered is not None:
-            check_arguments(registered, schedule)
-        payload.encode(schedule.task, (), schedule.kwargs, limit=self.max_payload)
-        return self.backend.save_schedule(schedule, schedule.first_after(self.clock()))
 
-    def unschedule(self, name: str) -> bool:
-        """Delete a stored schedule; False if there was none. (One defined with
-        ``@app.periodic`` comes back when a worker starts: remove it from the code.)"""
-        return self.backend.delete_schedule(check_text(name, "schedule name"))
+    # -- enqueue (sqljobs.enqueue) -----------------------------------------------------
 
-    def sync_schedules(self) -> None:
-        """Write this app's ``@app.periodic`` definitions to the database now (workers do
-        it when they start; listing and the other schedule methods do it on first use)."""
-        from .maintenance.scheduler import Scheduler
+    def enqueue(
+        self, task: str, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None, *,
+        key: str | None = None, delay: float | timedelta | None = None,
+        run_at: float | datetime | None = None, priority: int | None = None,
+        queue: str | None = None, connection: Any = None, key_scope: KeyScope = "retained",
+        known: bool = True, concurrency_key: str | None = None,
+        after: Iterable[JobHandle | int] | None = None, after_policy: AfterPolicy = "done",
+        key_retention: KeyRetention = "default",
+    ) -> JobHandle:
+        """Enqueue by task name, e.g. from a service that does not import the task.
 
-        Scheduler(self, self.backend).sync()
-        self._schedules_synced = True
+        A task registered here lends its queue, lease and retry policy, as does one a
+        worker of this database has registered; a name neither knows is refused with
+        :class:`UnknownTask` (a typo would otherwise fail in a worker hours later).
+        ``known=False`` takes any name, for a task only another service registers; with
+        no worker's record of it, the app's defaults apply. The other options are as for
+        ``Task.with_options`` (``key_retention`` of a task this App does not register:
+        the pruning App's ``Retention.keys`` by default).
+        """
+        return enqueue.enqueue_named(
+            self, task, args, kwargs, key=key, delay=delay, run_at=run_at, priority=priority,
+            queue=queue, connection=connection, key_scope=key_scope, known=known,
+            concurrency_key=concurrency_key, after=after, after_policy=after_policy,
+            key_retention=key_retention,
+        )
+    # fmt: on
 
-    def _synced_backend(self) -> Backend:
-        if not self._schedules_synced:
-            self.sync_schedules()
-        return self.backend
+    group = enqueue_group
 
-    def list_schedules(self) -> list[ScheduleState]:
-        """Every stored schedule, by name."""
-        return self._synced_backend().list_schedules()
+    async def enqueue_async(self, task: str, *args: Any, **kwargs: Any) -> JobHandle:
+        """:meth:`enqueue`, awaitable; ``connection=`` may be a psycopg AsyncConnection,
+        whose transaction the job joins."""
+        return await enqueue.enqueue_named_async(self, task, *args, **kwargs)
 
-    def get_schedule(self, name: str) -> ScheduleState | None:
-        return self._synced_backend().get_schedule(check_text(name, "schedule name"))
+    # -- hooks, middleware and tracing: the functions of sqljobs.hooks and .tracing ----
 
-    def pause_schedule(self, name: str) -> bool:
-        """Stop a schedule from firing until resumed; False if there is no such schedule."""
-        return self._synced_backend().pause_schedule(check_text(name, "schedule name"))
+    on = hooks.on
+    middleware = hooks.middleware
+    enqueue_middleware = hooks.enqueue_middleware
+    enable_tracing = tracing.enable_tracing
 
-    def resume_schedule(self, name: str) -> bool:
-        """Let a paused schedule fire again, from its next tick after now (ticks that fell
-        while it was paused are not caught up); False if there is no such schedule."""
-        state = self.get_schedule(name)
-        if state is None:
-            return False
-        return self.backend.resume_schedule(name, state.schedule.first_after(self.clock()))
+    # -- inspection and admin: the functions of sqljobs.admin, as methods ---------------
 
-    def run_schedule_now(self, name: str) -> JobHandle:
-        """Enqueue one run of a schedule now, outside its timing. With ``overlap="skip"``
-        and a run pending or running, that run's handle comes back (``created`` False)."""
-        state = self.get_schedule(name)
-        if state is None:
-            raise ScheduleNotFound(f"no schedule named {name!r}")
-        now = self.clock()
-        job = schedule_job(self, state.schedule, tick_key(name + ":now", now), now)
-        result = self.backend.run_schedule_now(name, job)
-        if result is None or result.job_id is None:
-            raise ScheduleNotFound(f"no schedule named {name!r}")
-        if result.created:
-            self.wake_local_workers()
-        return JobHandle(result.job_id, result.created, self)
+    def stats(self) -> Stats:
+        """Counts by queue and state, and the age of the oldest due pending job. Every
+        queue a task of this app uses is counted, with zeros while it has no jobs (as
+        :meth:`queues` lists it), so ``counts["default"]["pending"]`` never raises."""
+        return with_queues(self.backend.stats(), {t.queue for t in self.tasks.values()})
 
-    # -- workers -----------------------------------------------------------------------
+    def job(self, job_id: int) -> JobHandle:
+        """A handle for any job id: ``refresh()``, ``result()``, ``cancel()``."""
+        return JobHandle(check_job_id(job_id), False, self)
+
+    get_job = admin.get_job
+    list_jobs = admin.list_jobs
+    find_jobs = admin.find_jobs
+    count_jobs = admin.count_jobs
+    waiting_reason = admin.waiting_reason
+    job_children = admin.job_children
+    workers = admin.workers
+    throughput = admin.throughput
+    metric_totals = admin.metric_totals
+    metric_label_sets = admin.metric_label_sets
+    cancel = admin.cancel
+    cancel_job = admin.cancel_job
+    cancel_jobs = admin.cancel_jobs
+    cancel_many = admin.cancel_many
+    retry_job = admin.retry_job
+    retry_jobs = admin.retry_jobs
+    retry_dead = admin.retry_dead
+    delete_job = admin.delete_job
+    delete_jobs = admin.delete_jobs
+    pause_queue = admin.pause_queue
+    resume_queue = admin.resume_queue
+    paused_queues = admin.paused_queues
+    queues = admin.queues
+    stats_async = admin.stats_async
+    queues_async = admin.queues_async
+    get_job_async = admin.get_job_async
+    cancel_async = admin.cancel_async
+    find_jobs_async = admin.find_jobs_async
+    count_jobs_async = admin.count_jobs_async
+
+    def limit_queue(
+        self, name: str, *, concurrency: int | None = None, rate: str | None = None
+    ) -> None:
+        """Let at most ``concurrency`` jobs of queue ``name`` run at once, and at most
+        ``rate`` (``"14/s"``, ``/m``, ``/h``) start, across every worker on every host. It
+        counts the queue's jobs whose task has no limit of its own (a job counts against
+        one limit: its task's, else its queue's), enqueued after this call: define it where
+        the tasks are defined, so producers and workers share it. Workers record it in
+        the catalogue, where an enqueue by name from a service without it finds it."""
+        check_queue_name(name, "limit_queue")
+        self.queue_limits[name] = define_queue_limit(name, concurrency, rate)
+
+    # -- stored schedules: the functions of sqljobs.periodic, as methods ---------------
+
+    schedule = stored.schedule
+    unschedule = stored.unschedule
+    sync_schedules = stored.sync_schedules
+    list_schedules = stored.list_schedules
+    get_schedule = stored.get_schedule
+    pause_schedule = stored.pause_schedule
+    resume_schedule = stored.resume_schedule
+    run_schedule_now = stored.run_schedule_now
+
+    # -- workers (sqljobs.worker.run) --------------------------------------------------
 
     def run_worker(
         self,
@@ -1222,22 +353,16 @@ class App:
         ``processes`` > 1 forks that many worker processes under a supervisor that
         restarts a crashed one and hands its jobs back at once.
         """
-        from .worker import Worker, WorkerConfig
+        run_worker(self, concurrency, queues, processes=processes, drain_timeout=drain_timeout,
+                   **options)  # fmt: skip
 
-        if isinstance(processes, bool) or not isinstance(processes, int) or processes < 1:
-            raise ConfigurationError(f"processes must be an int >= 1, got {processes!r}")
-        config = WorkerConfig(
-            concurrency=concurrency,
-            queues=check_queues(queues, "run_worker(queues=...)"),
-            drain_timeout=drain_timeout,
-            **options,
-        )
-        if processes > 1:
-            from .worker.supervisor import run_supervised  # (not in a worker's start-up)
-
-            run_supervised(self, config, processes)
-        else:
-            Worker(self, config).run()
+    async def run_worker_async(
+        self, concurrency: int = 8, queues: str | Sequence[str] | None = None, **options: Any
+    ) -> None:
+        """Run a worker inside a running event loop until the awaiting task is cancelled,
+        then drain it as SIGTERM would and re-raise. It installs no signal handlers (they
+        are the application's): for a service that serves and works in one process."""
+        await run_worker_async(self, concurrency, queues, **options)
 
     def run_until_empty(
         self,
@@ -1253,45 +378,7 @@ class App:
         left, moving a :class:`sqljobs.testing.Clock` (``clock``, or the App's) to jobs due
         later; returns a :class:`sqljobs.testing.DrainReport`. For tests: see
         :func:`sqljobs.testing.run_until_empty`."""
-        from .testing import run_until_empty
-
         return run_until_empty(
             self, clock=clock, until=until, max_jobs=max_jobs, timeout=timeout,
             queues=queues, concurrency=concurrency,
         )  # fmt: skip
-
-
-def _limit_key(
-    name: str,
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-    opts: EnqueueOptions,
-    task: Task | TaskInfo | None,
-    info: TaskInfo,
-) -> str | None:
-    """The concurrency-limit key of a new job: from the task here (its key function, or
-    the key given at enqueue), or, for a task only a worker elsewhere registered, from the
-    catalogue (a key function lives in that service's code: the key must be given)."""
-    if isinstance(task, Task):
-        if task.limit is None:
-            if opts.concurrency_key is not None:
-                raise ConfigurationError(
-                    f"task {name!r} has no concurrency limit: concurrency_key means nothing "
-                    "without @app.task(concurrency=N) or rate='N/s'"
-                )
-            return None
-        arguments = arguments_by_name(task.signature, list(args), kwargs)
-        return task.limit.key_for(name, arguments, opts.concurrency_key)
-    if info.concurrency is None and info.rate_max is None:
-        if opts.concurrency_key is not None:
-            raise ConfigurationError(
-                f"task {name!r} has no concurrency limit that this app or a worker knows of: "
-                "concurrency_key means nothing without one"
-            )
-        return None
-    if info.keyed and opts.concurrency_key is None:
-        raise ConfigurationError(
-            f"task {name!r} limits its concurrency per key, by a function in the service that "
-            "defines it: pass concurrency_key=... with this enqueue"
-        )
-    return Limit(info.concurrency).key_for(name, {}, opts.concurrency_key)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -14,6 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from .errors import ConfigurationError, JobCancelled, LeaseLost
 from .jobs import ClaimedJob, JobState, Outcome
 from .payload import storable
+from .validate import is_number
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
@@ -332,7 +332,7 @@ def _abandon(manager: Any, entering: Future[Any], exc: BaseException) -> None:
 
 
 def _check_amount(value: object, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if not is_number(value):
         raise ConfigurationError(f"ctx.progress({name}=...) must be a finite number, got {value!r}")
     if value < 0:
         raise ConfigurationError(f"ctx.progress({name}=...) must be >= 0, got {value!r}")

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .errors import ConfigurationError, JobNotFound
 from .payload import decode, encode, headers, with_headers
+from .validate import is_whole
 
 if TYPE_CHECKING:
     from .handles import JobHandle
@@ -48,7 +49,7 @@ def parent_ids(after: Iterable[JobHandle | int] | None) -> tuple[int, ...]:
     ids: list[int] = []
     for item in after:
         job_id = getattr(item, "id", item)
-        if isinstance(job_id, bool) or not isinstance(job_id, int) or job_id <= 0:
+        if not is_whole(job_id, 1):
             raise ConfigurationError(
                 f"after= takes job handles or positive integer ids, got {item!r}"
             )

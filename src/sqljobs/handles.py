@@ -90,7 +90,7 @@ class JobHandle(Generic[R]):
         app = self._bound()
         deadline = _deadline(timeout)
         woken = threading.Event()
-        watcher = app.job_watcher()
+        watcher = app._job_watcher()
         watcher.add(self.id, woken.set)
         try:
             while True:
@@ -114,7 +114,7 @@ class JobHandle(Generic[R]):
             if not loop.is_closed():
                 loop.call_soon_threadsafe(woken.set)
 
-        watcher = await asyncio.to_thread(app.job_watcher)  # may open the backend
+        watcher = await asyncio.to_thread(app._job_watcher)  # may open the backend
         watcher.register(self.id, wake)  # no I/O: the finally below always undoes it
         try:
             await asyncio.to_thread(watcher.prepare, self.id)

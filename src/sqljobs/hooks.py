@@ -16,13 +16,14 @@ import itertools
 import logging
 from collections.abc import Awaitable, Callable, Generator, Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, overload
 
 from .errors import ConfigurationError
 from .jobs import NewJob
 from .payload import with_headers
 
 if TYPE_CHECKING:
+    from .app import App
     from .context import JobContext
     from .handles import JobHandle
 
@@ -119,6 +120,7 @@ class EnqueueInfo:
 
 
 Hook = Callable[[Any], object]
+H = TypeVar("H", bound=Hook)
 Middleware = Callable[[Any], Generator[None, Any, None]]
 T = TypeVar("T")
 
@@ -149,6 +151,17 @@ class Hooks:
         self.by_event[event].append(fn)
         self._changed()
         log.debug("hook %s registered for %s", name_of(fn), event)
+
+    def decorator(self, event: str) -> Callable[[H], H]:
+        """``@app.on(event)``: registers the function below it (an unknown event fails
+        here, at the decorator, not at its use)."""
+        self.check_event(event)
+
+        def register(fn: H) -> H:
+            self.add_hook(event, fn)
+            return fn
+
+        return register
 
     def add_middleware(
         self, fn: Middleware, *, enqueue: bool = False, outermost: bool = False
@@ -383,3 +396,45 @@ def _leave(entered: Entered, value: object, exc: BaseException | None) -> object
     if exc is not None:
         raise exc
     return value
+
+
+# -- registering, for the App (``app.on``, ``app.middleware``, ``app.enqueue_middleware``)
+
+
+@overload
+def on(app: App, event: EventName, fn: None = None, /) -> Callable[[H], H]: ...
+@overload
+def on(app: App, event: EventName, fn: H, /) -> H: ...
+
+
+def on(app: App, event: EventName, fn: H | None = None, /) -> H | Callable[[H], H]:
+    """Register a hook: ``@app.on("job_failed")`` above a function of one argument
+    (a :class:`~sqljobs.hooks.JobEvent`, or for ``worker_started`` and
+    ``worker_stopped`` a :class:`~sqljobs.hooks.WorkerLifecycle`), or
+    ``app.on("job_failed", fn)``. An unknown event is a ConfigurationError naming the
+    known ones. What a hook raises is logged and ignored. See docs/hooks.md for when
+    each event is told and on which thread."""
+    if fn is None:
+        return app.hooks.decorator(event)
+    app.hooks.add_hook(event, fn)
+    return fn
+
+
+def middleware(app: App, fn: Middleware) -> Middleware:
+    """Wrap every attempt in this app's workers with ``fn``, a generator function
+    given an :class:`~sqljobs.hooks.AttemptInfo` that yields once: its code before
+    the ``yield`` runs as the attempt begins, after it as the attempt ends (the
+    ``yield`` gives the handler's return value, or raises what the handler raised).
+    The first registered is outermost. Re-raise to let the attempt fail; catching the
+    exception without raising makes the attempt succeed (its result None)."""
+    app.hooks.add_middleware(fn)
+    return fn
+
+
+def enqueue_middleware(app: App, fn: Middleware) -> Middleware:
+    """Wrap every enqueue of this app with ``fn``, a generator function given an
+    :class:`~sqljobs.hooks.EnqueueInfo` that yields once (the ``yield`` gives the
+    list of handles). Headers it puts in ``info.headers`` before yielding are carried
+    by every job of the enqueue, to attempt middleware."""
+    app.hooks.add_middleware(fn, enqueue=True)
+    return fn

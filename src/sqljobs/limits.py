@@ -36,12 +36,12 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import ConfigurationError, PayloadError
-from .payload import check_text
+from .validate import check_text, is_whole
 
 KeyFunction = Callable[..., Any]
 
@@ -95,7 +95,7 @@ class Limit:
 
     def __post_init__(self) -> None:
         limit = self.concurrency
-        bad = isinstance(limit, bool) or not isinstance(limit, int) or limit < 1
+        bad = not is_whole(limit, 1)
         if limit is not None and bad:
             raise ConfigurationError(f"concurrency must be an int >= 1, got {limit!r}")
         if self.key is not None and not callable(self.key):
@@ -212,3 +212,11 @@ def arguments_by_name(
         else:
             out[name] = value
     return out
+
+
+def queue_limit_records(limits: Mapping[str, Limit], queues: Iterable[str]) -> list[QueueLimit]:
+    """What a worker records in the catalogue for the queues it serves: each one's limit
+    in ``limits`` (an App's ``queue_limits``), or none (which clears a limit since taken
+    out of the code)."""
+    names = set(queues) | set(limits)
+    return [QueueLimit.of(name, limits.get(name)) for name in sorted(names)]

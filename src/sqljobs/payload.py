@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .errors import ConfigurationError, PayloadError, PayloadTooLarge
+from .errors import PayloadError, PayloadTooLarge
 
 _encoder = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
@@ -23,35 +23,6 @@ def _no_constant(name: str) -> Any:
 
 
 _decoder = json.JSONDecoder(parse_constant=_no_constant)
-
-
-NAME_LIMIT = 500
-"""The most characters in a task name, a key or a schedule name: each is indexed, and
-PostgreSQL refuses an index entry over 2704 bytes (500 characters are at most 2000)."""
-
-
-def check_text(value: object, what: str) -> str:
-    """``value`` if it is a name both databases store and index as given, else a
-    ConfigurationError naming ``what``: a non-empty string of at most :data:`NAME_LIMIT`
-    characters, without NUL (PostgreSQL's text refuses it, so SQLite is held to the same)
-    and valid Unicode (a lone surrogate has no UTF-8 form)."""
-    if not isinstance(value, str) or not value:
-        raise ConfigurationError(f"{what} must be a non-empty string, got {value!r}")
-    if len(value) > NAME_LIMIT:
-        raise ConfigurationError(
-            f"{what} {value[:40]!r}... is {len(value):,} characters, over {NAME_LIMIT}: "
-            "name by an id, not by data"
-        )
-    if "\x00" in value:
-        raise ConfigurationError(f"{what} {value[:200]!r} contains a NUL character")
-    if not value.isascii():
-        try:
-            value.encode()
-        except UnicodeEncodeError as exc:
-            raise ConfigurationError(
-                f"{what} {value[:200]!r} is not valid Unicode ({exc.reason})"
-            ) from None
-    return value
 
 
 def storable(text: str) -> str:

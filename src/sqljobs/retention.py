@@ -6,10 +6,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from .errors import ConfigurationError
 from .validate import seconds
+
+if TYPE_CHECKING:
+    from .jobs import KeyScope
 
 DAY = 24 * 3600.0
 DEAD_KEPT = 7 * DAY
@@ -132,3 +135,40 @@ def _span(age: float) -> str:
     if age % 3600 == 0:
         return f"{age / 3600:g} h"
     return f"{age:g} s"
+
+
+def key_hold(scope: KeyScope) -> float | None:
+    """How long after its job finishes a key keeps refusing duplicates, in seconds.
+
+    ``"retained"`` (the default): as long as the job is kept (until the pruner deletes it
+    after the app's retention) and then for its ``key_retention`` (a week by default), so
+    a late duplicate after completion is refused too. ``"active"``: only while the job is
+    pending or running. A number or timedelta: that long after the job finished, whether
+    or not its row is still kept.
+    """
+    if scope == "retained":
+        return None
+    if scope == "active":
+        return 0.0
+    if isinstance(scope, str):
+        raise ConfigurationError(
+            f"key_scope must be 'active', 'retained' or a duration, got {scope!r}"
+        )
+    return seconds(scope, "key_scope")
+
+
+def check_key_retention(
+    value: KeyRetention, scope: KeyScope, where: str
+) -> float | Literal["default"] | None:
+    """``value`` checked (see :func:`~sqljobs.retention.key_retention_of`), "default" as
+    is. A key_retention given with a scope other than "retained" is refused: those scopes
+    say themselves how long the key is held."""
+    if isinstance(value, str) and value == "default":
+        return "default"
+    kept = key_retention_of(value, where)
+    if not (isinstance(scope, str) and scope == "retained"):
+        raise ConfigurationError(
+            f"{where} applies to keys with key_scope='retained' (the default), not "
+            f"key_scope={scope!r}, which says itself how long the key is held: drop one"
+        )
+    return kept

@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass
 
 from .errors import ConfigurationError
-from .validate import seconds
+from .validate import is_whole, seconds
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class Retry:
 
     def __post_init__(self) -> None:
         attempts = self.max_attempts
-        if isinstance(attempts, bool) or not isinstance(attempts, int) or attempts < 1:
+        if not is_whole(attempts, 1):
             raise ConfigurationError(f"Retry max_attempts must be an int >= 1, got {attempts!r}")
         object.__setattr__(self, "base", seconds(self.base, "Retry base"))
         object.__setattr__(self, "cap", seconds(self.cap, "Retry cap"))

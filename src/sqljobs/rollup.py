@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .errors import BackendError, ConfigurationError
+from .validate import is_whole
 
 if TYPE_CHECKING:
     from .backends.base import Backend
@@ -129,7 +130,7 @@ def minute_of(at: float) -> int:
 
 def check_window(minutes: object) -> int:
     """``minutes`` of ``app.throughput()``, or a clear error."""
-    if isinstance(minutes, bool) or not isinstance(minutes, int):
+    if not is_whole(minutes):
         raise ConfigurationError(f"minutes must be a whole number of minutes, got {minutes!r}")
     if not 1 <= minutes <= MAX_WINDOW_MINUTES:
         raise ConfigurationError(

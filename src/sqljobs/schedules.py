@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from . import payload
 from .cron import check_cron, next_cron_tick, zone
+from .enqueue import build_job, catalogued_task
 from .errors import ConfigurationError
 from .errors import ScheduleNotFound as ScheduleNotFound  # its home before errors.py
-from .jobs import NewJob
-from .validate import seconds
+from .jobs import EnqueueOptions, NewJob
+from .validate import check_text, is_whole, seconds
 
 if TYPE_CHECKING:
     from .app import App
@@ -108,16 +109,16 @@ def define_schedule(
 ) -> Schedule:
     """Check a definition and return it; every mistake is a ConfigurationError (or a
     PayloadError for kwargs) here, at definition time, never in a worker later."""
-    payload.check_text(name, "schedule name")
+    check_text(name, "schedule name")
     task_name = task if isinstance(task, str) else getattr(task, "name", None)
     if not isinstance(task_name, str) or not task_name:
         raise ConfigurationError(f"schedule {name!r}: task must be a task name, got {task!r}")
-    payload.check_text(task_name, f"schedule {name!r}: task name")
+    check_text(task_name, f"schedule {name!r}: task name")
     cron, interval = check_timing(cron, every, tz, where=f"schedule {name!r}")
     check_policies(overlap, misfire, where=f"schedule {name!r}")
     if not isinstance(queue, str) or not queue:
         raise ConfigurationError(f"schedule {name!r}: queue must be a non-empty string")
-    if not isinstance(priority, int) or isinstance(priority, bool):
+    if not is_whole(priority):
         raise ConfigurationError(f"schedule {name!r}: priority must be an int, got {priority!r}")
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise ConfigurationError(
@@ -310,8 +311,6 @@ def schedule_job(app: App, schedule: Schedule, key: str, now: float) -> NewJob:
     """The job one run of ``schedule`` enqueues. A task registered in ``app`` lends its
     lease and retry policy and checks the arguments; otherwise the app's defaults apply,
     as for ``app.enqueue`` by name."""
-    from .tasks import EnqueueOptions
-
     # a tick runs once because its claim moves the schedule row past it; the key guards
     # the claim while the job is kept, and a key kept past it would be one row a tick
     opts = EnqueueOptions(
@@ -320,5 +319,5 @@ def schedule_job(app: App, schedule: Schedule, key: str, now: float) -> NewJob:
     task = app.tasks.get(schedule.task)
     if task is not None:
         return task.new_job((), schedule.kwargs, opts, now)
-    remote = app.catalogued_task(schedule.task)  # lease and retry as its worker says
-    return app.build_job(schedule.task, (), schedule.kwargs, opts, now, task=remote)
+    remote = catalogued_task(app, schedule.task)  # lease and retry as its worker says
+    return build_job(app, schedule.task, (), schedule.kwargs, opts, now, task=remote)

@@ -1,33 +1,38 @@
-"""Tasks: registered functions, and the options an enqueue may carry."""
+"""Tasks: registered functions (``@app.task``), a task bound to enqueue options, and a
+signature (a task and its arguments, for ``app.group``)."""
 
 from __future__ import annotations
 
 import asyncio
-import difflib
 import functools
 import inspect
+import logging
 import typing
 from collections.abc import Callable, Coroutine, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, Protocol, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, Literal, Protocol, cast, overload
 
 from typing_extensions import ParamSpec, TypeVar
 
-from . import payload
-from .dependencies import AfterPolicy, check_policy, parent_ids
-from .errors import ConfigurationError, PayloadError, UnknownTask
+from .backends.records import JobGroup
+from .context import JobContext
+from .dependencies import AfterPolicy, Group, check_policy
+from .enqueue import build_job, enqueue_options, insert, insert_async, is_async_connection
+from .errors import ConfigurationError, PayloadError
 from .handles import JobHandle
-from .jobs import NewJob
-from .limits import Limit, arguments_by_name
+from .hooks import around_enqueue
+from .jobs import EnqueueOptions, KeyScope, NewJob, TaskInfo
+from .limits import Limit, arguments_by_name, define_limit
 from .model_args import find_models
 from .retention import KeyRetention, key_retention_of
 from .retry import Retry
-from .validate import check_priority, check_queue_name, seconds, to_epoch
+from .validate import check_priority, check_queue_name, check_text, seconds
 
 if TYPE_CHECKING:
     from .app import App
-    from .context import JobContext
+
+log = logging.getLogger("sqljobs")
 
 P = ParamSpec("P", default=...)
 """The parameters a caller passes to ``enqueue`` (a context parameter left out)."""
@@ -68,102 +73,6 @@ class TaskDecorator(Protocol):
     def __call__(self, fn: Callable[_P, Coroutine[Any, Any, _R]], /) -> Task[_P, _R]: ...
     @overload
     def __call__(self, fn: Callable[_P, _R], /) -> Task[_P, _R]: ...
-
-
-@dataclass(frozen=True)
-class EnqueueOptions:
-    """Per-enqueue choices; None means "the task's default"."""
-
-    key: str | None = None
-    delay: float | None = None
-    run_at: float | None = None
-    priority: int | None = None
-    queue: str | None = None
-    connection: Any = None
-    key_hold: float | None = None
-    concurrency_key: str | None = None
-    after: tuple[int, ...] = ()
-    """The ids of jobs it waits for (see sqljobs.dependencies)."""
-    after_policy: AfterPolicy = "done"
-    key_retention: float | Literal["default"] | None = "default"
-    """Seconds its key outlives its row (None: for ever); "default": the task's setting,
-    else the pruning App's ``Retention.keys``."""
-
-
-@dataclass(frozen=True)
-class TaskInfo:
-    """What an enqueue needs to know of a task besides its function: where and how its
-    jobs run. A :class:`Task` gives its own (``task.info``); a task only another service
-    registers is described by the catalogue its workers write, so an enqueue by name gets
-    that service's queue, lease and retry policy rather than this app's defaults."""
-
-    name: str
-    queue: str
-    priority: int
-    lease: float
-    max_attempts: int
-    deadline: float | None
-    concurrency: int | None = None
-    """At most this many of its jobs run at once (per key if ``keyed``), cluster-wide."""
-    keyed: bool = False
-    rate_max: int | None = None
-    """At most this many of its jobs start in any ``rate_window`` seconds (per key if
-    ``keyed``), cluster-wide."""
-    rate_window: float | None = None
-
-
-def unknown_task(name: str, registered: Iterable[str]) -> UnknownTask:
-    """The error for a task name nobody registered, with the close matches (typos)."""
-    known = list(dict.fromkeys(registered))  # a task both here and in the catalogue once
-    matches = tuple(difflib.get_close_matches(name, known, n=3))
-    hint = f" (did you mean {' or '.join(map(repr, matches))}?)" if matches else ""
-    return UnknownTask(
-        f"unknown task {name!r}{hint}: neither this App nor a worker of its database has "
-        "registered it; to enqueue a task that only another service registers, pass "
-        "known=False (CLI: sqljobs enqueue --remote)",
-        name,
-        matches,
-    )
-
-
-KeyScope = Literal["active", "retained"] | float | timedelta
-
-
-def key_hold(scope: KeyScope) -> float | None:
-    """How long after its job finishes a key keeps refusing duplicates, in seconds.
-
-    ``"retained"`` (the default): as long as the job is kept (until the pruner deletes it
-    after the app's retention) and then for its ``key_retention`` (a week by default), so
-    a late duplicate after completion is refused too. ``"active"``: only while the job is
-    pending or running. A number or timedelta: that long after the job finished, whether
-    or not its row is still kept.
-    """
-    if scope == "retained":
-        return None
-    if scope == "active":
-        return 0.0
-    if isinstance(scope, str):
-        raise ConfigurationError(
-            f"key_scope must be 'active', 'retained' or a duration, got {scope!r}"
-        )
-    return seconds(scope, "key_scope")
-
-
-def check_key_retention(
-    value: KeyRetention, scope: KeyScope, where: str
-) -> float | Literal["default"] | None:
-    """``value`` checked (see :func:`~sqljobs.retention.key_retention_of`), "default" as
-    is. A key_retention given with a scope other than "retained" is refused: those scopes
-    say themselves how long the key is held."""
-    if isinstance(value, str) and value == "default":
-        return "default"
-    kept = key_retention_of(value, where)
-    if not (isinstance(scope, str) and scope == "retained"):
-        raise ConfigurationError(
-            f"{where} applies to keys with key_scope='retained' (the default), not "
-            f"key_scope={scope!r}, which says itself how long the key is held: drop one"
-        )
-    return kept
 
 
 class Task(Generic[P, R]):
@@ -273,27 +182,23 @@ class Task(Generic[P, R]):
         instead of its ``concurrency_key`` function. ``after`` names jobs (handles or ids)
         this one waits for: it is ``waiting`` until they are all done, or, with
         ``after_policy="always"``, until they have all ended (see sqljobs.dependencies)."""
-        if delay is not None and run_at is not None:
-            raise ConfigurationError("give either delay or run_at, not both")
         if concurrency_key is not None and self.limit is None:
             raise ConfigurationError(
                 f"task {self.name!r} has no concurrency limit: concurrency_key means nothing "
                 "without @app.task(concurrency=N) or rate='N/s'"
             )
-        opts = EnqueueOptions(
+        opts = enqueue_options(
             key=key,
-            delay=seconds(delay, "delay"),
-            run_at=to_epoch(run_at, "run_at"),
+            delay=delay,
+            run_at=run_at,
             priority=priority,
-            queue=None if queue is None else check_queue_name(queue, "with_options(queue=...)"),
+            queue=queue,
             connection=connection,
-            key_hold=key_hold(key_scope),
+            key_scope=key_scope,
             concurrency_key=concurrency_key,
-            after=parent_ids(after),
-            after_policy=check_policy(after_policy),
-            key_retention=check_key_retention(
-                key_retention, key_scope, "with_options(key_retention=...)"
-            ),
+            after=after,
+            after_policy=after_policy,
+            key_retention=key_retention,
         )
         return BoundTask(self, opts)
 
@@ -314,7 +219,7 @@ class Task(Generic[P, R]):
         return BoundTask(self, EnqueueOptions()).enqueue_many(calls)
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
-        """:meth:`enqueue` for asyncio callers (see :mod:`sqljobs.app_async`)."""
+        """:meth:`enqueue` for asyncio callers (see :mod:`sqljobs.enqueue`)."""
         return await BoundTask(self, EnqueueOptions()).enqueue_async(*args, **kwargs)
 
     async def enqueue_many_async(
@@ -341,8 +246,8 @@ class Task(Generic[P, R]):
                 key = self.limit.key_for(self.name, arguments).removeprefix(f"{self.name}:")
                 opts = replace(opts, concurrency_key=key)
             args, kwargs = self.model_args.dump(args, kwargs)
-        return self.app.build_job(
-            self.name, args, kwargs, opts, now, task=self, names=self._positional_names
+        return build_job(
+            self.app, self.name, args, kwargs, opts, now, task=self, names=self._positional_names
         )
 
 
@@ -367,7 +272,7 @@ class BoundTask(Generic[P, R]):
     def enqueue(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         now = self.task.app.clock()
         job = self.task.new_job(args, kwargs, self.options, now)
-        return self.task.app.insert([job], self.options.connection)[0]
+        return insert(self.task.app, [job], self.options.connection)[0]
 
     def enqueue_many(
         self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]
@@ -377,30 +282,26 @@ class BoundTask(Generic[P, R]):
                 "enqueue_many cannot share one key among several jobs; enqueue keyed jobs "
                 "one by one or give each its own key"
             )
-        return self.task.app.insert(self._new_jobs(calls), self.options.connection)
+        return insert(self.task.app, self._new_jobs(calls), self.options.connection)
 
     async def enqueue_async(self, *args: P.args, **kwargs: P.kwargs) -> JobHandle[R]:
         """:meth:`enqueue` without blocking the event loop: in a thread, or, with a psycopg
         AsyncConnection as ``connection``, awaited in the caller's transaction."""
-        from .app_async import is_async_connection  # app_async imports this module
-
         connection = self.options.connection
         if connection is not None and is_async_connection(connection):
             job = self.task.new_job(args, kwargs, self.options, self.task.app.clock())
-            return (await self.task.app.insert_async([job], connection))[0]
+            return (await insert_async(self.task.app, [job], connection))[0]
         return await asyncio.to_thread(self.enqueue, *args, **kwargs)
 
     async def enqueue_many_async(
         self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]
     ) -> list[JobHandle[R]]:
         """:meth:`enqueue_many` without blocking the event loop (as :meth:`enqueue_async`)."""
-        from .app_async import is_async_connection
-
         connection = self.options.connection
         if connection is not None and is_async_connection(connection):
             if self.options.key is not None:
                 self.enqueue_many([])  # the same refusal as enqueue_many's
-            return await self.task.app.insert_async(list(self._new_jobs(calls)), connection)
+            return await insert_async(self.task.app, list(self._new_jobs(calls)), connection)
         return await asyncio.to_thread(self.enqueue_many, calls)
 
     def _new_jobs(self, calls: Iterable[Sequence[Any] | Mapping[str, Any]]) -> Iterator[NewJob]:
@@ -455,13 +356,112 @@ class Signature:
         if model_args is not None:  # the results list comes first, in the worker
             args, kwargs = model_args.dump(*model_args.instances(args, kwargs, 1), offset=1)
         task = self.task
-        job = task.app.build_job(task.name, args, kwargs, self.options, now, task=task)
+        job = build_job(task.app, task.name, args, kwargs, self.options, now, task=task)
         return replace(job, collect=True)
 
 
-def _first_param_is_context(fn: Callable[..., Any]) -> bool:
-    from .context import JobContext
+def define_task(
+    app: App,
+    fn: Callable[..., Any] | None,
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+    lease: float | timedelta | None = None,
+    retry: Retry | None = None,
+    priority: int = 0,
+    timeout: float | timedelta | None = None,
+    store_result: bool = True,
+    concurrency: int | None = None,
+    concurrency_key: Callable[..., Any] | None = None,
+    rate: str | None = None,
+    redact: Sequence[str] = (),
+    key_retention: KeyRetention = "default",
+) -> Task[..., Any] | TaskDecorator:
+    """``@app.task``: register ``fn`` with ``app`` (or return the decorator that will),
+    with the App's defaults for what is not given. Options as for ``App.task``."""
+    kept = key_retention
+    if not (isinstance(kept, str) and kept == "default"):
+        kept = key_retention_of(kept, "@app.task(key_retention=...)")
+    if queue is not None:
+        check_queue_name(queue, "@app.task(queue=...)")
 
+    def register(func: Callable[..., Any]) -> Task:
+        task_name = check_text(name or func.__name__, "task name")
+        if task_name in app.tasks:
+            raise ConfigurationError(f"a task named {task_name!r} is already registered")
+        task = Task(
+            app,
+            func,
+            name=task_name,
+            queue=app.default_queue if queue is None else queue,
+            lease=app.default_lease if lease is None else seconds(lease, "lease"),
+            retry=retry or app.default_retry,
+            priority=priority,
+            timeout=seconds(timeout, "timeout"),
+            store_result=store_result,
+            limit=define_limit(concurrency, concurrency_key, rate, task_name),
+            redact=redact,
+            key_retention=kept,
+        )
+        app.tasks[task_name] = task
+        return task
+
+    return register(fn) if fn is not None else cast(TaskDecorator, register)
+
+
+def enqueue_group(
+    app: App,
+    members: Iterable[Signature],
+    then: Signature | None = None,
+    *,
+    after_policy: AfterPolicy = "done",
+    connection: Any = None,
+) -> Group:
+    """Enqueue ``members`` (``task.s(...)`` signatures) and, given ``then``, a callback
+    that runs once they have all ended, called with their results (a list, in the
+    members' order) before its own arguments, all in one transaction (or in the
+    caller's, on ``connection``). Under ``after_policy="done"`` a member that ends dead
+    or cancelled cancels the callback; ``"always"`` runs it anyway, with None for that
+    member's result."""
+    if isinstance(members, Signature) or not isinstance(members, Iterable):
+        raise ConfigurationError(
+            f"group() takes a list of task signatures (task.s(...)), got {members!r}"
+        )
+    signatures = list(members)
+    for i, sig in enumerate([*signatures, then] if then is not None else signatures):
+        if not isinstance(sig, Signature):
+            raise ConfigurationError(
+                f"group() takes task signatures (task.s(...)), got {sig!r} at {i}"
+            )
+    if not signatures:
+        raise ConfigurationError("group() needs at least one member signature")
+    now = app.clock()
+    jobs = [sig.new_job(now) for sig in signatures]
+    callback = None
+    if then is not None:
+        callback = replace(then.new_job(now, collect=True), after_policy=check_policy(after_policy))
+
+    def store(rows: Iterable[NewJob]) -> list[JobHandle]:
+        given = list(rows)  # as built, or carrying the enqueue middleware's headers
+        members, then_job = given[: len(jobs)], given[len(jobs)] if callback else None
+        got, last = app.backend.enqueue_group(JobGroup(members, then_job), connection)
+        return [JobHandle(r.id, r.created, app) for r in [*got, *([last] if last else [])]]
+
+    everything = [*jobs, *([callback] if callback is not None else [])]
+    if app.hooks.around_enqueue:
+        made = around_enqueue(app.hooks, everything, connection is not None, store)
+    else:
+        made = store(everything)
+    if connection is None:
+        app._wakeups.announce()
+    handles = made[: len(jobs)]
+    then_handle = made[len(jobs)] if callback is not None else None
+    log.info("group of %d enqueued%s", len(handles),
+             "" if then_handle is None else f", then job {then_handle.id}")  # fmt: skip
+    return Group(handles, then_handle)
+
+
+def _first_param_is_context(fn: Callable[..., Any]) -> bool:
     params = list(inspect.signature(fn).parameters.values())
     if not params:
         return False
@@ -477,16 +477,7 @@ def _first_param_is_context(fn: Callable[..., Any]) -> bool:
     return False
 
 
-__all__ = [
-    "BoundTask",
-    "EnqueueOptions",
-    "JobHandle",
-    "Signature",
-    "Task",
-    "TaskDecorator",
-    "TaskInfo",
-    "payload",
-]
+__all__ = ["BoundTask", "Signature", "Task", "TaskDecorator", "define_task", "enqueue_group"]
 
 
 def _check_redact(

@@ -9,7 +9,7 @@ import math
 import re
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import overload
+from typing import TypeGuard, overload
 
 from .errors import ConfigurationError
 
@@ -17,15 +17,53 @@ MAX_ID = 2**63 - 1
 """A job id is a signed 64-bit integer on every engine."""
 
 
+def is_whole(value: object, low: int | None = None, high: int | None = None) -> TypeGuard[int]:
+    """Whether ``value`` is an int (not a bool) within ``low`` and ``high`` (each bound
+    left out when None)."""
+    return (
+        isinstance(value, int)
+        and not isinstance(value, bool)
+        and (low is None or value >= low)
+        and (high is None or value <= high)
+    )
+
+
+def is_number(value: object, *, finite: bool = True) -> TypeGuard[int | float]:
+    """Whether ``value`` is an int or float (not a bool), finite unless ``finite=False``
+    (NaN is never a number here: it compares false with every bound)."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return False
+    return math.isfinite(value) if finite else not math.isnan(value)
+
+
+def is_job_id(value: object) -> TypeGuard[int]:
+    """Whether ``value`` can be a job's id: a whole number from 1 to 2**63 - 1."""
+    return is_whole(value, 1, MAX_ID)
+
+
+def is_searchable(value: object) -> bool:
+    """Text a database can compare: a non-empty string, no NUL, valid Unicode."""
+    if not isinstance(value, str) or not value or "\x00" in value:
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def check_job_id(value: object) -> int:
+    """``value`` if it is an integer of 64 bits: what ``app.job()`` and the calls that
+    take an id accept (one that names no job is for the database to say)."""
+    if not is_whole(value, -MAX_ID, MAX_ID):
+        raise ConfigurationError(f"a job id is an integer (of 64 bits), got {value!r}")
+    return value
+
+
 def whole_number(value: object, name: str, *, low: int = 1, high: int | None = None) -> int:
     """``value`` if it is an int (not a bool) from ``low`` to ``high`` (no upper bound if
     None)."""
-    if (
-        isinstance(value, int)
-        and not isinstance(value, bool)
-        and value >= low
-        and (high is None or value <= high)
-    ):
+    if is_whole(value, low, high):
         return value
     span = f">= {low}" if high is None else f"from {low} to {high}"
     raise ConfigurationError(f"{name} must be a whole number {span}, got {value!r}")
@@ -34,12 +72,7 @@ def whole_number(value: object, name: str, *, low: int = 1, high: int | None = N
 def finite_number(value: object, name: str, *, positive: bool = False) -> float:
     """``value`` as a float if it is a finite int or float (not a bool); with
     ``positive``, above zero."""
-    if (
-        isinstance(value, int | float)
-        and not isinstance(value, bool)
-        and math.isfinite(value)
-        and (not positive or value > 0)
-    ):
+    if is_number(value) and (not positive or value > 0):
         return float(value)
     kind = "a finite number above 0" if positive else "a finite number"
     raise ConfigurationError(f"{name} must be {kind}, got {value!r}")
@@ -97,6 +130,35 @@ def check_queue_name(name: object, where: str) -> str:
     )
 
 
+NAME_LIMIT = 500
+"""The most characters in a task name, a key or a schedule name: each is indexed, and
+PostgreSQL refuses an index entry over 2704 bytes (500 characters are at most 2000)."""
+
+
+def check_text(value: object, what: str) -> str:
+    """``value`` if it is a name both databases store and index as given, else a
+    ConfigurationError naming ``what``: a non-empty string of at most :data:`NAME_LIMIT`
+    characters, without NUL (PostgreSQL's text refuses it, so SQLite is held to the same)
+    and valid Unicode (a lone surrogate has no UTF-8 form)."""
+    if not isinstance(value, str) or not value:
+        raise ConfigurationError(f"{what} must be a non-empty string, got {value!r}")
+    if len(value) > NAME_LIMIT:
+        raise ConfigurationError(
+            f"{what} {value[:40]!r}... is {len(value):,} characters, over {NAME_LIMIT}: "
+            "name by an id, not by data"
+        )
+    if "\x00" in value:
+        raise ConfigurationError(f"{what} {value[:200]!r} contains a NUL character")
+    if not value.isascii():
+        try:
+            value.encode()
+        except UnicodeEncodeError as exc:
+            raise ConfigurationError(
+                f"{what} {value[:200]!r} is not valid Unicode ({exc.reason})"
+            ) from None
+    return value
+
+
 PRIORITY_RANGE = (-(2**31), 2**31 - 1)
 """A priority is a 32-bit integer (PostgreSQL's ``integer``; SQLite is held to the same)."""
 TIME_RANGE = (-62135596800.0, 253402300799.0)
@@ -107,7 +169,7 @@ PostgreSQL's timestamps reach further, SQLite's REAL anywhere)."""
 def check_priority(value: object, where: str) -> int:
     """``value`` if it is a priority both databases store, else ConfigurationError."""
     low, high = PRIORITY_RANGE
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+    if not is_whole(value, low, high):
         raise ConfigurationError(
             f"priority {value!r} (in {where}) must be an integer from {low} to {high}"
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 from sqljobs import JobState
 from sqljobs.backends import Backend
 from sqljobs.backends.base import JobListing
-from sqljobs.browse import JobFilter
+from sqljobs.jobs import JobFilter
 
 from .conftest import claim, new_job
 

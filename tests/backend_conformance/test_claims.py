@@ -24,7 +24,7 @@ COVERS = {"claim_jobs", "claim_suspect", "next_due"}
 def _claim_until_empty(
     url: str, name: str, start: multiprocessing.synchronize.Barrier
 ) -> list[int]:
-    backend = App(url).open_backend()
+    backend = App(url)._open_backend()
     start.wait()  # every claimer starts at the same moment
     got: list[int] = []
     empty = 0
@@ -240,7 +240,7 @@ def test_the_reaper_is_safe_to_run_concurrently(app: App) -> None:
     held = app.backend.claim_jobs(Claim("gone", None, 200))
     for j in held:
         expire_lease(app, j.id)
-    reapers = [Reaper(sqljobs.App(app.url).open_backend()) for _ in range(3)]
+    reapers = [Reaper(sqljobs.App(app.url)._open_backend()) for _ in range(3)]
     import threading
 
     results: list[int] = []

@@ -217,11 +217,11 @@ def test_a_database_numbered_the_old_way_opens_and_migrates(tmp_path: Path) -> N
 
 def test_a_closed_backend_lets_go_and_another_opens_the_database(url: str) -> None:
     app = sqljobs.App(url)
-    first = app.open_backend()
+    first = app._open_backend()
     assert first.migrate() == []
     first.enqueue_jobs([new_job(first, "t", 1)])
     first.close()
-    second = app.open_backend()
+    second = app._open_backend()
     assert [j.args for j in second.list_jobs(JobListing())] == [[1]]
     second.close()
     app.close()

@@ -18,7 +18,7 @@ def test_another_connections_enqueue_is_seen(app: App, backend: Backend) -> None
     woken = threading.Event()
     backend.subscribe(woken.set, ["default"])
     before = backend.change_marker()
-    other = app.open_backend()
+    other = app._open_backend()
     try:
         (made,) = other.enqueue_jobs([new_job(other, "t", 1)])
         backend.watch_job(made.id)

@@ -13,7 +13,6 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..browse import JobCount, JobFilter, JobPage, WorkerStatus
 from ..jobs import (
     ClaimedJob,
     Due,
@@ -21,16 +20,20 @@ from ..jobs import (
     ExpiredJob,
     HeldJob,
     Job,
+    JobCount,
+    JobFilter,
+    JobPage,
     NewJob,
     Outcome,
     SpentKey,
+    TaskInfo,
+    WorkerStatus,
 )
 from ..limits import QueueLimit
 from ..notifiers.base import Notifier
 from ..rollup import MetricAmount
 from ..schedules import Schedule, ScheduleState, Tick, TickResult
 from ..stats import Stats, WorkerScope
-from ..tasks import TaskInfo
 from .records import Claim, EffectEnd, EffectIntent, JobGroup, JobListing, PruneFinished
 
 __all__ = [
@@ -274,7 +277,7 @@ class Backend(Protocol):
     def list_jobs(self, listing: JobListing) -> list[Job]:
         """Up to ``listing.limit`` jobs of its state and queue (where given), newest first."""
 
-    # -- browsing and bulk actions (sqljobs.browse) -------------------------------------
+    # -- browsing and bulk actions (sqljobs.jobs) -------------------------------------
 
     def find_jobs(self, wanted: JobFilter, before: int | None, limit: int) -> JobPage:
         """A page of matching jobs, newest first, below ``before`` (an id)."""

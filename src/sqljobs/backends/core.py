@@ -28,6 +28,7 @@ from ..jobs import (
     NewJob,
     Outcome,
     SpentKey,
+    TaskInfo,
 )
 from ..limits import QueueLimit
 from ..rollup import MetricAmount
@@ -42,7 +43,6 @@ from ..stats import (
     unserved_tasks,
     worker_scope,
 )
-from ..tasks import TaskInfo
 from .base import Decide, EffectRecord, WorkerInfo
 from .dialect import Dialect
 from .migrations import apply_migrations, up_to_date

@@ -1,4 +1,4 @@
-"""Finding and changing jobs by filter (:mod:`sqljobs.browse`), written once over each
+"""Finding and changing jobs by filter (:class:`sqljobs.jobs.JobFilter`), written once over each
 dialect's statements (``browse.sql``).
 
 A filter becomes a WHERE clause joined from fixed fragments, one per field given, so only
@@ -14,8 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..browse import COUNT_SCAN, ENDED, TEXT_SCAN, JobCount, JobFilter, JobPage, WorkerStatus
-from ..jobs import Job
+from ..jobs import COUNT_SCAN, ENDED, TEXT_SCAN, Job, JobCount, JobFilter, JobPage, WorkerStatus
 from .core import BackendCore
 from .rows import job, result
 

@@ -17,9 +17,8 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import Any
 
-from ..jobs import ClaimedJob, ExpiredJob, Job, JobState, Progress
+from ..jobs import ClaimedJob, ExpiredJob, Job, JobState, Progress, TaskInfo
 from ..schedules import SCHEDULE_COLUMNS, ScheduleState, state_from_row
-from ..tasks import TaskInfo
 from .base import EffectRecord
 
 Names = tuple[str, ...]

@@ -9,10 +9,9 @@ from typing import Any
 import click
 
 from ..app import App
-from ..browse import JobFilter
 from ..errors import ConfigurationError, JobNotFound
 from ..humanize import RUNNING_CANCELLED
-from ..jobs import Job, JobState
+from ..jobs import Job, JobFilter, JobState
 from ..redaction import redact_job
 from .format import job_parts, jobs_columns, show, table_parts, width
 from .options import JOB_ID, Ctx, pass_ctx, queue_name

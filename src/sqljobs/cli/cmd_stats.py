@@ -9,8 +9,8 @@ from typing import Any
 import click
 from rich.text import Text
 
-from ..browse import WorkerStatus
 from ..humanize import duration, redact_url
+from ..jobs import WorkerStatus
 from .format import limits_columns, show, stats_columns, table_parts, width, workers_columns
 from .options import Ctx, pass_ctx
 

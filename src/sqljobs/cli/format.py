@@ -21,9 +21,8 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from ..browse import WorkerStatus
 from ..humanize import ago, duration, iso_local, preview
-from ..jobs import Job, JobState, QueueInfo
+from ..jobs import Job, JobState, QueueInfo, WorkerStatus
 from ..schedules import ScheduleState
 from ..stats import LimitUsage, Stats, count_text
 

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from ..app import App
-from ..browse import JobFilter
+from ..jobs import JobFilter
 from . import actions, api, forms
 from .site import Site
 

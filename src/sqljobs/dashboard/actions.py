@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..app import App
-from ..browse import RETRYABLE, JobFilter
 from ..errors import ConfigurationError, JobNotFound, ScheduleNotFound
 from ..humanize import RUNNING_CANCELLED
-from ..jobs import Job, JobState
+from ..jobs import RETRYABLE, Job, JobFilter, JobState
 
 _RETRIABLE = tuple(JobState(s) for s in RETRYABLE)
 

@@ -17,10 +17,9 @@ from typing import Any
 from starlette.datastructures import ImmutableMultiDict
 
 from .. import validate
-from ..browse import JobFilter, WorkerStatus
 from ..errors import ConfigurationError
 from ..humanize import iso_utc
-from ..jobs import Job, JobState, QueueInfo
+from ..jobs import Job, JobFilter, JobState, QueueInfo, WorkerStatus
 from ..schedules import ScheduleState
 from ..validate import MAX_ID, check_queue_name, whole_number
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from ..browse import JobFilter
+from ..jobs import JobFilter
 from . import api, forms
 from .gate import set_cookie
 from .pages import BULK_VERBS

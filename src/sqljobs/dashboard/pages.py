@@ -17,11 +17,21 @@ from cronsim import CronSim, CronSimError
 from jinja2 import Environment
 
 from ..app import App
-from ..browse import ENDED, RETRYABLE, UNENDED, JobCount, JobFilter, JobPage, WorkerStatus
 from ..cron import zone
 from ..errors import ConfigurationError
 from ..humanize import duration
-from ..jobs import Job, JobState
+from ..jobs import (
+    ENDED,
+    RETRYABLE,
+    UNENDED,
+    Job,
+    JobCount,
+    JobFilter,
+    JobPage,
+    JobState,
+    WorkerStatus,
+)
+from ..limits import queue_limit_records
 from ..schedules import ScheduleState
 from . import charts
 from .api import filter_fields
@@ -254,7 +264,9 @@ class Pages:
         app = self.app
         stats = app.stats()
         infos = queue_infos(app, stats)
-        limits = {r.queue: r for r in app.queue_limit_records(q.name for q in infos)}
+        limits = {
+            r.queue: r for r in queue_limit_records(app.queue_limits, (q.name for q in infos))
+        }
         return self.render(
             "queues.html",
             view,

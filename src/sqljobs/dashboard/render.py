@@ -20,8 +20,8 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from markupsafe import Markup
 
-from ..browse import ENDED, RETRYABLE, UNENDED
 from ..humanize import duration, iso_local, iso_utc, preview
+from ..jobs import ENDED, RETRYABLE, UNENDED
 from ..stats import COUNT_CAP, count_text
 
 RESULT_PREVIEW = 80

@@ -10,7 +10,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..app import App
-from ..tasks import EnqueueOptions
+from ..enqueue import build_job, insert
+from ..jobs import EnqueueOptions
 from ..worker import Worker, WorkerConfig
 
 
@@ -20,8 +21,8 @@ def enqueue(app: App, task: str, queue: str, args: Iterable[Sequence[Any]]) -> l
     now = app.clock()
     opts = EnqueueOptions(queue=queue)
     registered = app.tasks.get(task)
-    jobs = [app.build_job(task, list(a), {}, opts, now, registered) for a in args]
-    return [h.id for h in app.insert(jobs)]
+    jobs = [build_job(app, task, list(a), {}, opts, now, registered) for a in args]
+    return [h.id for h in insert(app, jobs)]
 
 
 class Effects:

@@ -42,7 +42,7 @@ class CountingApp(App):
         super().__init__(*args, **kwargs)
         self.counted: list[CountingBackend] = []
 
-    def open_backend(self, **options: Any) -> Backend:
-        counted = CountingBackend(super().open_backend(**options))
+    def _open_backend(self, **options: Any) -> Backend:
+        counted = CountingBackend(super()._open_backend(**options))
         self.counted.append(counted)
         return cast(Backend, counted)

@@ -40,7 +40,7 @@ def run(url: str, quick: bool = False, progress: Progress = no_progress) -> Resu
     )
     app = App(url)
     options: dict[str, Any] = {} if is_postgres(url) else {"synchronous": "NORMAL"}
-    backend = app.open_backend(**options)
+    backend = app._open_backend(**options)
     try:
         single = claim_cost(app, backend, "lab-e9-single", jobs, 1)
         progress(0.3)

@@ -5,7 +5,7 @@ may be work, so an enqueue starts within milliseconds while an idle worker costs
 nothing. One protocol (:class:`~sqljobs.notifiers.base.Notifier`), three implementations:
 
 - :mod:`.local`: in-process. An App wakes the workers of its own process the moment an
-  enqueue commits (``App.add_wakeup`` and ``App.wake_local_workers`` use it).
+  enqueue commits (an App holds one, and its workers subscribe to it).
 - :mod:`.postgres`: LISTEN/NOTIFY across hosts. A listener thread per backend; enqueues
   NOTIFY inside their own statement (the SQL is in the backend's ``.sql`` files), at most
   once per queue per short window, with a trailing NOTIFY so the last job of a burst is

@@ -6,10 +6,10 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..browse import JobFilter
 from ..errors import ConfigurationError
-from ..jobs import Job
+from ..jobs import Job, JobFilter
 from ..tasks import Task
+from ..validate import is_whole
 
 if TYPE_CHECKING:
     from ..app import App
@@ -34,7 +34,7 @@ def assert_enqueued(
     """Assert that ``task`` has jobs enqueued (pending or waiting) with these ``args`` and
     ``kwargs`` (compared as stored, after the JSON round trip; left out: any), ``queue``
     and ``key``: exactly ``count`` of them if given, else at least one. Returns them."""
-    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+    if count is not None and not is_whole(count, 0):
         raise ConfigurationError(f"assert_enqueued(count={count!r}): give a whole number >= 0")
     name, queued = _queued(app, task)
     matching = [j for j in queued if _matches(j, args, kwargs, queue, key)]

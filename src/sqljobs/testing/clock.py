@@ -10,12 +10,12 @@ PostgreSQL, whose statements then take it as a parameter instead of reading the 
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
 from datetime import UTC, datetime, timedelta
 
 from ..errors import ConfigurationError
+from ..validate import is_number
 
 log = logging.getLogger("sqljobs.testing")
 
@@ -46,7 +46,7 @@ class Clock:
         a negative step is more likely a mistake than a test of a clock going back (for
         that, :meth:`set` an earlier time)."""
         step = by.total_seconds() if isinstance(by, timedelta) else by
-        if isinstance(step, bool) or not isinstance(step, int | float) or not math.isfinite(step):
+        if not is_number(step):
             raise ConfigurationError(f"Clock.advance({by!r}): give seconds or a timedelta")
         if step < 0:
             raise ConfigurationError(f"Clock.advance({by!r}): a clock only moves forward")
@@ -76,6 +76,6 @@ def _epoch(value: float | datetime, what: str) -> float:
                 f"{what}: {value!r} is naive; give an aware datetime (tzinfo=UTC) or Unix seconds"
             )
         return value.timestamp()
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+    if not is_number(value):
         raise ConfigurationError(f"{what}: give Unix seconds or an aware datetime, got {value!r}")
     return float(value)

@@ -15,10 +15,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from ..browse import JobFilter
 from ..errors import ConfigurationError, DrainIncomplete
-from ..jobs import Job
+from ..jobs import Job, JobFilter
 from ..maintenance import Scheduler
+from ..validate import is_number, is_whole
 from ..worker import Worker
 from ..worker.events import EventLog, WorkerEvent
 from .clock import Clock, _epoch
@@ -68,11 +68,11 @@ def run_until_empty(
     clock (``backend_options={"server_clock": True}``: its claims read the server's
     ``now()``, which no test clock moves)."""
     clock = _controllable(app, clock)
-    if isinstance(max_jobs, bool) or not isinstance(max_jobs, int) or max_jobs < 1:
+    if not is_whole(max_jobs, 1):
         raise ConfigurationError(
             f"run_until_empty(max_jobs={max_jobs!r}): give a whole number >= 1"
         )
-    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+    if not (is_number(timeout, finite=False) and timeout > 0):
         raise ConfigurationError(f"run_until_empty(timeout={timeout!r}): give seconds > 0")
     limit = None if until is None else _epoch(until, "run_until_empty(until=...)")
     if limit is not None and clock is None:
@@ -142,7 +142,7 @@ class _Drain:
             while True:
                 ticks = self.scheduler.run_once()
                 if ticks.enqueued:
-                    self.app.wake_local_workers()
+                    self.app._wakeups.announce()
                 left = self.deadline - time.monotonic()
                 try:
                     if left <= 0:

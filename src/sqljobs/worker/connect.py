@@ -41,7 +41,7 @@ def connect(
     while True:
         backend: Backend | None = None
         try:
-            backend = app.open_backend(**options)
+            backend = app._open_backend(**options)
             backend.register_worker(info)
             if waited:
                 log.info("worker %s: database reachable after %.1f s", info.id, waited)

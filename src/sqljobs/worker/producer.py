@@ -174,7 +174,7 @@ class Producer:
         if current != self.marker:
             self.marker, self.want_claim = current, True
         if not self._pushed:  # poll-only: nothing else says this process enqueued
-            local = self.app.local_marker()
+            local = self.app._wakeups.change_marker() or 0
             if local != self.local_marker:
                 self.local_marker, self.want_claim = local, True
         wall = self.app.clock()

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..backends.base import Backend, WorkerInfo
 from ..errors import BackendError, ConfigurationError
+from ..limits import queue_limit_records
 from ..rollup import Meter
 from .completer import Completer
 from .config import WorkerConfig
@@ -235,7 +236,7 @@ class Worker:
             self.config.concurrency,
             heartbeat_interval,
             tuple(task.info for task in self.app.tasks.values()),
-            tuple(self.app.queue_limit_records(self._served_queues())),
+            tuple(queue_limit_records(self.app.queue_limits, self._served_queues())),
         )
         self._began = time.monotonic()
         backend = connect(self.app, self.config, info, self._shutdown.requested, self._wake)
@@ -245,12 +246,12 @@ class Worker:
         self._backend = backend
         backend.subscribe(self._wake.set, self.config.queues)  # None: every queue
         backend.notifier.watch_jobs(self._on_job_event)  # cancels, from any host
-        self.app.watch_jobs(self._on_job_event)  # cancels from this process
+        self.app._wakeups.watch_jobs(self._on_job_event)  # cancels from this process
         upkeep = self._upkeep
         upkeep.start(backend, heartbeat_interval)
         self._producer.start(backend, upkeep.schedules_read if upkeep.scheduler else None)
         self._dispatcher.start()
-        self.app.add_wakeup(self._wake)
+        self.app._wakeups.subscribe(self._wake.set)
         self._banner_due = True  # logged once the first claim went out (it reads the db)
         if self._hooks is not None:
             self._hooks.start(self.config.queues, self.config.concurrency)
@@ -318,8 +319,8 @@ class Worker:
         backend = self._backend
         if backend is None:
             return
-        self.app.remove_wakeup(self._wake)
-        self.app.unwatch_jobs(self._on_job_event)
+        self.app._wakeups.unsubscribe(self._wake.set)
+        self.app._wakeups.unwatch_jobs(self._on_job_event)
         backend.notifier.unwatch_jobs(self._on_job_event)
         self._producer.stop()
         self._dispatcher.stop()

@@ -1,4 +1,4 @@
--- Finding jobs for an operator (sqljobs.browse). find_jobs, count_jobs and match_ids take a
+-- Finding jobs for an operator (sqljobs.jobs and sqljobs.admin). find_jobs, count_jobs and match_ids take a
 -- {where}: the where_* fragments of the filter's given fields, joined by AND (no value is
 -- ever written into the text; every one is a parameter).
 
