@@ -1,5 +1,6 @@
 """Helpers for testing code that uses sqljobs: a clock the test moves, a drain that runs
-due jobs through a real worker in-process, and assertions on what was enqueued.
+due jobs through a real worker in-process, a worker the test steps pass by pass
+(:func:`stepped_worker`), and assertions on what was enqueued.
 
     clock = Clock()
     app = sqljobs.App("sqlite:///" + str(tmp_path / "jobs.db"), clock=clock)
@@ -20,6 +21,7 @@ from .binding import bind
 from .clock import Clock
 from .drain import run_until_empty
 from .report import Attempt, DrainReport, JobRun
+from .stepping import Stepper, stepped_worker
 
 __all__ = [
     "Attempt",
@@ -27,9 +29,11 @@ __all__ = [
     "DrainIncomplete",
     "DrainReport",
     "JobRun",
+    "Stepper",
     "assert_enqueued",
     "assert_not_enqueued",
     "bind",
     "enqueued_jobs",
     "run_until_empty",
+    "stepped_worker",
 ]
