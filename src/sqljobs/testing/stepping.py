@@ -15,6 +15,7 @@ what never happened and the last events seen.
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -29,13 +30,14 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-MAX_STEPS = 1000
+MAX_STEPS = 2000
 """Passes a wait may take by default. A pass that finds nothing to do waits for a wake-up
 or a timer, so the budget bounds a stuck test, not a slow one."""
 
-WAIT_CAP = 1.0
-"""Seconds one wait between passes lasts at most, whatever timer the worker named: a
-handler that sets no wake-up (a test's own thread releasing it) is seen within this."""
+WAIT_CAP = 0.05
+"""Seconds one wait between passes lasts at most, whatever timer the worker named: what
+wakes no worker (a handler reaching a line the test waits for, a row another process
+wrote) is looked at again within this."""
 
 TIMEOUT = 60.0
 """Seconds a wait may take in all, whatever its budget: a test that waits on a handler
@@ -55,6 +57,11 @@ class Stepper:
     @property
     def app(self) -> App:
         return self.worker.app
+
+    @property
+    def counters(self) -> collections.Counter[str]:
+        """The worker's counters (claims, claimed, finished, loops, ...)."""
+        return self.worker.counters
 
     def step(self) -> Pass:
         """One pass of the coordinator (:meth:`Worker.run_once`), without waiting first."""
