@@ -15,6 +15,7 @@ import sqljobs
 import sqljobs.worker
 from sqljobs import App, ConfigurationError, JobState, Retry
 from sqljobs.backends import WorkerInfo
+from sqljobs.testing import stepped_worker
 from sqljobs.worker import EventLog
 
 from .conftest import db_execute, expire_lease, is_pg, placeholder, wait_until, worker_thread
@@ -39,9 +40,8 @@ def test_plain_functions_run_on_threads_and_async_tasks_on_a_loop(app: App) -> N
         seen[name] = "loop" if asyncio.get_running_loop() else "?"
 
     ids = [plain.enqueue("a").id, coro.enqueue("b").id]
-    events = EventLog()
-    with worker_thread(app, concurrency=2, on_event=events):
-        done = events.wait("finished", state="done", count=2)
+    with stepped_worker(app, concurrency=2) as worker:
+        done = worker.until_event("finished", state="done", count=2)
     assert {e.job_id for e in done} == set(ids)
     assert seen["a"].startswith("sqljobs-") and seen["b"] == "loop"
 
@@ -110,9 +110,8 @@ def test_concurrency_bounds_jobs_in_flight(app: App) -> None:
             running[0] -= 1
 
     busy.enqueue_many([() for _ in range(40)])
-    events = EventLog()
-    with worker_thread(app, concurrency=3, on_event=events):
-        events.wait("finished", state="done", count=40)
+    with stepped_worker(app, concurrency=3) as worker:
+        worker.until_event("finished", state="done", count=40)
     assert peak[0] == 3
 
 
@@ -181,10 +180,9 @@ def test_an_undecodable_payload_ends_dead_with_a_clear_error(app: App) -> None:
     job_id = t.enqueue().id
     good_id = t.enqueue().id
     db_execute(app, "UPDATE sqljobs_jobs SET payload = '{not json' WHERE id = ?", params=(job_id,))
-    events = EventLog()
-    with worker_thread(app, on_event=events):
-        events.wait("finished", job_id, state="dead")
-        events.wait("finished", good_id, state="done")
+    with stepped_worker(app) as worker:
+        worker.until_event("finished", job_id, state="dead")
+        worker.until_event("finished", good_id, state="done")
     job = app.get_job(job_id)
     assert job is not None and "stored payload cannot be decoded" in (job.last_error or "")
 
@@ -362,10 +360,10 @@ def test_the_poll_claims_a_job_it_finds_due_under_a_frozen_clock(url: str) -> No
         ran.append(label)
 
     other = App(url, clock=clock)  # another process, as far as wake-ups go
-    with worker_thread(app, poll_interval=0.1, change_check_interval=60) as worker:
-        wait_until(lambda: worker.counters["due_checks"] >= 2, what="the worker idles")
+    with stepped_worker(app, poll_interval=0.1, change_check_interval=60) as worker:
+        worker.until(lambda: worker.counters["due_checks"] >= 2, what="the worker idles")
         other.enqueue("note", args=["found"], known=False)
-        wait_until(lambda: ran == ["found"], what="the job, found by the poll")
+        worker.until(lambda: ran == ["found"], what="the job, found by the poll")
 
 
 def test_a_schedule_added_unannounced_fires_when_next_due_says_it_falls_due(url: str) -> None:
@@ -403,9 +401,8 @@ def test_ctx_transaction_commits_effects_with_the_completion(app: App) -> None:
                 )
 
     ids = [pay.enqueue("1001").id for _ in range(5)]  # five deliveries of one payment
-    events = EventLog()
-    with worker_thread(app, on_event=events):
-        done = events.wait("finished", state="done", count=5)
+    with stepped_worker(app) as worker:
+        done = worker.until_event("finished", state="done", count=5)
     assert {e.job_id for e in done} == set(ids)
     assert db_execute(app, "SELECT balance FROM accounts") == [(9900,)]
 
@@ -503,13 +500,12 @@ def test_jobs_from_a_crashed_worker_run_alone(app: App) -> None:
         running.remove(name)
 
     long_id = step.enqueue("long").id
-    events = EventLog()
-    with worker_thread(app, concurrency=4, poll_interval=0.2, on_event=events):
-        events.wait("started", long_id)
+    with stepped_worker(app, concurrency=4, poll_interval=0.2) as worker:
+        worker.until_event("started", long_id)
         suspects = _make_suspects(app, step, 2)
         normal = [step.enqueue(f"normal{i}").id for i in range(4)]
         release.set()
-        done = events.wait("finished", state="done", count=7)
+        done = worker.until_event("finished", state="done", count=7)
     assert {e.job_id for e in done} == {long_id, *suspects, *normal}
     runs_of_suspects = [o for o in overlap if any(n.startswith("suspect") for n in o)]
     assert runs_of_suspects and all(len(o) == 1 for o in runs_of_suspects), overlap
@@ -825,7 +821,6 @@ def test_a_second_ctx_transaction_in_one_attempt_is_a_clear_mistake(app: App) ->
             errors.append(exc)
 
     job_id = twice.enqueue().id
-    events = EventLog()
-    with worker_thread(app, on_event=events):
-        events.wait("finished", job_id, state="done")
+    with stepped_worker(app) as worker:
+        worker.until_event("finished", job_id, state="done")
     assert len(errors) == 1 and "already completed by an earlier" in str(errors[0])
