@@ -26,6 +26,7 @@ from starlette.testclient import TestClient
 from sqljobs import App, JobContext, JobState, Retry
 from sqljobs.dashboard import create_app, is_loopback
 from sqljobs.humanize import iso_local, iso_utc, preview
+from sqljobs.testing import stepped_worker
 from sqljobs.worker import EventLog
 
 from .conftest import wait_until, worker_thread
@@ -54,9 +55,9 @@ def _jobs(app: App) -> Jobs:
     app.task(name="fine")(lambda: None)
     app.task(name="later")(lambda *args, **kwargs: None)
     dead, done = app.enqueue("boom").id, app.enqueue("fine").id
-    with worker_thread(app, queues=["default"]):
-        wait_until(lambda: app.get_job(dead).state is JobState.DEAD)  # type: ignore[union-attr]
-        wait_until(lambda: app.get_job(done).state is JobState.DONE)  # type: ignore[union-attr]
+    with stepped_worker(app, queues=["default"]) as worker:
+        worker.until(lambda: app.get_job(dead).state is JobState.DEAD)  # type: ignore[union-attr]
+        worker.until(lambda: app.get_job(done).state is JobState.DONE)  # type: ignore[union-attr]
     pending = app.tasks["later"].with_options(delay=3600).enqueue().id
     return Jobs(dead, done, pending)
 

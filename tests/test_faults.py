@@ -21,7 +21,7 @@ import pytest
 import sqljobs
 from sqljobs import App, BackendError, JobState, Retry
 from sqljobs.maintenance import Scheduler
-from sqljobs.testing import Clock
+from sqljobs.testing import Clock, stepped_worker
 from sqljobs.worker import EventLog
 
 from .apps.faults import RAISED
@@ -58,11 +58,10 @@ def test_an_async_handler_raising_a_base_exception_fails_its_attempt_and_the_loo
         return "ok"
 
     bad = exits.enqueue().id
-    events = EventLog()
-    with worker_thread(app, concurrency=1, on_event=events) as worker:
-        events.wait("finished", bad, state="dead")
+    with stepped_worker(app, concurrency=1) as worker:
+        worker.until_event("finished", bad, state="dead")
         good = fine.enqueue().id
-        events.wait("finished", good, state="done")
+        worker.until_event("finished", good, state="done")
         assert worker.counters["leases_lost"] == 0
     job = _job(app, bad)
     assert job.attempts == 2 and job.crashes == 0
@@ -107,9 +106,8 @@ def test_a_custom_base_exception_on_a_thread_fails_its_attempt(app: App) -> None
         raise raised("user abort")
 
     job_id = aborts.enqueue().id
-    events = EventLog()
-    with worker_thread(app, concurrency=1, on_event=events):
-        events.wait("finished", job_id, state="dead")
+    with stepped_worker(app, concurrency=1) as worker:
+        worker.until_event("finished", job_id, state="dead")
     job = _job(app, job_id)
     assert job.last_error == "failed 1 of 1 attempts; last: Abort: user abort"
     assert job.history[0]["exception"] == "tests.apps.faults.Abort"

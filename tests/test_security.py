@@ -24,6 +24,7 @@ from sqljobs import App, BackendError, ConfigurationError, JobState, PayloadErro
 from sqljobs.cli import cli
 from sqljobs.dashboard import create_app
 from sqljobs.humanize import redact_url, scrub_secrets
+from sqljobs.testing import stepped_worker
 
 from .conftest import (
     ROOT,
@@ -384,8 +385,8 @@ def test_a_failed_attempt_s_log_lines_hide_the_task_s_redacted_arguments(
 
     caplog.set_level(logging.DEBUG, logger="sqljobs")
     handle = charge.enqueue(card, 5)
-    with worker_thread(app):
-        wait_until(lambda: app.get_job(handle.id).state is JobState.DEAD)  # type: ignore[union-attr]
+    with stepped_worker(app) as worker:
+        worker.until(lambda: app.get_job(handle.id).state is JobState.DEAD)  # type: ignore[union-attr]
     said = [r.getMessage() for r in caplog.records]
     assert any("attempt 1/2 failed: ValueError: card *** declined" in s for s in said), said
     assert any(

@@ -13,6 +13,7 @@ import pytest
 
 import sqljobs
 from sqljobs import App, JobState, Retry
+from sqljobs.testing import stepped_worker
 from sqljobs.worker import EventLog
 
 from .conftest import db_execute, placeholder, worker_thread
@@ -30,9 +31,8 @@ def _effects(app: App) -> int:
 
 
 def _run_one(app: App, job_id: int, state: str) -> None:
-    events = EventLog()
-    with worker_thread(app, on_event=events):
-        events.wait("finished", job_id, state=state)
+    with stepped_worker(app) as worker:
+        worker.until_event("finished", job_id, state=state)
 
 
 def _held_parent(
@@ -226,10 +226,9 @@ def test_set_result_refuses_a_task_that_stores_no_result_and_a_committed_job(
         ctx.set_result("too late")
 
     quiet_id, late_id = quiet.enqueue().id, late.enqueue().id
-    events = EventLog()
-    with worker_thread(app, on_event=events):
-        events.wait("finished", quiet_id, state="done")
-        events.wait("finished", late_id, state="done")
+    with stepped_worker(app) as worker:
+        worker.until_event("finished", quiet_id, state="done")
+        worker.until_event("finished", late_id, state="done")
     (exc,) = raised
     assert "store_result=False" in str(exc)
     job = _job(app, late_id)
@@ -311,9 +310,8 @@ def test_a_stale_attempts_set_result_does_not_land(app: App, flavour: str) -> No
             raise
 
     job_id = (pay if flavour == "sync" else pay_async).enqueue().id
-    events = EventLog()
-    with worker_thread(app, on_event=events):
-        events.wait("discarded", job_id)
+    with stepped_worker(app) as worker:
+        worker.until_event("discarded", job_id)
     assert len(lost) == 1
     job = _job(app, job_id)
     assert job.state is JobState.DONE and job.result == "newer" and _effects(app) == 0

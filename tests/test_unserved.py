@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sqljobs import App, JobState, Retry
+from sqljobs.testing import stepped_worker
 
 from .conftest import wait_until, worker_thread
 
@@ -32,8 +33,8 @@ def test_a_job_retried_by_hand_starts_afresh_and_its_history_says_so(app: App) -
         raise RuntimeError("boom")
 
     job_id = fails.enqueue().id
-    with worker_thread(app):
-        wait_until(lambda: (j := app.get_job(job_id)) is not None and j.state is JobState.DEAD)
+    with stepped_worker(app) as worker:
+        worker.until(lambda: (j := app.get_job(job_id)) is not None and j.state is JobState.DEAD)
     assert app.retry_job(job_id)
     job = app.get_job(job_id)
     assert job is not None and job.state is JobState.PENDING and job.attempts == 0
