@@ -29,6 +29,7 @@ from sqljobs import (
 )
 from sqljobs.jobs import HeldJob
 from sqljobs.maintenance import Pruner, Reaper
+from sqljobs.testing import stepped_worker
 from sqljobs.worker import EventLog
 
 from .conftest import db_execute, expire_lease, wait_until, worker_thread
@@ -42,8 +43,8 @@ def test_a_result_is_stored_and_a_waiting_caller_gets_it(app: App) -> None:
         return {"twice": 2 * x}
 
     handle = double.enqueue(21)
-    with worker_thread(app):
-        assert handle.result(timeout=10) == {"twice": 42}
+    with stepped_worker(app) as worker:
+        assert worker.result(handle) == {"twice": 42}
     again = app.job(handle.id)  # a handle for any id, from anywhere
     assert again.result(timeout=0) == {"twice": 42}
     job = again.refresh()
@@ -106,8 +107,8 @@ def test_a_task_can_opt_out_of_storing_its_result(app: App) -> None:
         return object()  # not even looked at
 
     handle = big.enqueue()
-    with worker_thread(app):
-        assert handle.result(timeout=10) is None
+    with stepped_worker(app) as worker:
+        assert worker.result(handle) is None
     assert handle.refresh().state is JobState.DONE
 
 
@@ -122,8 +123,8 @@ def test_waiting_times_out_and_the_job_goes_on(app: App) -> None:
         handle.result(timeout=0.2)
     assert time.monotonic() - started < 2
     assert isinstance(ResultTimeout("x"), TimeoutError)
-    with worker_thread(app):
-        assert handle.result(timeout=10) == 1
+    with stepped_worker(app) as worker:
+        assert worker.result(handle) == 1
 
 
 @pytest.mark.parametrize("bad", [-1, float("nan"), "10", True])
@@ -211,11 +212,11 @@ def test_cancelling_a_running_cooperative_thread_task(app: App) -> None:
         return "finished"
 
     handle = crawl.enqueue()
-    with worker_thread(app, on_event=(log := EventLog())) as worker:
-        assert started.wait(10)
+    with stepped_worker(app) as worker:
+        worker.until(started.is_set, what="started")
         assert app.cancel(handle.id)
-        log.wait("cancelled", job_id=handle.id, timeout=10)
-        log.wait("discarded", job_id=handle.id, timeout=10)
+        worker.until_event("cancelled", job_id=handle.id)
+        worker.until_event("discarded", job_id=handle.id)
     assert seen == ["cancelled"]
     job = handle.refresh()
     assert job.state is JobState.CANCELLED and job.errors == 0
@@ -258,12 +259,12 @@ def test_a_task_that_ignores_the_cancel_runs_on_but_its_outcome_is_discarded(app
         return "done anyway"
 
     handle = stubborn.enqueue()
-    with worker_thread(app, on_event=(log := EventLog())) as worker:
-        assert started.wait(10)
+    with stepped_worker(app) as worker:
+        worker.until(started.is_set, what="started")
         app.cancel(handle.id)
-        log.wait("cancelled", job_id=handle.id, timeout=10)
+        worker.until_event("cancelled", job_id=handle.id)
         release.set()
-        log.wait("discarded", job_id=handle.id, timeout=10)
+        worker.until_event("discarded", job_id=handle.id)
     job = handle.refresh()
     assert job.state is JobState.CANCELLED and job.result is None
     assert worker.counters["stale_results"] == 1
@@ -355,9 +356,9 @@ def test_a_paused_queue_is_not_claimed_from_and_resumes(app: App) -> None:
     assert list(app.paused_queues()) == ["mail"] and paused_at is not None
     assert before - 5 <= paused_at <= time.time() + 5  # the server's clock on PostgreSQL
     held = send.enqueue(1)  # enqueues still succeed
-    with worker_thread(app, on_event=(log := EventLog())) as worker:
+    with stepped_worker(app) as worker:
         elsewhere = other.enqueue(2)  # the worker works: the other queue drains
-        assert elsewhere.result(timeout=10) is None
+        assert worker.result(elsewhere) is None
         assert held.refresh().state is JobState.PENDING
         queues = {q.name: q for q in app.queues()}
         assert queues["mail"].paused and not queues["other"].paused
@@ -365,8 +366,8 @@ def test_a_paused_queue_is_not_claimed_from_and_resumes(app: App) -> None:
         assert (name, paused, counts["pending"]) == ("mail", True, 1) and age is not None
         assert app.stats().paused == ["mail"]
         assert app.resume_queue("mail") is True
-        assert held.result(timeout=10) is None
-        log.wait("finished", job_id=held.id, timeout=5)
+        assert worker.result(held) is None
+        worker.until_event("finished", job_id=held.id)
     assert app.resume_queue("mail") is False
     assert worker.counters["claimed"] == 2
     with pytest.raises(ConfigurationError, match="queue name"):

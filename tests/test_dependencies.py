@@ -23,6 +23,7 @@ from sqljobs import (
     Retry,
 )
 from sqljobs.jobs import Outcome
+from sqljobs.testing import stepped_worker
 
 from .conftest import db_execute, wait_until, worker_thread
 
@@ -59,8 +60,8 @@ def test_a_child_of_parents_that_are_done_already_is_pending_at_once(app: App) -
         return name
 
     parent = step.enqueue("p")
-    with worker_thread(app):
-        parent.result(timeout=10)
+    with stepped_worker(app) as worker:
+        worker.result(parent)
     child = step.with_options(after=[parent]).enqueue("c")
     assert child.refresh().state is JobState.PENDING
     assert _edges(app) == 0
@@ -83,8 +84,8 @@ def test_a_diamond_runs_in_order(app: App) -> None:
     b = step.with_options(after=[a]).enqueue("b")
     c = step.with_options(after=[a]).enqueue("c")
     d = step.with_options(after=[b, c]).enqueue("d")
-    with worker_thread(app, concurrency=4):
-        d.result(timeout=10)
+    with stepped_worker(app, concurrency=4) as worker:
+        worker.result(d)
     assert spans["a"][1] <= spans["b"][0] and spans["a"][1] <= spans["c"][0]
     assert max(spans["b"][1], spans["c"][1]) <= spans["d"][0]
     assert not middle.broken, "b and c ran side by side"
@@ -239,10 +240,10 @@ def test_a_group_whose_member_dies_cancels_or_runs_its_callback(app: App) -> Non
 
     strict = app.group([value.s(1), broken.s()], then=collect.s())
     lenient = app.group([value.s(1), broken.s()], then=collect.s(), after_policy="always")
-    with worker_thread(app):
-        assert lenient.result(timeout=10) == [1, None]
+    with stepped_worker(app) as worker:
+        assert worker.result(lenient) == [1, None]
         with pytest.raises(JobCancelled):
-            strict.result(timeout=10)
+            worker.result(strict)
 
 
 def test_a_group_is_checked_before_anything_is_stored(app: App) -> None:
@@ -346,8 +347,8 @@ def test_a_keyed_child_gives_its_key_up_as_its_scope_says(app: App) -> None:
     parent = step.enqueue("p")
     keyed = step.with_options(after=[parent], key="child", key_scope="active")
     first = keyed.enqueue("c")
-    with worker_thread(app):
-        first.result(timeout=10)
+    with stepped_worker(app) as worker:
+        worker.result(first)
     second = keyed.enqueue("c")
     assert second.created and second.id != first.id
 

@@ -18,6 +18,7 @@ import pytest
 import sqljobs
 from sqljobs import App, JobState, payload
 from sqljobs.hooks import AttemptInfo, EnqueueInfo, JobEvent, WorkerLifecycle
+from sqljobs.testing import stepped_worker
 from sqljobs.worker import EventLog
 from tests.conftest import worker_thread
 
@@ -234,11 +235,11 @@ def test_middleware_wraps_attempts_in_order_and_decides_with_exceptions(app: App
         raise KeyError("really")
 
     jobs = [returns.enqueue(), swallowed.enqueue(), fails.enqueue()]
-    with worker_thread(app):
-        assert jobs[0].result(timeout=10) == 7
-        assert jobs[1].result(timeout=10) is None
+    with stepped_worker(app) as worker:
+        assert worker.result(jobs[0]) == 7
+        assert worker.result(jobs[1]) is None
         with pytest.raises(sqljobs.JobFailed, match="KeyError"):
-            jobs[2].result(timeout=10)
+            worker.result(jobs[2])
 
     def of(task: str) -> list[str]:
         return [t.split(": ", 1)[1] for t in trail if t.startswith(f"{task}: ")]

@@ -17,6 +17,7 @@ from sqljobs.backends import core
 from sqljobs.backends.base import WorkerInfo
 from sqljobs.jobs import Outcome
 from sqljobs.maintenance import Reaper
+from sqljobs.testing import stepped_worker
 from sqljobs.worker import EventLog
 
 from .conftest import db_execute, expire_lease, is_pg, wait_until, worker_thread
@@ -52,9 +53,9 @@ def test_a_task_limit_holds_with_more_threads_than_slots(app: App) -> None:
         overlap.run("export", 0.03)
 
     handles = export.enqueue_many([(i,) for i in range(12)])
-    with worker_thread(app, concurrency=8):
+    with stepped_worker(app, concurrency=8) as worker:
         for handle in handles:
-            handle.result(timeout=20)
+            worker.result(handle)
     assert overlap.most["export"] == 2, "the limit was reached, never passed"
 
 
@@ -66,9 +67,9 @@ def test_a_limit_per_key_holds_each_key_and_lets_keys_run_side_by_side(app: App)
         overlap.run(tenant, 0.03)
 
     handles = [sync.enqueue(t, i) for i in range(6) for t in ("acme", "globex", "initech")]
-    with worker_thread(app, concurrency=8):
+    with stepped_worker(app, concurrency=8) as worker:
         for handle in handles:
-            handle.result(timeout=30)
+            worker.result(handle)
     assert max(overlap.most.values()) == 2
     assert overlap.most_total > 2, "the keys ran side by side"
     job = handles[0].refresh()
@@ -83,9 +84,9 @@ def test_a_key_given_at_enqueue_wins_over_the_key_function(app: App) -> None:
         overlap.run("shared", 0.02)
 
     handles = [call.with_options(concurrency_key="shared").enqueue(i) for i in range(5)]
-    with worker_thread(app, concurrency=4):
+    with stepped_worker(app, concurrency=4) as worker:
         for handle in handles:
-            handle.result(timeout=20)
+            worker.result(handle)
     assert overlap.most["shared"] == 1
 
 
@@ -100,15 +101,15 @@ def test_a_key_at_its_limit_blocks_neither_other_keys_nor_attempts(app: App) -> 
             release.wait(30)
 
     busy = [sync.enqueue("busy", i) for i in range(40)]
-    with worker_thread(app, concurrency=4, on_event=(log := EventLog())):
-        log.wait("started", job_id=busy[0].id, timeout=10)
+    with stepped_worker(app, concurrency=4) as worker:
+        worker.until_event("started", job_id=busy[0].id)
         other = sync.enqueue("calm", 0)
-        other.result(timeout=10)
+        worker.result(other)
         waiting = busy[1].refresh()
         assert waiting.state is JobState.PENDING and waiting.attempts == 0
         release.set()
         for handle in busy:
-            handle.result(timeout=30)
+            worker.result(handle)
 
 
 def test_a_claimed_slot_comes_back_when_its_lease_expires(app: App) -> None:
@@ -209,9 +210,9 @@ def test_a_rate_spaces_starts_and_no_window_holds_more(app: App) -> None:
 
     handles = call.enqueue_many([(i,) for i in range(12)])
     began = time.monotonic()
-    with worker_thread(app, concurrency=8) as worker:
+    with stepped_worker(app, concurrency=8) as worker:
         for handle in handles:
-            handle.result(timeout=20)
+            worker.result(handle)
     took = time.monotonic() - began
     starts = [h.refresh().started_at or 0.0 for h in handles]
     assert _most_in_a_window(starts) == 5, "bursts of 5 at most, and bursts of 5 happen"
@@ -225,9 +226,9 @@ def test_a_rate_per_key_paces_each_key_apart(app: App) -> None:
     def call(tenant: str, n: int) -> None: ...
 
     handles = [call.enqueue(t, i) for i in range(4) for t in ("acme", "globex")]
-    with worker_thread(app, concurrency=8):
+    with stepped_worker(app, concurrency=8) as worker:
         for handle in handles:
-            handle.result(timeout=20)
+            worker.result(handle)
     for tenant in ("acme", "globex"):
         starts = [h.refresh().started_at or 0.0 for h in handles if h.refresh().args[0] == tenant]
         assert _most_in_a_window(starts) == 3
@@ -417,9 +418,9 @@ def test_a_queue_limit_holds_across_its_tasks_and_a_task_limit_wins(app: App) ->
     own = yearly.enqueue(0)
     assert {h.refresh().limit_key for h in handles} == {"queue:reports"}
     assert own.refresh().limit_key == "yearly"
-    with worker_thread(app, concurrency=8):
+    with stepped_worker(app, concurrency=8) as worker:
         for handle in [*handles, own]:
-            handle.result(timeout=20)
+            worker.result(handle)
     assert overlap.most["reports"] == 2, "the queue's limit was reached, never passed"
 
 
@@ -430,9 +431,9 @@ def test_a_queue_rate_paces_the_queue(app: App) -> None:
     def send(n: int) -> None: ...
 
     handles = send.enqueue_many([(i,) for i in range(9)])
-    with worker_thread(app, concurrency=8):
+    with stepped_worker(app, concurrency=8) as worker:
         for handle in handles:
-            handle.result(timeout=20)
+            worker.result(handle)
     starts = [h.refresh().started_at or 0.0 for h in handles]
     assert _most_in_a_window(starts) == 4
 

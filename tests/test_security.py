@@ -31,7 +31,6 @@ from .conftest import (
     child_pythonpath,
     db_execute,
     fresh_pg_database,
-    wait_until,
     worker_thread,
 )
 
@@ -227,11 +226,11 @@ def test_a_worker_run_logs_nothing_of_the_password(
     caplog.set_level(logging.DEBUG)
     # also the sqljobs logger itself: a CLI run earlier in the process may have set its level
     caplog.set_level(logging.DEBUG, logger="sqljobs")
-    with worker_thread(app, concurrency=2):
+    with stepped_worker(app, concurrency=2) as worker:
         done = app.tasks["fine"].enqueue()
         dead = app.tasks["fails"].enqueue()
-        assert done.result(timeout=10) == 1
-        wait_until(lambda: app.get_job(dead.id).state is JobState.DEAD)  # type: ignore[union-attr]
+        assert worker.result(done) == 1
+        worker.until(lambda: app.get_job(dead.id).state is JobState.DEAD)  # type: ignore[union-attr]
     records = caplog.records
     assert any("started on postgresql://" in r.getMessage() for r in records)
     for record in records:

@@ -14,9 +14,8 @@ import pytest
 import sqljobs
 from sqljobs import App, JobState, Retry
 from sqljobs.testing import stepped_worker
-from sqljobs.worker import EventLog
 
-from .conftest import db_execute, placeholder, worker_thread
+from .conftest import db_execute, placeholder
 
 
 def _job(app: App, job_id: int) -> sqljobs.Job:
@@ -86,10 +85,10 @@ def test_a_result_set_in_the_transaction_commits_with_it_for_waiters_and_callbac
     group = app.group([parent.s()], then=merge.s())
     (member,) = group.members
     try:
-        with worker_thread(app, concurrency=2):
-            assert committed.wait(10)
-            assert member.result(timeout=10) == {"receipt": member.id}
-            assert group.result(timeout=10) == [{"receipt": member.id}]
+        with stepped_worker(app, concurrency=2) as worker:
+            worker.until(committed.is_set, what="committed")
+            assert worker.result(member) == {"receipt": member.id}
+            assert worker.result(group) == [{"receipt": member.id}]
             release.set()
     finally:
         release.set()
@@ -114,14 +113,13 @@ def test_a_value_returned_after_the_transaction_comes_after_its_commit(
 
     group = app.group([parent.s()], then=merge.s())
     (member,) = group.members
-    events = EventLog()
     try:
-        with worker_thread(app, concurrency=2, on_event=events):
-            assert committed.wait(10)
-            assert member.result(timeout=10) is None
-            assert group.result(timeout=10) == [None]
+        with stepped_worker(app, concurrency=2) as worker:
+            worker.until(committed.is_set, what="committed")
+            assert worker.result(member) is None
+            assert worker.result(group) == [None]
             release.set()
-            events.wait("finished", member.id, state="done")
+            worker.until_event("finished", member.id, state="done")
     finally:
         release.set()
     assert member.result(timeout=10) == {"receipt": member.id}

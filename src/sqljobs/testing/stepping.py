@@ -19,16 +19,19 @@ import collections
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+from ..dependencies import Group
 from ..jobs import FINISHED_STATES, Job
 from ..worker import EventLog, Pass, Worker, WorkerEvent
 from ..worker.events import EventKind, OnEvent
 
 if TYPE_CHECKING:
     from ..app import App
+    from ..handles import JobHandle
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 MAX_STEPS = 2000
 """Passes a wait may take by default. A pass that finds nothing to do waits for a wake-up
@@ -129,6 +132,23 @@ class Stepper:
             return job if job is not None and job.state in FINISHED_STATES else None
 
         return self.until(ended, max_steps=max_steps, what=f"job {job_id} ending")
+
+    @overload
+    def result(self, handle: JobHandle[R], *, max_steps: int = ...) -> R: ...
+    @overload
+    def result(self, handle: Group, *, max_steps: int = ...) -> Any: ...
+
+    def result(self, handle: JobHandle[Any] | Group, *, max_steps: int = MAX_STEPS) -> Any:
+        """Step until the job of ``handle`` (a group's callback, or else every member)
+        ended, then its result as ``handle.result()`` gives it: ``JobFailed`` for a job
+        that ended dead, ``JobCancelled`` for one cancelled."""
+        if isinstance(handle, Group):
+            waited = [handle.then] if handle.then is not None else handle.members
+        else:
+            waited = [handle]
+        for one in waited:
+            self.until_ended(one.id, max_steps=max_steps)
+        return handle.result(timeout=0)
 
     def stop(self, immediate: bool = False, *, max_steps: int = MAX_STEPS) -> Pass:
         """Stop the worker (drain, or release at once) and step until the stop finished."""
