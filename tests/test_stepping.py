@@ -94,3 +94,21 @@ def test_stop_drains_and_ends_the_passes(app: App) -> None:
         with pytest.raises(AssertionError, match="the worker stopped"):
             worker.until(lambda: False, what="anything")
     assert [e.kind for e in seen if e.job_id == job_id][-1] == "finished", "on_event told too"
+
+
+def test_the_example_in_the_docs(app: App) -> None:
+    """docs/testing.md's example, as written there (with the ``app`` fixture)."""
+    entered, release = threading.Event(), threading.Event()
+
+    @app.task
+    def export() -> str:
+        entered.set()
+        release.wait(10)
+        return "ok"
+
+    handle = export.enqueue()
+    with stepped_worker(app) as worker:
+        worker.until(entered.is_set, what="the handler to begin")
+        assert handle.refresh().state == "running"
+        release.set()
+        assert worker.result(handle) == "ok"
