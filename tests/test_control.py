@@ -30,9 +30,8 @@ from sqljobs import (
 from sqljobs.jobs import HeldJob
 from sqljobs.maintenance import Pruner, Reaper
 from sqljobs.testing import stepped_worker
-from sqljobs.worker import EventLog
 
-from .conftest import db_execute, expire_lease, wait_until, worker_thread
+from .conftest import db_execute, expire_lease, worker_thread
 
 # -- results -------------------------------------------------------------------------------
 
@@ -83,8 +82,8 @@ def test_a_dead_job_raises_job_failed_with_its_last_error(app: App) -> None:
         raise RuntimeError("the printer is on fire")
 
     handle = broken.enqueue()
-    with worker_thread(app), pytest.raises(JobFailed) as failed:
-        handle.result(timeout=10)
+    with stepped_worker(app) as worker, pytest.raises(JobFailed) as failed:
+        worker.result(handle)
     assert failed.value.state == "dead" and failed.value.job_id == handle.id
     assert "the printer is on fire" in (failed.value.error or "")
 
@@ -95,8 +94,8 @@ def test_a_value_that_is_not_json_fails_the_attempt_with_a_clear_error(app: App)
         return object()
 
     handle = leaky.enqueue()
-    with worker_thread(app), pytest.raises(JobFailed) as failed:
-        handle.result(timeout=10)
+    with stepped_worker(app) as worker, pytest.raises(JobFailed) as failed:
+        worker.result(handle)
     assert "return value of task 'leaky' is not JSON-serialisable" in (failed.value.error or "")
     assert "store_result=False" in (failed.value.error or "")
 
@@ -156,9 +155,8 @@ def test_many_waiters_in_threads_each_get_their_own_result(app: App) -> None:
     threads = [threading.Thread(target=wait, args=(i,)) for i in range(20)]
     for thread in threads:
         thread.start()
-    with worker_thread(app):
-        for thread in threads:
-            thread.join(timeout=30)
+    with stepped_worker(app) as worker:  # the waiters block in their threads meanwhile
+        worker.until(lambda: not any(t.is_alive() for t in threads), what="every waiter")
     assert got == {i: i * i for i in range(20)}
 
 
@@ -239,11 +237,11 @@ def test_cancelling_a_running_async_task_cancels_it(app: App) -> None:
             raise
 
     handle = wait_long.enqueue()
-    with worker_thread(app, on_event=(log := EventLog())):
-        assert started.wait(10)
+    with stepped_worker(app) as worker:
+        worker.until(started.is_set, what="the handler to start")
         app.cancel(handle.id)
-        log.wait("cancelled", job_id=handle.id, timeout=10)
-        assert cancelled.wait(10), "the handler's coroutine was never cancelled"
+        worker.until_event("cancelled", job_id=handle.id)
+        worker.until(cancelled.is_set, what="the handler's coroutine cancelled")
     assert seen == ["CancelledError"]
     assert handle.refresh().state is JobState.CANCELLED
 
@@ -285,13 +283,13 @@ def test_a_buffered_job_that_is_cancelled_never_starts(
             release.wait(30)
 
     first, second = step.enqueue("first"), step.enqueue("second")
-    options = {"concurrency": 1, "prefetch": 1, "cancel_grace": 0.05}
-    with worker_thread(app, on_event=(log := EventLog()), **options):
-        log.wait("claimed", job_id=second.id, timeout=10)
+    options: dict[str, Any] = {"concurrency": 1, "prefetch": 1, "cancel_grace": 0.05}
+    with stepped_worker(app, **options) as worker:
+        worker.until_event("claimed", job_id=second.id)
         app.cancel(second.id)
-        log.wait("cancelled", job_id=second.id, timeout=10)
+        worker.until_event("cancelled", job_id=second.id)
         release.set()
-        log.wait("finished", job_id=first.id, timeout=10)
+        worker.until_event("finished", job_id=first.id)
     assert ran == ["first"]
     assert second.refresh().state is JobState.CANCELLED
     assert not [r for r in caplog.records if "still runs" in r.getMessage()]
@@ -310,12 +308,12 @@ def test_a_running_job_is_found_cancelled_at_the_next_heartbeat(url: str) -> Non
             time.sleep(0.01)
 
     handle = crawl.enqueue()
-    with worker_thread(app, on_event=(log := EventLog())):
-        assert started.wait(10)
+    with stepped_worker(app) as worker:
+        worker.until(started.is_set, what="the handler to start")
         other = App(url)
         assert other.cancel(handle.id)
         other.close()
-        log.wait("cancelled", job_id=handle.id, timeout=10)
+        worker.until_event("cancelled", job_id=handle.id)
 
 
 def test_cancel_many_by_queue_task_and_state(app: App) -> None:
@@ -421,15 +419,15 @@ def test_progress_is_visible_while_the_job_runs_and_kept_at_its_end(app: App) ->
         progress = handle.refresh().progress
         return progress if progress is not None and progress.done >= 1 else None
 
-    with worker_thread(app):
-        assert step.wait(10)
+    with stepped_worker(app) as worker:
+        worker.until(step.is_set, what="the handler's first page")
         # the worker writes the latest report on its own beat, and tells no one: its
         # write is seen in the job (the first report may have gone out alone)
-        progress = wait_until(written, what="the report of page 1 written")
+        progress = worker.until(written, what="the report of page 1 written")
         assert (progress.done, progress.total, progress.note) == (1, 10, "page 1")
         assert str(progress) == "1/10 (10%) page 1"
         go_on.set()
-        assert handle.result(timeout=10) == 10
+        assert worker.result(handle) == 10
     final = handle.refresh().progress
     assert final is not None and (final.done, final.note) == (10, "page 10")
 
@@ -452,8 +450,9 @@ def test_bad_progress_is_refused_in_the_handler(
     def report(ctx: JobContext) -> None:
         ctx.progress(*args)
 
-    with worker_thread(app), pytest.raises(JobFailed, match=message):
-        report.enqueue().result(timeout=10)
+    handle = report.enqueue()
+    with stepped_worker(app) as worker, pytest.raises(JobFailed, match=message):
+        worker.result(handle)
 
 
 def test_progress_writes_are_fenced(app: App) -> None:
@@ -490,12 +489,12 @@ def test_a_worker_whose_report_is_refused_tells_its_handler(app: App) -> None:
             time.sleep(0.05)
 
     handle = slow.enqueue()
-    with worker_thread(app, on_event=(log := EventLog())):
-        assert started.wait(10)
+    with stepped_worker(app) as worker:
+        worker.until(started.is_set, what="the handler to start")
         bumped = time.monotonic()  # as if another worker had taken the job over
         bump = "UPDATE sqljobs_jobs SET token = token + 1 WHERE id = ?"
         db_execute(app, bump, None, (handle.id,))
-        log.wait("lease_lost", job_id=handle.id, timeout=10)
+        worker.until_event("lease_lost", job_id=handle.id)
         # the refused report asked for a heartbeat at once, not at the next one (10 s)
         assert time.monotonic() - bumped < 5
     assert answers and all(answers[:1])
