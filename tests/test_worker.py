@@ -90,9 +90,8 @@ def test_the_event_loop_starts_tasks_eagerly_where_python_can(app: App) -> None:
         factories.append(asyncio.get_running_loop().get_task_factory())
 
     which.enqueue()
-    events = EventLog()
-    with worker_thread(app, concurrency=2, on_event=events):
-        events.wait("finished", state="done")
+    with stepped_worker(app, concurrency=2) as worker:
+        worker.until_event("finished", state="done")
     assert seen == [True]
     assert factories == [getattr(asyncio, "eager_task_factory", None)]
 
@@ -130,17 +129,16 @@ def test_a_hung_handler_times_out_is_recorded_and_retried(app: App) -> None:
         await asyncio.sleep(30)
 
     sync_id, async_id = hangs.enqueue().id, hangs_async.enqueue().id
-    events = EventLog()
-    with worker_thread(app, concurrency=1, on_event=events):
-        events.wait("finished", async_id, state="dead")
-        events.wait("finished", sync_id, state="pending")  # the timed-out first attempt
-        assert events.of("timed_out", sync_id)
+    with stepped_worker(app, concurrency=1) as worker:
+        worker.until_event("finished", async_id, state="dead")
+        worker.until_event("finished", sync_id, state="pending")  # the timed-out first attempt
+        assert worker.events.of("timed_out", sync_id)
         # the given-up handler still holds the worker's one thread: the retry waits for it
         # instead of a second handler running beside it (never more than `concurrency`)
-        assert attempts == [1] and not events.of("started", sync_id)[1:]
+        assert attempts == [1] and not worker.events.of("started", sync_id)[1:]
         release.set()
-        events.wait("finished", sync_id, state="done")
-        events.wait("discarded", sync_id)  # the first attempt's late result
+        worker.until_event("finished", sync_id, state="done")
+        worker.until_event("discarded", sync_id)  # the first attempt's late result
     job = app.get_job(sync_id)
     assert job is not None and attempts == [1, 2]
     assert job.history[0]["outcome"] == "timed_out"
@@ -210,8 +208,8 @@ def test_the_drain_timeout_is_held_to_the_leases_of_the_tasks_the_worker_runs(
     with pytest.raises(ConfigurationError, match="shortest lease of this worker's tasks, 600 s"):
         sqljobs.Worker(app, drain_timeout=600)
     caplog.set_level(logging.INFO, logger="sqljobs.worker")
-    with worker_thread(app, drain_timeout=120):
-        wait_until(lambda: any("started on" in r.getMessage() for r in caplog.records))
+    with stepped_worker(app, drain_timeout=120) as stepper:
+        stepper.until(lambda: any("started on" in r.getMessage() for r in caplog.records))
     banner = next(r.getMessage() for r in caplog.records if "started on" in r.getMessage())
     assert "shortest lease 600 s" in banner and "drain timeout 120 s" in banner
 
@@ -466,11 +464,11 @@ def test_cancelling_a_running_job_tells_its_handler(app: App) -> None:
             raise
 
     job_id = long_async.enqueue().id
-    with worker_thread(app) as worker:
-        assert entered.wait(10)
+    with stepped_worker(app) as worker:
+        worker.until(entered.is_set, what="the handler to begin")
         assert app.cancel_job(job_id)
-        worker.request_heartbeat()
-        assert stopped.wait(10)
+        worker.worker.request_heartbeat()
+        worker.until(stopped.is_set, what="the handler to stop")
     assert _state(app, job_id) is JobState.CANCELLED
 
 
@@ -539,18 +537,18 @@ def test_prefetch_adapts_to_how_long_jobs_run(app: App) -> None:
     def slow() -> None:
         time.sleep(0.1)  # the job's own work
 
-    events = EventLog()
-    with worker_thread(app, concurrency=2, on_event=events) as worker:
+    with stepped_worker(app, concurrency=2) as stepper:
+        worker = stepper.worker
         assert worker.prefetch == 2, "before any job ran: as many as concurrency"
         quick.enqueue_many([() for _ in range(50)])
-        events.wait("finished", count=50)
+        stepper.until_event("finished", count=50)
         cap = sqljobs.worker.producer.PREFETCH_CAP * 2 * worker.lanes
         assert 2 < worker.prefetch <= cap, "short jobs: more than concurrency, up to the cap"
         # (the runtime measured under load may leave it short of the cap: set it)
         worker.runtime = 0.0001
         assert worker.prefetch == cap, "short jobs: PREFETCH_CAP x concurrency per lane"
         slow.enqueue_many([() for _ in range(12)])
-        events.wait("finished", count=62)
+        stepper.until_event("finished", count=62)
         assert worker.prefetch <= 1, "long jobs: nothing waits in a buffer"
     fixed = sqljobs.Worker(app, prefetch=3, install_signal_handlers=False)
     assert fixed.prefetch == 3 and fixed.capacity == 11
@@ -569,9 +567,9 @@ def test_claims_in_flight_together_never_hand_out_a_job_twice(app: App, lanes: i
             ran[i] += 1
 
     count.enqueue_many([(i,) for i in range(3000)])
-    events = EventLog()
-    with worker_thread(app, concurrency=4, claim_lanes=lanes, on_event=events) as worker:
-        events.wait("finished", state="done", count=3000, timeout=60)
+    with stepped_worker(app, concurrency=4, claim_lanes=lanes) as stepper:
+        stepper.until_event("finished", state="done", count=3000)
+        worker = stepper.worker
         expected = lanes or (2 if is_pg(app) else 1)
         assert worker.lanes == expected
         # capacity adapts to the measured runtime, so bound each claim by the largest a
@@ -703,10 +701,9 @@ def test_a_completion_in_the_jobs_own_transaction_is_never_taken_for_a_lost_leas
                 live[0] -= 1
 
     write.enqueue_many([() for _ in range(200)])
-    events = EventLog()
-    with worker_thread(app, concurrency=4, on_event=events) as worker:
-        events.wait("finished", state="done", count=200, timeout=60)
-    assert not events.of("lease_lost") and not events.of("discarded")
+    with stepped_worker(app, concurrency=4) as worker:
+        worker.until_event("finished", state="done", count=200)
+    assert not worker.events.of("lease_lost") and not worker.events.of("discarded")
     assert worker.counters["heartbeats"] >= 3  # heartbeats did run while jobs completed
     assert worker.counters["leases_lost"] == 0
     assert worker.counters["stale_results"] == 0
@@ -725,11 +722,10 @@ def test_a_handler_raising_a_base_exception_fails_its_attempt_and_the_worker_goe
     def fine() -> None: ...
 
     bad = exits.enqueue().id
-    events = EventLog()
-    with worker_thread(app, concurrency=1, on_event=events):
-        events.wait("finished", bad, state="dead")
+    with stepped_worker(app, concurrency=1) as worker:
+        worker.until_event("finished", bad, state="dead")
         good = fine.enqueue().id  # the worker's one thread survived both attempts
-        events.wait("finished", good, state="done")
+        worker.until_event("finished", good, state="done")
     job = app.get_job(bad)
     assert job is not None and job.attempts == 2
     assert [h["outcome"] for h in job.history] == ["failed", "failed"]
@@ -744,12 +740,11 @@ def test_a_worker_logs_its_banner_every_failed_attempt_and_a_summary(
         raise ValueError(f"no stock for {order}")
 
     job_id = flaky.enqueue("o-1").id
-    events = EventLog()
     with (
         caplog.at_level(logging.DEBUG, logger="sqljobs"),
-        worker_thread(app, concurrency=2, on_event=events),
+        stepped_worker(app, concurrency=2) as worker,
     ):
-        events.wait("finished", job_id, state="dead")
+        worker.until_event("finished", job_id, state="dead")
     records = [r for r in caplog.records if r.name == "sqljobs.worker"]
     banner = next(r for r in records if "started on" in r.getMessage())
     assert banner.levelno == logging.INFO
