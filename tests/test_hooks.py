@@ -19,7 +19,6 @@ import sqljobs
 from sqljobs import App, JobState, payload
 from sqljobs.hooks import AttemptInfo, EnqueueInfo, JobEvent, WorkerLifecycle
 from sqljobs.testing import stepped_worker
-from sqljobs.worker import EventLog
 from tests.conftest import worker_thread
 
 
@@ -153,12 +152,12 @@ def test_a_hook_that_raises_is_logged_and_changes_nothing(
     def fine() -> str:
         return "ok"
 
-    events = EventLog()  # the worker's own on_event is still told, beside the hooks
     with caplog.at_level(logging.ERROR, logger="sqljobs.hooks"):
         handle = fine.enqueue()  # the enqueue stands
-        with worker_thread(app, on_event=events):
-            assert handle.result(timeout=10) == "ok"
-            events.wait("finished", handle.id, state="done")
+        # the worker's own on_event (the stepper's log) is still told, beside the hooks
+        with stepped_worker(app) as worker:
+            assert worker.result(handle) == "ok"
+            worker.until_event("finished", handle.id, state="done")
     assert app.get_job(handle.id).state is JobState.DONE  # type: ignore[union-attr]
     assert later == [handle.id]  # the next hook still ran
     messages = [r.getMessage() for r in caplog.records]
@@ -269,8 +268,8 @@ def test_a_middleware_that_raises_fails_the_attempt_like_the_handler(app: App) -
         ran.append("ran")
 
     handle = never.enqueue()
-    with worker_thread(app), pytest.raises(sqljobs.JobFailed, match="middleware bug"):
-        handle.result(timeout=10)
+    with stepped_worker(app) as worker, pytest.raises(sqljobs.JobFailed, match="middleware bug"):
+        worker.result(handle)
     assert ran == []
 
 
