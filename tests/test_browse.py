@@ -12,6 +12,7 @@ import pytest
 
 from sqljobs import App, ConfigurationError, JobCount, JobFilter, JobState
 from sqljobs.backends import job_browser
+from sqljobs.testing import stepped_worker
 
 from .conftest import db_execute, wait_until, worker_thread
 
@@ -194,9 +195,9 @@ def test_a_running_job_cannot_be_deleted_and_cancel_reaches_it(app: App) -> None
         release.wait(10)
 
     handle = long.enqueue()
-    with worker_thread(app):
+    with stepped_worker(app) as worker:
         try:
-            wait_until(lambda: app.workers() and app.workers()[0].running, what="running")
+            worker.until(lambda: app.workers() and app.workers()[0].running, what="running")
             with pytest.raises(ConfigurationError, match="is running"):
                 app.delete_job(handle.id)
             assert app.cancel_jobs(JobFilter(state="running")) == 1

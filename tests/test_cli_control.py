@@ -17,6 +17,7 @@ from click.testing import CliRunner, Result
 
 from sqljobs import App, JobContext, JobState
 from sqljobs.cli import Ctx, cli
+from sqljobs.testing import stepped_worker
 from sqljobs.worker import EventLog
 
 from .conftest import db_execute, wait_until, worker_thread
@@ -153,8 +154,8 @@ def test_jobs_show_and_list_give_progress_while_it_runs_and_the_result_after(app
         return {"pages": pages, "files": [f"part-{i}.pdf" for i in range(pages)]}
 
     handle = export.enqueue(10)
-    with worker_thread(app):
-        wait_until(lambda: app.job(handle.id).refresh().progress, what="the progress report")
+    with stepped_worker(app) as worker:
+        worker.until(lambda: app.job(handle.id).refresh().progress, what="the progress report")
         shown = sqljobs(app.url, "jobs", "show", str(handle.id)).stdout
         assert_fits(shown)
         assert not RAW_TIME.search(shown), shown
@@ -179,7 +180,7 @@ def test_jobs_show_and_list_give_progress_while_it_runs_and_the_result_after(app
         assert "1/10 (10%) page 1" in wide.stdout
 
         go_on.set()
-        assert handle.result(timeout=10)["pages"] == 10
+        assert worker.result(handle)["pages"] == 10
 
     shown = sqljobs(app.url, "jobs", "show", str(handle.id)).stdout
     assert_fits(shown)
@@ -210,8 +211,8 @@ def test_a_done_job_without_a_result_says_whether_it_was_stored(
     app.task(name="quiet", store_result=False)(lambda: {"big": "data"})
     app.task(name="silent")(lambda: None)
     quiet, silent = app.enqueue("quiet"), app.enqueue("silent")
-    with worker_thread(app):
-        assert quiet.result(timeout=10) is None and silent.result(timeout=10) is None
+    with stepped_worker(app) as worker:
+        assert worker.result(quiet) is None and worker.result(silent) is None
 
     def result_line(job_id: int, via_app: bool) -> str:
         spec = f"{module}:app" if via_app else None

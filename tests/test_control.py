@@ -31,9 +31,9 @@ from sqljobs import (
 from sqljobs.backends.base import Claim
 from sqljobs.jobs import HeldJob
 from sqljobs.maintenance import Pruner, Reaper
-from sqljobs.worker import EventLog
+from sqljobs.testing import stepped_worker
 
-from .conftest import db_execute, expire_lease, wait_until, worker_thread
+from .conftest import db_execute, expire_lease, worker_thread
 
 # -- results -------------------------------------------------------------------------------
 
@@ -44,8 +44,8 @@ def test_a_result_is_stored_and_a_waiting_caller_gets_it(app: App) -> None:
         return {"twice": 2 * x}
 
     handle = double.enqueue(21)
-    with worker_thread(app):
-        assert handle.result(timeout=10) == {"twice": 42}
+    with stepped_worker(app) as worker:
+        assert worker.result(handle) == {"twice": 42}
     again = app.job(handle.id)  # a handle for any id, from anywhere
     assert again.result(timeout=0) == {"twice": 42}
     job = again.refresh()
@@ -84,8 +84,8 @@ def test_a_dead_job_raises_job_failed_with_its_last_error(app: App) -> None:
         raise RuntimeError("the printer is on fire")
 
     handle = broken.enqueue()
-    with worker_thread(app), pytest.raises(JobFailed) as failed:
-        handle.result(timeout=10)
+    with stepped_worker(app) as worker, pytest.raises(JobFailed) as failed:
+        worker.result(handle)
     assert failed.value.state == "dead" and failed.value.job_id == handle.id
     assert "the printer is on fire" in (failed.value.error or "")
 
@@ -96,8 +96,8 @@ def test_a_value_that_is_not_json_fails_the_attempt_with_a_clear_error(app: App)
         return object()
 
     handle = leaky.enqueue()
-    with worker_thread(app), pytest.raises(JobFailed) as failed:
-        handle.result(timeout=10)
+    with stepped_worker(app) as worker, pytest.raises(JobFailed) as failed:
+        worker.result(handle)
     assert "return value of task 'leaky' is not JSON-serialisable" in (failed.value.error or "")
     assert "store_result=False" in (failed.value.error or "")
 
@@ -108,8 +108,8 @@ def test_a_task_can_opt_out_of_storing_its_result(app: App) -> None:
         return object()  # not even looked at
 
     handle = big.enqueue()
-    with worker_thread(app):
-        assert handle.result(timeout=10) is None
+    with stepped_worker(app) as worker:
+        assert worker.result(handle) is None
     assert handle.refresh().state is JobState.DONE
 
 
@@ -124,8 +124,8 @@ def test_waiting_times_out_and_the_job_goes_on(app: App) -> None:
         handle.result(timeout=0.2)
     assert time.monotonic() - started < 2
     assert isinstance(ResultTimeout("x"), TimeoutError)
-    with worker_thread(app):
-        assert handle.result(timeout=10) == 1
+    with stepped_worker(app) as worker:
+        assert worker.result(handle) == 1
 
 
 @pytest.mark.parametrize("bad", [-1, float("nan"), "10", True])
@@ -157,9 +157,8 @@ def test_many_waiters_in_threads_each_get_their_own_result(app: App) -> None:
     threads = [threading.Thread(target=wait, args=(i,)) for i in range(20)]
     for thread in threads:
         thread.start()
-    with worker_thread(app):
-        for thread in threads:
-            thread.join(timeout=30)
+    with stepped_worker(app) as worker:  # the waiters block in their threads meanwhile
+        worker.until(lambda: not any(t.is_alive() for t in threads), what="every waiter")
     assert got == {i: i * i for i in range(20)}
 
 
@@ -213,11 +212,11 @@ def test_cancelling_a_running_cooperative_thread_task(app: App) -> None:
         return "finished"
 
     handle = crawl.enqueue()
-    with worker_thread(app, on_event=(log := EventLog())) as worker:
-        assert started.wait(10)
+    with stepped_worker(app) as worker:
+        worker.until(started.is_set, what="started")
         assert app.cancel(handle.id)
-        log.wait("cancelled", job_id=handle.id, timeout=10)
-        log.wait("discarded", job_id=handle.id, timeout=10)
+        worker.until_event("cancelled", job_id=handle.id)
+        worker.until_event("discarded", job_id=handle.id)
     assert seen == ["cancelled"]
     job = handle.refresh()
     assert job.state is JobState.CANCELLED and job.errors == 0
@@ -240,11 +239,11 @@ def test_cancelling_a_running_async_task_cancels_it(app: App) -> None:
             raise
 
     handle = wait_long.enqueue()
-    with worker_thread(app, on_event=(log := EventLog())):
-        assert started.wait(10)
+    with stepped_worker(app) as worker:
+        worker.until(started.is_set, what="the handler to start")
         app.cancel(handle.id)
-        log.wait("cancelled", job_id=handle.id, timeout=10)
-        assert cancelled.wait(10), "the handler's coroutine was never cancelled"
+        worker.until_event("cancelled", job_id=handle.id)
+        worker.until(cancelled.is_set, what="the handler's coroutine cancelled")
     assert seen == ["CancelledError"]
     assert handle.refresh().state is JobState.CANCELLED
 
@@ -260,12 +259,12 @@ def test_a_task_that_ignores_the_cancel_runs_on_but_its_outcome_is_discarded(app
         return "done anyway"
 
     handle = stubborn.enqueue()
-    with worker_thread(app, on_event=(log := EventLog())) as worker:
-        assert started.wait(10)
+    with stepped_worker(app) as worker:
+        worker.until(started.is_set, what="started")
         app.cancel(handle.id)
-        log.wait("cancelled", job_id=handle.id, timeout=10)
+        worker.until_event("cancelled", job_id=handle.id)
         release.set()
-        log.wait("discarded", job_id=handle.id, timeout=10)
+        worker.until_event("discarded", job_id=handle.id)
     job = handle.refresh()
     assert job.state is JobState.CANCELLED and job.result is None
     assert worker.counters["stale_results"] == 1
@@ -286,13 +285,13 @@ def test_a_buffered_job_that_is_cancelled_never_starts(
             release.wait(30)
 
     first, second = step.enqueue("first"), step.enqueue("second")
-    options = {"concurrency": 1, "prefetch": 1, "cancel_grace": 0.05}
-    with worker_thread(app, on_event=(log := EventLog()), **options):
-        log.wait("claimed", job_id=second.id, timeout=10)
+    options: dict[str, Any] = {"concurrency": 1, "prefetch": 1, "cancel_grace": 0.05}
+    with stepped_worker(app, **options) as worker:
+        worker.until_event("claimed", job_id=second.id)
         app.cancel(second.id)
-        log.wait("cancelled", job_id=second.id, timeout=10)
+        worker.until_event("cancelled", job_id=second.id)
         release.set()
-        log.wait("finished", job_id=first.id, timeout=10)
+        worker.until_event("finished", job_id=first.id)
     assert ran == ["first"]
     assert second.refresh().state is JobState.CANCELLED
     assert not [r for r in caplog.records if "still runs" in r.getMessage()]
@@ -311,12 +310,12 @@ def test_a_running_job_is_found_cancelled_at_the_next_heartbeat(url: str) -> Non
             time.sleep(0.01)
 
     handle = crawl.enqueue()
-    with worker_thread(app, on_event=(log := EventLog())):
-        assert started.wait(10)
+    with stepped_worker(app) as worker:
+        worker.until(started.is_set, what="the handler to start")
         other = App(url)
         assert other.cancel(handle.id)
         other.close()
-        log.wait("cancelled", job_id=handle.id, timeout=10)
+        worker.until_event("cancelled", job_id=handle.id)
 
 
 def test_cancel_many_by_queue_task_and_state(app: App) -> None:
@@ -375,9 +374,9 @@ def test_a_paused_queue_is_not_claimed_from_and_resumes(app: App) -> None:
     assert list(app.paused_queues()) == ["mail"] and paused_at is not None
     assert before - 5 <= paused_at <= time.time() + 5  # the server's clock on PostgreSQL
     held = send.enqueue(1)  # enqueues still succeed
-    with worker_thread(app, on_event=(log := EventLog())) as worker:
+    with stepped_worker(app) as worker:
         elsewhere = other.enqueue(2)  # the worker works: the other queue drains
-        assert elsewhere.result(timeout=10) is None
+        assert worker.result(elsewhere) is None
         assert held.refresh().state is JobState.PENDING
         queues = {q.name: q for q in app.queues()}
         assert queues["mail"].paused and not queues["other"].paused
@@ -385,8 +384,8 @@ def test_a_paused_queue_is_not_claimed_from_and_resumes(app: App) -> None:
         assert (name, paused, counts["pending"]) == ("mail", True, 1) and age is not None
         assert app.stats().paused == ["mail"]
         assert app.resume_queue("mail") is True
-        assert held.result(timeout=10) is None
-        log.wait("finished", job_id=held.id, timeout=5)
+        assert worker.result(held) is None
+        worker.until_event("finished", job_id=held.id)
     assert app.resume_queue("mail") is False
     assert worker.counters["claimed"] == 2
     with pytest.raises(ConfigurationError, match="queue name"):
@@ -440,15 +439,15 @@ def test_progress_is_visible_while_the_job_runs_and_kept_at_its_end(app: App) ->
         progress = handle.refresh().progress
         return progress if progress is not None and progress.done >= 1 else None
 
-    with worker_thread(app):
-        assert step.wait(10)
+    with stepped_worker(app) as worker:
+        worker.until(step.is_set, what="the handler's first page")
         # the worker writes the latest report on its own beat, and tells no one: its
         # write is seen in the job (the first report may have gone out alone)
-        progress = wait_until(written, what="the report of page 1 written")
+        progress = worker.until(written, what="the report of page 1 written")
         assert (progress.done, progress.total, progress.note) == (1, 10, "page 1")
         assert str(progress) == "1/10 (10%) page 1"
         go_on.set()
-        assert handle.result(timeout=10) == 10
+        assert worker.result(handle) == 10
     final = handle.refresh().progress
     assert final is not None and (final.done, final.note) == (10, "page 10")
 
@@ -471,8 +470,9 @@ def test_bad_progress_is_refused_in_the_handler(
     def report(ctx: JobContext) -> None:
         ctx.progress(*args)
 
-    with worker_thread(app), pytest.raises(JobFailed, match=message):
-        report.enqueue().result(timeout=10)
+    handle = report.enqueue()
+    with stepped_worker(app) as worker, pytest.raises(JobFailed, match=message):
+        worker.result(handle)
 
 
 def test_progress_writes_are_fenced(app: App) -> None:
@@ -509,12 +509,12 @@ def test_a_worker_whose_report_is_refused_tells_its_handler(app: App) -> None:
             time.sleep(0.05)
 
     handle = slow.enqueue()
-    with worker_thread(app, on_event=(log := EventLog())):
-        assert started.wait(10)
+    with stepped_worker(app) as worker:
+        worker.until(started.is_set, what="the handler to start")
         bumped = time.monotonic()  # as if another worker had taken the job over
         bump = "UPDATE sqljobs_jobs SET token = token + 1 WHERE id = ?"
         db_execute(app, bump, None, (handle.id,))
-        log.wait("lease_lost", job_id=handle.id, timeout=10)
+        worker.until_event("lease_lost", job_id=handle.id)
         # the refused report asked for a heartbeat at once, not at the next one (10 s)
         assert time.monotonic() - bumped < 5
     assert answers and all(answers[:1])

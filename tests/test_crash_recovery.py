@@ -41,8 +41,6 @@ def test_a_worker_killed_mid_job_loses_nothing(app: App, spawn: Spawn, runs: Run
 def test_a_lease_shorter_than_the_job_ends_dead_with_a_lease_diagnosis(app: App) -> None:
     from sqljobs import Retry
 
-    from .conftest import worker_thread
-
     @app.task(lease=0.2, retry=Retry(max_attempts=3, base=0))
     def slow(ctx: sqljobs.JobContext) -> None:
         deadline = time.monotonic() + 5
@@ -50,8 +48,8 @@ def test_a_lease_shorter_than_the_job_ends_dead_with_a_lease_diagnosis(app: App)
             time.sleep(0.01)
 
     job_id = slow.enqueue().id
-    with worker_thread(app, heartbeat=False, drain_timeout=0.05, concurrency=2):
-        wait_until(lambda: app.get_job(job_id).state is JobState.DEAD, timeout=20)  # type: ignore[union-attr]
+    with stepped_worker(app, heartbeat=False, drain_timeout=0.05, concurrency=2) as worker:
+        worker.until(lambda: app.get_job(job_id).state is JobState.DEAD)  # type: ignore[union-attr]
     job = app.get_job(job_id)
     assert job is not None
     assert job.lease_expiries == 3 and job.crashes == 0 and job.errors == 0
@@ -63,6 +61,7 @@ def test_a_lease_shorter_than_the_job_ends_dead_with_a_lease_diagnosis(app: App)
 import pytest  # noqa: E402
 
 import sqljobs  # noqa: E402
+from sqljobs.testing import stepped_worker  # noqa: E402
 
 
 def test_a_crash_blames_only_the_job_that_ran_not_the_one_waiting_in_the_buffer(

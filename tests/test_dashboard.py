@@ -26,6 +26,7 @@ from starlette.testclient import TestClient
 from sqljobs import App, JobContext, JobState, Retry
 from sqljobs.dashboard import create_app, is_loopback
 from sqljobs.humanize import iso_local, iso_utc, preview
+from sqljobs.testing import stepped_worker
 from sqljobs.worker import EventLog
 
 from .conftest import wait_until, worker_thread
@@ -54,9 +55,9 @@ def _jobs(app: App) -> Jobs:
     app.task(name="fine")(lambda: None)
     app.task(name="later")(lambda *args, **kwargs: None)
     dead, done = app.enqueue("boom").id, app.enqueue("fine").id
-    with worker_thread(app, queues=["default"]):
-        wait_until(lambda: app.get_job(dead).state is JobState.DEAD)  # type: ignore[union-attr]
-        wait_until(lambda: app.get_job(done).state is JobState.DONE)  # type: ignore[union-attr]
+    with stepped_worker(app, queues=["default"]) as worker:
+        worker.until(lambda: app.get_job(dead).state is JobState.DEAD)  # type: ignore[union-attr]
+        worker.until(lambda: app.get_job(done).state is JobState.DONE)  # type: ignore[union-attr]
     pending = app.tasks["later"].with_options(delay=3600).enqueue().id
     return Jobs(dead, done, pending)
 
@@ -420,8 +421,8 @@ def test_progress_while_running_and_the_result_when_done(app: App) -> None:
 
     handle = export.enqueue(10)
     client = _client(create_app(app))
-    with worker_thread(app):
-        progress = wait_until(lambda: app.job(handle.id).refresh().progress)
+    with stepped_worker(app) as worker:
+        progress = worker.until(lambda: app.job(handle.id).refresh().progress)
         body = client.get(f"/api/jobs/{handle.id}").json()
         assert body["state"] == "running" and body["result"] is None
         assert body["progress"] == {
@@ -435,7 +436,7 @@ def test_progress_while_running_and_the_result_when_done(app: App) -> None:
         (row,) = _rows(running, handle.id)
         assert '<progress value="3" max="10"></progress> 3/10 (30%) page &lt;3&gt;' in row
         go_on.set()
-        handle.result(timeout=10)
+        worker.result(handle)
 
     body = client.get(f"/api/jobs/{handle.id}").json()
     assert body["result"] == {"file": "<b>report</b>.pdf", "pages": "x" * 200}
@@ -485,13 +486,13 @@ def test_a_cancel_by_script_says_whether_a_run_was_cut_short(app: App) -> None:
 
     handle = stubborn.enqueue()
     client = _client(create_app(app))
-    with worker_thread(app, on_event=(log := EventLog())):
-        assert started.wait(10)
+    with stepped_worker(app) as worker:
+        worker.until(started.is_set, what="started")
         answer = client.post(f"/api/jobs/{handle.id}/cancel")
         assert answer.json() == {"ok": True, "was_running": True}
-        log.wait("cancelled", job_id=handle.id, timeout=10)
+        worker.until_event("cancelled", job_id=handle.id)
         release.set()
-        log.wait("discarded", job_id=handle.id, timeout=10)
+        worker.until_event("discarded", job_id=handle.id)
     job = app.job(handle.id).refresh()
     assert job.state is JobState.CANCELLED and job.history[-1]["outcome"] == "cancelled"
 

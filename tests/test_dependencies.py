@@ -24,8 +24,9 @@ from sqljobs import (
 )
 from sqljobs.backends.base import Claim, PruneFinished
 from sqljobs.jobs import NewJob, Outcome
+from sqljobs.testing import stepped_worker
 
-from .conftest import db_execute, wait_until, worker_thread
+from .conftest import db_execute
 
 
 def _states(app: App, *handles: Any) -> list[str]:
@@ -48,8 +49,8 @@ def test_a_child_waits_for_its_parents_and_says_which(app: App) -> None:
     assert app.waiting_reason(job) == f"waiting for 2 parents to end (jobs {a.id}, {b.id})"
     assert app.stats().counts["default"]["waiting"] == 1
     # a worker claims only what is pending: the parents, then, released, the child
-    with worker_thread(app, concurrency=1):
-        assert child.result(timeout=10) == "child"
+    with stepped_worker(app, concurrency=1) as worker:
+        assert worker.result(child) == "child"
     assert _states(app, a, b, child) == ["done", "done", "done"]
     assert _edges(app) == 0, "a settled edge is taken away"
 
@@ -60,8 +61,8 @@ def test_a_child_of_parents_that_are_done_already_is_pending_at_once(app: App) -
         return name
 
     parent = step.enqueue("p")
-    with worker_thread(app):
-        parent.result(timeout=10)
+    with stepped_worker(app) as worker:
+        worker.result(parent)
     child = step.with_options(after=[parent]).enqueue("c")
     assert child.refresh().state is JobState.PENDING
     assert _edges(app) == 0
@@ -84,8 +85,8 @@ def test_a_diamond_runs_in_order(app: App) -> None:
     b = step.with_options(after=[a]).enqueue("b")
     c = step.with_options(after=[a]).enqueue("c")
     d = step.with_options(after=[b, c]).enqueue("d")
-    with worker_thread(app, concurrency=4):
-        d.result(timeout=10)
+    with stepped_worker(app, concurrency=4) as worker:
+        worker.result(d)
     assert spans["a"][1] <= spans["b"][0] and spans["a"][1] <= spans["c"][0]
     assert max(spans["b"][1], spans["c"][1]) <= spans["d"][0]
     assert not middle.broken, "b and c ran side by side"
@@ -195,12 +196,12 @@ def test_enqueue_by_name_and_enqueue_many_take_after(app: App) -> None:
     many = step.with_options(after=[parent]).enqueue_many([(f"c{i}",) for i in range(1500)])
     assert by_name.refresh().state is JobState.WAITING
     assert app.stats().counts["default"]["waiting"] == 1501
-    with worker_thread(app, concurrency=8):
-        assert many[-1].result(timeout=60) == "c1499"
-        assert by_name.result(timeout=10) == "n"
+    with stepped_worker(app, concurrency=8) as worker:
+        assert worker.result(many[-1]) == "c1499"
+        assert worker.result(by_name) == "n"
         # siblings end in no set order (two claim lanes on PostgreSQL, a buffer on each):
         # the last one's result says nothing of the others
-        wait_until(lambda: app.stats().counts["default"]["done"] == 1502, 60, "every child")
+        worker.until(lambda: app.stats().counts["default"]["done"] == 1502, what="every child")
 
 
 def test_a_group_callback_gets_the_results_in_order(app: App) -> None:
@@ -216,13 +217,13 @@ def test_a_group_callback_gets_the_results_in_order(app: App) -> None:
     group = app.group([square.s(x) for x in range(5)], then=total.s("squares"))
     assert group.then is not None and group.then.refresh().state is JobState.WAITING
     assert group.then.refresh().parents == group.ids
-    with worker_thread(app, concurrency=5):
-        assert group.result(timeout=10) == {
+    with stepped_worker(app, concurrency=5) as worker:
+        assert worker.result(group) == {
             "label": "squares", "results": [0, 1, 4, 9, 16], "sum": 30,
         }  # fmt: skip
     plain = app.group([square.s(2), square.with_options(priority=5).s(3)])
-    with worker_thread(app):
-        assert plain.then is None and plain.result(timeout=10) == [4, 9]
+    with stepped_worker(app) as worker:
+        assert plain.then is None and worker.result(plain) == [4, 9]
 
 
 def test_a_group_whose_member_dies_cancels_or_runs_its_callback(app: App) -> None:
@@ -240,10 +241,10 @@ def test_a_group_whose_member_dies_cancels_or_runs_its_callback(app: App) -> Non
 
     strict = app.group([value.s(1), broken.s()], then=collect.s())
     lenient = app.group([value.s(1), broken.s()], then=collect.s(), after_policy="always")
-    with worker_thread(app):
-        assert lenient.result(timeout=10) == [1, None]
+    with stepped_worker(app) as worker:
+        assert worker.result(lenient) == [1, None]
         with pytest.raises(JobCancelled):
-            strict.result(timeout=10)
+            worker.result(strict)
 
 
 def test_a_group_is_checked_before_anything_is_stored(app: App) -> None:
@@ -304,8 +305,8 @@ def test_a_group_whose_members_ended_already_runs_with_their_results(app: App) -
         return [tag, results]
 
     first = app.group([value.with_options(key="v1").s(1)], then=collect.s("first"))
-    with worker_thread(app):
-        assert first.result(timeout=10) == [
+    with stepped_worker(app) as worker:
+        assert worker.result(first) == [
             "first",
             [{"x": 1, "none": None, "inner": {"gone": None}}],
         ]
@@ -315,13 +316,13 @@ def test_a_group_whose_members_ended_already_runs_with_their_results(app: App) -
         [value.with_options(key="v2").s(2), value.with_options(key="v2").s(2)],
         then=collect.s("twice"),
     )
-    with worker_thread(app):
-        assert again.result(timeout=10) == [
+    with stepped_worker(app) as worker:
+        assert worker.result(again) == [
             "again",
             [{"x": 1, "none": None, "inner": {"gone": None}}],
         ]
         done = {"x": 2, "none": None, "inner": {"gone": None}}
-        assert twice.result(timeout=10) == ["twice", [done, done]]
+        assert worker.result(twice) == ["twice", [done, done]]
 
 
 def test_a_child_cancelled_before_its_parents_ended_is_not_retried_ahead_of_them(
@@ -347,8 +348,8 @@ def test_a_keyed_child_gives_its_key_up_as_its_scope_says(app: App) -> None:
     parent = step.enqueue("p")
     keyed = step.with_options(after=[parent], key="child", key_scope="active")
     first = keyed.enqueue("c")
-    with worker_thread(app):
-        first.result(timeout=10)
+    with stepped_worker(app) as worker:
+        worker.result(first)
     second = keyed.enqueue("c")
     assert second.created and second.id != first.id
 

@@ -15,8 +15,9 @@ import pytest
 
 import sqljobs
 from sqljobs import App, JobState, Retry
+from sqljobs.testing import stepped_worker
 
-from .conftest import db_execute, is_pg, placeholder, wait_until, worker_thread
+from .conftest import db_execute, is_pg, placeholder
 
 DELIVERIES = 5
 
@@ -44,9 +45,9 @@ def charge_in(tx: object, app: App) -> None:
     tx.execute("INSERT INTO charges VALUES (1)")  # type: ignore[attr-defined]
 
 
-def run_all(app: App, ids: list[int], **options: object) -> None:
-    with worker_thread(app, **options):
-        wait_until(
+def run_all(app: App, ids: list[int], **options: Any) -> None:
+    with stepped_worker(app, **options) as worker:
+        worker.until(
             lambda: all(
                 app.get_job(i).state in (JobState.DONE, JobState.DEAD)  # type: ignore[union-attr]
                 for i in ids
@@ -242,8 +243,8 @@ def test_a_marker_on_a_connection_the_user_opened_uses_its_drivers_dialect(url: 
 
 
 def _finish(app: App, job_id: int) -> None:
-    with worker_thread(app):
-        wait_until(lambda: app.get_job(job_id).state is JobState.DONE)  # type: ignore[union-attr]
+    with stepped_worker(app) as worker:
+        worker.until(lambda: app.get_job(job_id).state is JobState.DONE)  # type: ignore[union-attr]
 
 
 def test_a_retained_key_refuses_a_late_duplicate_after_completion(app: App) -> None:

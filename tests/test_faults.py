@@ -21,7 +21,7 @@ import pytest
 import sqljobs
 from sqljobs import App, BackendError, JobState, Retry
 from sqljobs.maintenance import Scheduler
-from sqljobs.testing import Clock
+from sqljobs.testing import Clock, stepped_worker
 from sqljobs.worker import EventLog
 
 from .apps.faults import RAISED
@@ -58,11 +58,10 @@ def test_an_async_handler_raising_a_base_exception_fails_its_attempt_and_the_loo
         return "ok"
 
     bad = exits.enqueue().id
-    events = EventLog()
-    with worker_thread(app, concurrency=1, on_event=events) as worker:
-        events.wait("finished", bad, state="dead")
+    with stepped_worker(app, concurrency=1) as worker:
+        worker.until_event("finished", bad, state="dead")
         good = fine.enqueue().id
-        events.wait("finished", good, state="done")
+        worker.until_event("finished", good, state="done")
         assert worker.counters["leases_lost"] == 0
     job = _job(app, bad)
     assert job.attempts == 2 and job.crashes == 0
@@ -88,11 +87,10 @@ def test_an_async_handler_raising_cancelled_error_itself_fails_its_attempt(app: 
     async def fine() -> None: ...
 
     bad = cancels_itself.enqueue().id
-    events = EventLog()
-    with worker_thread(app, concurrency=1, on_event=events):
-        events.wait("finished", bad, state="dead", timeout=10)
+    with stepped_worker(app, concurrency=1) as worker:
+        worker.until_event("finished", bad, state="dead")
         good = fine.enqueue().id
-        events.wait("finished", good, state="done")
+        worker.until_event("finished", good, state="done")
     job = _job(app, bad)
     assert job.attempts == 2 and [h["outcome"] for h in job.history] == ["failed", "failed"]
     assert job.last_error is not None and "CancelledError" in job.last_error
@@ -107,9 +105,8 @@ def test_a_custom_base_exception_on_a_thread_fails_its_attempt(app: App) -> None
         raise raised("user abort")
 
     job_id = aborts.enqueue().id
-    events = EventLog()
-    with worker_thread(app, concurrency=1, on_event=events):
-        events.wait("finished", job_id, state="dead")
+    with stepped_worker(app, concurrency=1) as worker:
+        worker.until_event("finished", job_id, state="dead")
     job = _job(app, job_id)
     assert job.last_error == "failed 1 of 1 attempts; last: Abort: user abort"
     assert job.history[0]["exception"] == "tests.apps.faults.Abort"
@@ -215,11 +212,10 @@ def test_each_sqlite_write_commits_at_the_synchronous_level_the_docs_give(app: A
     ):
         db_execute(app, f"CREATE TRIGGER probe_{abs(hash(trigger))} {trigger}")
     ids = [pay.enqueue("o-1").id, charge.enqueue("o-2").id]
-    events = EventLog()
-    with worker_thread(app, concurrency=2, on_event=events):
+    with stepped_worker(app, concurrency=2) as worker:
         for job_id in ids:
-            events.wait("finished", job_id, state="done")
-        wait_until(lambda: [j for j in app.list_jobs() if j.task == "often"], what="a tick")
+            worker.until_event("finished", job_id, state="done")
+        worker.until(lambda: [j for j in app.list_jobs() if j.task == "often"], what="a tick")
     seen = {what: SYNC_LEVELS[n] for what, n in db_execute(app, "SELECT * FROM probe")}
     seen.pop("done often", None)  # (a tick's run may have ended too: NORMAL, as "charge")
     assert seen == {

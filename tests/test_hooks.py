@@ -18,7 +18,7 @@ import pytest
 import sqljobs
 from sqljobs import App, JobState, payload
 from sqljobs.hooks import AttemptInfo, EnqueueInfo, JobEvent, WorkerLifecycle
-from sqljobs.worker import EventLog
+from sqljobs.testing import stepped_worker
 from tests.conftest import worker_thread
 
 
@@ -152,12 +152,12 @@ def test_a_hook_that_raises_is_logged_and_changes_nothing(
     def fine() -> str:
         return "ok"
 
-    events = EventLog()  # the worker's own on_event is still told, beside the hooks
     with caplog.at_level(logging.ERROR, logger="sqljobs.hooks"):
         handle = fine.enqueue()  # the enqueue stands
-        with worker_thread(app, on_event=events):
-            assert handle.result(timeout=10) == "ok"
-            events.wait("finished", handle.id, state="done")
+        # the worker's own on_event (the stepper's log) is still told, beside the hooks
+        with stepped_worker(app) as worker:
+            assert worker.result(handle) == "ok"
+            worker.until_event("finished", handle.id, state="done")
     assert app.get_job(handle.id).state is JobState.DONE  # type: ignore[union-attr]
     assert later == [handle.id]  # the next hook still ran
     messages = [r.getMessage() for r in caplog.records]
@@ -234,11 +234,11 @@ def test_middleware_wraps_attempts_in_order_and_decides_with_exceptions(app: App
         raise KeyError("really")
 
     jobs = [returns.enqueue(), swallowed.enqueue(), fails.enqueue()]
-    with worker_thread(app):
-        assert jobs[0].result(timeout=10) == 7
-        assert jobs[1].result(timeout=10) is None
+    with stepped_worker(app) as worker:
+        assert worker.result(jobs[0]) == 7
+        assert worker.result(jobs[1]) is None
         with pytest.raises(sqljobs.JobFailed, match="KeyError"):
-            jobs[2].result(timeout=10)
+            worker.result(jobs[2])
 
     def of(task: str) -> list[str]:
         return [t.split(": ", 1)[1] for t in trail if t.startswith(f"{task}: ")]
@@ -268,8 +268,8 @@ def test_a_middleware_that_raises_fails_the_attempt_like_the_handler(app: App) -
         ran.append("ran")
 
     handle = never.enqueue()
-    with worker_thread(app), pytest.raises(sqljobs.JobFailed, match="middleware bug"):
-        handle.result(timeout=10)
+    with stepped_worker(app) as worker, pytest.raises(sqljobs.JobFailed, match="middleware bug"):
+        worker.result(handle)
     assert ran == []
 
 

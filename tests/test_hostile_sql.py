@@ -56,6 +56,10 @@ BUILT_STATEMENTS = {
     ("lab/e4_idempotency.py", "self.p"): "the driver's placeholder",
     ("lab/e4_idempotency.py", "bank.p"): "the driver's placeholder",
     ("testing/plugin.py", "name"): "the plugin's generated test database name",
+    ("testing/plans.py", "'EXPLAIN QUERY PLAN ' + sql"): "a test's own statement, explained",
+    ("testing/plans.py", "f'EXPLAIN ({options}) ' + sql"): (
+        "a test's own statement, explained with one of two fixed option lists"
+    ),
     ("notifiers/postgres.py", "self._probe_channel"): "a channel named by a random uuid hex",
 }
 """Statements built in place (by module, and what they interpolate), and why what they

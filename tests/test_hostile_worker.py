@@ -11,8 +11,9 @@ import json
 from typing import Any
 
 from sqljobs import App, Discard, JobContext, JobState, Retry
+from sqljobs.testing import stepped_worker
 
-from .conftest import db_execute, is_pg, wait_until, worker_thread
+from .conftest import db_execute, is_pg, worker_thread
 
 CORRUPT_PAYLOADS = {
     "not JSON": "not json {",
@@ -32,14 +33,6 @@ CORRUPT_PAYLOADS = {
 writer might leave them; each must end its job dead, saying it cannot be decoded."""
 
 
-def _ended(app: App, job_id: int) -> bool:
-    return app.job(job_id).refresh().state in (JobState.DONE, JobState.DEAD)
-
-
-def wait_ended(app: App, job_id: int, what: str) -> None:
-    wait_until(lambda: _ended(app, job_id), what=f"{what} to end")
-
-
 def test_a_corrupt_payload_fails_its_job_and_not_the_worker(app: App) -> None:
     @app.task(name="echo")
     def echo(*args: Any, **kwargs: Any) -> Any:
@@ -52,11 +45,11 @@ def test_a_corrupt_payload_fails_its_job_and_not_the_worker(app: App) -> None:
             app, "UPDATE sqljobs_jobs SET payload = ? WHERE id = ?", params=(text, handle.id)
         )
         damaged[what] = handle.id
-    with worker_thread(app, concurrency=2):
-        for what, job_id in damaged.items():
-            wait_ended(app, job_id, f"the {what} job")
+    with stepped_worker(app, concurrency=2) as worker:
+        for job_id in damaged.values():
+            worker.until_ended(job_id)
         good = echo.enqueue("still", here=True)
-        assert good.result(timeout=10) == [["still"], {"here": True}]
+        assert worker.result(good) == [["still"], {"here": True}]
     for what, job_id in damaged.items():
         job = app.job(job_id).refresh()
         assert job.state is JobState.DEAD, what
@@ -146,10 +139,10 @@ def test_odd_outcomes_of_a_handler_are_recorded_not_fatal(app: App) -> None:
         return value
 
     handles = {name: app.enqueue(name) for name in list(app.tasks) if name != "echo"}
-    with worker_thread(app, concurrency=3):
-        for name, handle in handles.items():
-            wait_ended(app, handle.id, f"job {name}")
-        assert echo.enqueue("after").result(timeout=10) == "after"
+    with stepped_worker(app, concurrency=3) as worker:
+        for handle in handles.values():
+            worker.until_ended(handle.id)
+        assert worker.result(echo.enqueue("after")) == "after"
     errors = {name: app.job(h.id).refresh().last_error for name, h in handles.items()}
     assert errors["raise_nul"] is not None and "bad \\x00 byte" in errors["raise_nul"]
     assert errors["raise_surrogate"] is not None and "bad \\ud800 half" in errors["raise_surrogate"]
@@ -203,6 +196,6 @@ def test_a_group_callback_gets_its_members_results_exactly(app: App) -> None:
 
     values: list[Any] = [1.5e300, 1e16, -0.0, 0.1, {"b": 1, "a": [None, 2.0]}, None, "x"]
     group = app.group([member.s(v) for v in values], then=merge.s())
-    with worker_thread(app, concurrency=2):
+    with stepped_worker(app, concurrency=2) as worker:
         assert group.then is not None
-        assert group.then.result(timeout=15) == [json.dumps(v) for v in values]
+        assert worker.result(group.then) == [json.dumps(v) for v in values]

@@ -8,6 +8,7 @@ import datetime
 import logging
 import sqlite3
 import threading
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -15,10 +16,10 @@ from typing import Any
 import pytest
 
 import sqljobs
-import sqljobs.context
 from sqljobs import App, JobState, Retry
 from sqljobs.backends.base import Claim
 from sqljobs.jobs import Outcome
+from sqljobs.testing import stepped_worker
 from sqljobs.url import url_options
 from sqljobs.worker import EventLog
 
@@ -37,9 +38,8 @@ def _effects(app: App) -> int:
 
 
 def _run_one(app: App, job_id: int, state: str) -> None:
-    events = EventLog()
-    with worker_thread(app, on_event=events):
-        events.wait("finished", job_id, state=state)
+    with stepped_worker(app) as worker:
+        worker.until_event("finished", job_id, state=state)
 
 
 def _second_transaction(ctx: sqljobs.JobContext) -> None:
@@ -283,16 +283,15 @@ def test_transaction_async_waits_off_the_event_loop(app: App) -> None:
         pinged.set()  # on the loop: it ran while the transaction waited
 
     paid, pong = pay.enqueue().id, ping.enqueue().id
-    events = EventLog()
-    with worker_thread(app, concurrency=2, on_event=events):
-        events.wait("started", count=2)  # both claimed before the lock is taken
-        with _write_lock(app):
+    with stepped_worker(app, concurrency=2) as worker:
+        worker.until_event("started", count=2)  # both claimed before the lock is taken
+        with _write_lock(app):  # the handlers go on without the coordinator's passes
             locked.set()
             assert entering.wait(10)
             go.set()
             ran_meanwhile = pinged.wait(10)
-        events.wait("finished", paid, state="done")
-        events.wait("finished", pong, state="done")
+        worker.until_event("finished", paid, state="done")
+        worker.until_event("finished", pong, state="done")
     assert ran_meanwhile, "the event loop was blocked while the transaction waited"
     assert db_execute(app, "SELECT balance FROM accounts") == [(9900,)]
 
@@ -319,6 +318,8 @@ def test_a_cancelled_transaction_async_rolls_back_on_its_thread(app: App) -> Non
             await tx.run(slow)
 
     job_id = write.enqueue().id
+    # a worker of its own thread: on SQLite the pass that reports the timeout then waits
+    # for the write lock the transaction holds, until the test releases it
     events = EventLog()
     with worker_thread(app, on_event=events):
         assert inside.wait(10)
@@ -352,7 +353,7 @@ def test_a_long_transaction_does_not_stall_its_workers_upkeep(app: App) -> None:
             release.wait(30)
 
     job_id = hold.enqueue().id
-    events = EventLog()
+    events = EventLog()  # a worker of its own thread: its passes then wait for the lock
     try:
         with worker_thread(app, on_event=events, reap_interval=0.05):
             assert inside.wait(10)
@@ -365,25 +366,24 @@ def test_a_long_transaction_does_not_stall_its_workers_upkeep(app: App) -> None:
 
 
 def test_a_blocking_transaction_on_the_event_loop_is_warned_of_once_per_task(
-    app: App, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    app: App, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(sqljobs.context, "_WARNED_ON_LOOP", set())
+    name = f"blocking_{uuid.uuid4().hex[:8]}"  # a task this process never warned of
 
-    @app.task
+    @app.task(name=name)
     async def blocking(ctx: sqljobs.JobContext) -> None:
         with ctx.transaction():
             pass
 
     ids = [blocking.enqueue().id for _ in range(2)]
-    events = EventLog()
     with (
         caplog.at_level(logging.WARNING, logger="sqljobs.worker"),
-        worker_thread(app, on_event=events),
+        stepped_worker(app) as worker,
     ):
         for job_id in ids:
-            events.wait("finished", job_id, state="done")
+            worker.until_event("finished", job_id, state="done")
     warned = [r for r in caplog.records if "transaction_async()" in r.getMessage()]
-    assert len(warned) == 1 and "blocking" in warned[0].getMessage()
+    assert len(warned) == 1 and name in warned[0].getMessage()
 
 
 def test_an_error_after_the_commit_shows_in_jobs_show_and_the_dashboard(app: App) -> None:

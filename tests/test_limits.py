@@ -17,9 +17,9 @@ from sqljobs.backends import core
 from sqljobs.backends.base import Claim, WorkerInfo
 from sqljobs.jobs import Outcome
 from sqljobs.maintenance import Reaper
-from sqljobs.worker import EventLog
+from sqljobs.testing import Stepper, stepped_worker
 
-from .conftest import db_execute, expire_lease, is_pg, wait_until, worker_thread
+from .conftest import db_execute, expire_lease, is_pg
 
 
 class Overlap:
@@ -52,9 +52,9 @@ def test_a_task_limit_holds_with_more_threads_than_slots(app: App) -> None:
         overlap.run("export", 0.03)
 
     handles = export.enqueue_many([(i,) for i in range(12)])
-    with worker_thread(app, concurrency=8):
+    with stepped_worker(app, concurrency=8) as worker:
         for handle in handles:
-            handle.result(timeout=20)
+            worker.result(handle)
     assert overlap.most["export"] == 2, "the limit was reached, never passed"
 
 
@@ -66,9 +66,9 @@ def test_a_limit_per_key_holds_each_key_and_lets_keys_run_side_by_side(app: App)
         overlap.run(tenant, 0.03)
 
     handles = [sync.enqueue(t, i) for i in range(6) for t in ("acme", "globex", "initech")]
-    with worker_thread(app, concurrency=8):
+    with stepped_worker(app, concurrency=8) as worker:
         for handle in handles:
-            handle.result(timeout=30)
+            worker.result(handle)
     assert max(overlap.most.values()) == 2
     assert overlap.most_total > 2, "the keys ran side by side"
     job = handles[0].refresh()
@@ -83,9 +83,9 @@ def test_a_key_given_at_enqueue_wins_over_the_key_function(app: App) -> None:
         overlap.run("shared", 0.02)
 
     handles = [call.with_options(concurrency_key="shared").enqueue(i) for i in range(5)]
-    with worker_thread(app, concurrency=4):
+    with stepped_worker(app, concurrency=4) as worker:
         for handle in handles:
-            handle.result(timeout=20)
+            worker.result(handle)
     assert overlap.most["shared"] == 1
 
 
@@ -100,15 +100,15 @@ def test_a_key_at_its_limit_blocks_neither_other_keys_nor_attempts(app: App) -> 
             release.wait(30)
 
     busy = [sync.enqueue("busy", i) for i in range(40)]
-    with worker_thread(app, concurrency=4, on_event=(log := EventLog())):
-        log.wait("started", job_id=busy[0].id, timeout=10)
+    with stepped_worker(app, concurrency=4) as worker:
+        worker.until_event("started", job_id=busy[0].id)
         other = sync.enqueue("calm", 0)
-        other.result(timeout=10)
+        worker.result(other)
         waiting = busy[1].refresh()
         assert waiting.state is JobState.PENDING and waiting.attempts == 0
         release.set()
         for handle in busy:
-            handle.result(timeout=30)
+            worker.result(handle)
 
 
 def test_a_claimed_slot_comes_back_when_its_lease_expires(app: App) -> None:
@@ -125,8 +125,8 @@ def test_a_claimed_slot_comes_back_when_its_lease_expires(app: App) -> None:
     assert app.backend.claim_jobs(Claim("other", None, 5, limited=True)) == [], "its slot is held"
     expire_lease(app, first.id)
     Reaper(app.backend).run_once()
-    with worker_thread(app):
-        assert first.result(timeout=10) == "ran" and second.result(timeout=10) == "ran"
+    with stepped_worker(app) as worker:
+        assert worker.result(first) == "ran" and worker.result(second) == "ran"
 
 
 def test_unlimited_claims_never_take_limited_jobs(app: App) -> None:
@@ -151,13 +151,13 @@ def test_a_limit_by_name_from_another_service(url: str) -> None:
     @service.task(concurrency=2, concurrency_key=lambda tenant: tenant)
     def sync(tenant: str) -> None: ...
 
-    with worker_thread(service):
-        wait_until(lambda: service.backend.task_info("sync"), what="the worker's registration")
+    with stepped_worker(service) as worker:
+        worker.until(lambda: service.backend.task_info("sync"), what="the worker's registration")
         other = App(url)
         with pytest.raises(ConfigurationError, match="pass concurrency_key"):
             other.enqueue("sync", args=["acme"])
         handle = other.enqueue("sync", args=["acme"], concurrency_key="acme")
-        assert handle.result(timeout=10) is None
+        assert worker.result(handle) is None
 
 
 @pytest.mark.parametrize(
@@ -209,9 +209,9 @@ def test_a_rate_spaces_starts_and_no_window_holds_more(app: App) -> None:
 
     handles = call.enqueue_many([(i,) for i in range(12)])
     began = time.monotonic()
-    with worker_thread(app, concurrency=8) as worker:
+    with stepped_worker(app, concurrency=8) as worker:
         for handle in handles:
-            handle.result(timeout=20)
+            worker.result(handle)
     took = time.monotonic() - began
     starts = [h.refresh().started_at or 0.0 for h in handles]
     assert _most_in_a_window(starts) == 5, "bursts of 5 at most, and bursts of 5 happen"
@@ -225,9 +225,9 @@ def test_a_rate_per_key_paces_each_key_apart(app: App) -> None:
     def call(tenant: str, n: int) -> None: ...
 
     handles = [call.enqueue(t, i) for i in range(4) for t in ("acme", "globex")]
-    with worker_thread(app, concurrency=8):
+    with stepped_worker(app, concurrency=8) as worker:
         for handle in handles:
-            handle.result(timeout=20)
+            worker.result(handle)
     for tenant in ("acme", "globex"):
         starts = [h.refresh().started_at or 0.0 for h in handles if h.refresh().args[0] == tenant]
         assert _most_in_a_window(starts) == 3
@@ -269,9 +269,9 @@ def test_a_worker_whose_code_lost_the_limit_still_runs_limited_jobs(url: str) ->
     handles = [old.enqueue("sync", args=[i]) for i in range(3)]
     new = App(url)
     new.task(name="sync")(lambda n: None)
-    with worker_thread(new):
+    with stepped_worker(new) as worker:
         for handle in handles:
-            assert handle.result(timeout=20) is None
+            assert worker.result(handle) is None
 
 
 def test_a_cancelled_buffered_job_gives_its_slot_back(app: App) -> None:
@@ -286,14 +286,14 @@ def test_a_cancelled_buffered_job_gives_its_slot_back(app: App) -> None:
         return name
 
     first, second = step.enqueue("first"), step.enqueue("second")
-    with worker_thread(app, concurrency=1, prefetch=1, on_event=(log := EventLog())):
-        log.wait("claimed", job_id=second.id, timeout=10)
+    with stepped_worker(app, concurrency=1, prefetch=1) as worker:
+        worker.until_event("claimed", job_id=second.id)
         app.cancel(second.id)
-        log.wait("cancelled", job_id=second.id, timeout=10)
+        worker.until_event("cancelled", job_id=second.id)
         release.set()
-        assert first.result(timeout=10) == "first"
+        assert worker.result(first) == "first"
         later = step.enqueue("later")
-        assert later.result(timeout=10) == "later"
+        assert worker.result(later) == "later"
 
 
 class Stubborn:
@@ -327,18 +327,18 @@ def _marker(app: App) -> Any:
 
 
 def _second_waits_for_the_first(
-    app: App, stubborn: Stubborn, log: EventLog, first: int, marker: Any
+    app: App, stubborn: Stubborn, worker: Stepper, first: int, marker: Any
 ) -> None:
     """With the first job out of `running` but its handler running on, the worker makes
     claim passes and the second, limited, job stays pending; once the handler returns,
     the second starts, after it."""
     for n in range(3):  # each a claim pass after the first left `running`
-        assert marker.enqueue(n).result(timeout=10) == n
+        assert worker.result(marker.enqueue(n)) == n
     assert "second" not in stubborn.began, "a second handler started beside the first"
     second = app.get_job(first + 1)
     assert second is not None and second.state is JobState.PENDING
     stubborn.release.set()
-    log.wait("finished", job_id=first + 1, timeout=10)
+    worker.until_event("finished", job_id=first + 1)
     assert stubborn.began["second"] >= stubborn.ended["first"]
 
 
@@ -352,11 +352,11 @@ def test_a_cancelled_handler_that_runs_on_keeps_its_slot_until_it_returns(app: A
         return stubborn.run(name)
 
     first, marker = limited.enqueue("first").id, _marker(app)
-    with worker_thread(app, concurrency=2, on_event=(log := EventLog())):
-        wait_until(lambda: "first" in stubborn.began, what="the first handler to begin")
+    with stepped_worker(app, concurrency=2) as worker:
+        worker.until(lambda: "first" in stubborn.began, what="the first handler to begin")
         assert limited.enqueue("second").id == first + 1
         app.cancel(first)
-        log.wait("cancelled", job_id=first, timeout=10)
+        worker.until_event("cancelled", job_id=first)
         cancelled = app.get_job(first)
         assert cancelled is not None and cancelled.state is JobState.CANCELLED
         held_until = cancelled.lease_until
@@ -366,10 +366,10 @@ def test_a_cancelled_handler_that_runs_on_keeps_its_slot_until_it_returns(app: A
             job = app.get_job(first)
             return job is not None and (job.lease_until or 0) > held_until + 0.5
 
-        wait_until(renewed, timeout=10, what="the worker to renew the held slot")
+        worker.until(renewed, what="the worker to renew the held slot")
         [usage] = app.stats().limits.values()
         assert (usage.running, usage.concurrency) == (1, 1), "stats count the held slot"
-        _second_waits_for_the_first(app, stubborn, log, first, marker)
+        _second_waits_for_the_first(app, stubborn, worker, first, marker)
     job = app.get_job(first)
     assert job is not None and job.lease_until is None, "the slot was given back"
 
@@ -386,12 +386,12 @@ def test_a_timed_out_handler_that_runs_on_keeps_its_slot_until_it_returns(app: A
         return stubborn.run(name)
 
     first, marker = limited.enqueue("first").id, _marker(app)
-    with worker_thread(app, concurrency=2, on_event=(log := EventLog())):
-        wait_until(lambda: "first" in stubborn.began, what="the first handler to begin")
+    with stepped_worker(app, concurrency=2) as worker:
+        worker.until(lambda: "first" in stubborn.began, what="the first handler to begin")
         assert limited.enqueue("second").id == first + 1
-        log.wait("timed_out", job_id=first, timeout=10)
-        wait_until(lambda: app.get_job(first).state is JobState.DEAD)  # type: ignore[union-attr]
-        _second_waits_for_the_first(app, stubborn, log, first, marker)
+        worker.until_event("timed_out", job_id=first)
+        worker.until(lambda: app.get_job(first).state is JobState.DEAD)  # type: ignore[union-attr]
+        _second_waits_for_the_first(app, stubborn, worker, first, marker)
     job = app.get_job(first)
     assert job is not None and job.lease_until is None, "the slot was given back"
 
@@ -419,9 +419,9 @@ def test_a_queue_limit_holds_across_its_tasks_and_a_task_limit_wins(app: App) ->
     own = yearly.enqueue(0)
     assert {h.refresh().limit_key for h in handles} == {"queue:reports"}
     assert own.refresh().limit_key == "yearly"
-    with worker_thread(app, concurrency=8):
+    with stepped_worker(app, concurrency=8) as worker:
         for handle in [*handles, own]:
-            handle.result(timeout=20)
+            worker.result(handle)
     assert overlap.most["reports"] == 2, "the queue's limit was reached, never passed"
 
 
@@ -432,9 +432,9 @@ def test_a_queue_rate_paces_the_queue(app: App) -> None:
     def send(n: int) -> None: ...
 
     handles = send.enqueue_many([(i,) for i in range(9)])
-    with worker_thread(app, concurrency=8):
+    with stepped_worker(app, concurrency=8) as worker:
         for handle in handles:
-            handle.result(timeout=20)
+            worker.result(handle)
     starts = [h.refresh().started_at or 0.0 for h in handles]
     assert _most_in_a_window(starts) == 4
 
@@ -446,19 +446,19 @@ def test_a_queue_limit_reaches_enqueues_by_name_through_the_catalogue(url: str) 
     @service.task(queue="mail")
     def send(to: str) -> None: ...
 
-    with worker_thread(service):
-        wait_until(lambda: service.backend.queue_limit("mail"), what="the worker's record")
+    with stepped_worker(service) as worker:
+        worker.until(lambda: service.backend.queue_limit("mail"), what="the worker's record")
         other = App(url)  # neither the task nor the queue's limit is defined here
         handle = other.enqueue("send", args=["a@example.com"])
         job = handle.refresh()
         assert (job.limit_key, job.limit_max, job.rate_max, job.rate_window) == (
             "queue:mail", 3, 10, 60.0,
         )  # fmt: skip
-        assert handle.result(timeout=10) is None
+        assert worker.result(handle) is None
     # the limit taken out of the code: the next worker's record clears it
     service.queue_limits.clear()
-    with worker_thread(service):
-        wait_until(lambda: service.backend.queue_limit("mail") is None, what="the clearing")
+    with stepped_worker(service) as worker:
+        worker.until(lambda: service.backend.queue_limit("mail") is None, what="the clearing")
     assert App(url).enqueue("send", args=["b"]).refresh().limit_key is None
 
 
@@ -628,9 +628,9 @@ def test_a_drain_of_short_jobs_keeps_every_key_to_its_limit(app: App) -> None:
         overlap.run(tenant, 0.0005)
 
     handles = tick.enqueue_many([(t, i) for i in range(60) for t in "abcd"])
-    with worker_thread(app, concurrency=8):
+    with stepped_worker(app, concurrency=8) as worker:
         for handle in handles:
-            handle.result(timeout=30)
+            worker.result(handle)
     assert max(overlap.most.values()) == 1
     assert overlap.most_total > 1, "the keys ran side by side"
 

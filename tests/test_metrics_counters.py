@@ -18,7 +18,7 @@ from sqljobs.backends.base import Claim, WorkerInfo
 from sqljobs.dashboard.metrics import render
 from sqljobs.maintenance import Pruner, Reaper, Scheduler
 from sqljobs.rollup import BUCKET_BOUNDS, INF, MINUTES_KEPT, Meter, MetricAmount, Series
-from sqljobs.testing import Clock
+from sqljobs.testing import Clock, stepped_worker
 
 from .conftest import ROOT, expire_lease, wait_until, worker_thread
 
@@ -341,8 +341,8 @@ def test_a_worker_counts_the_lag_of_every_tick_it_fires(url: str) -> None:
     @app.periodic(every=0.2)
     def tick() -> None: ...
 
-    with worker_thread(app):
-        wait_until(lambda: app.stats().counts.get("default", {}).get("done", 0) >= 2, 5)
+    with stepped_worker(app) as worker:
+        worker.until(lambda: app.stats().counts.get("default", {}).get("done", 0) >= 2)
     fired = len(app.list_jobs(queue="default"))
     samples = scrape(app)
     labels = {"queue": "default", "task": "tick"}

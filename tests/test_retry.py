@@ -9,6 +9,7 @@ import pytest
 
 import sqljobs
 from sqljobs import App, Discard, JobState, Retry, RetryLater
+from sqljobs.testing import stepped_worker
 
 from .conftest import wait_until, worker_thread
 
@@ -58,8 +59,8 @@ def test_retry_run_at_follows_the_policy(app: App) -> None:
         raise ValueError("x")
 
     job_id = fails.enqueue().id
-    with worker_thread(app):
-        wait_until(lambda: app.get_job(job_id).errors == 1)  # type: ignore[union-attr]
+    with stepped_worker(app) as worker:
+        worker.until(lambda: app.get_job(job_id).errors == 1)  # type: ignore[union-attr]
     job = app.get_job(job_id)
     assert job is not None and job.state is JobState.PENDING
     ended = job.history[0]["ended_at"]
@@ -72,8 +73,8 @@ def test_the_deadline_ends_retries(app: App) -> None:
         raise ValueError("still broken")
 
     job_id = fails.enqueue().id
-    with worker_thread(app):
-        wait_until(lambda: app.get_job(job_id).state is JobState.DEAD)  # type: ignore[union-attr]
+    with stepped_worker(app) as worker:
+        worker.until(lambda: app.get_job(job_id).state is JobState.DEAD)  # type: ignore[union-attr]
     job = app.get_job(job_id)
     assert job is not None and job.last_error is not None
     assert job.last_error.startswith("deadline passed")
@@ -112,7 +113,7 @@ def test_a_retry_runs_when_it_falls_due_not_at_the_next_poll(app: App) -> None:
         raise ValueError("x")
 
     job_id = fails.enqueue().id
-    with worker_thread(app, poll_interval=30):
+    with worker_thread(app, poll_interval=30):  # how run() waits: a thread of its own
         wait_until(lambda: app.get_job(job_id).state is JobState.DEAD)  # type: ignore[union-attr]
     gaps = [b - a for a, b in itertools.pairwise(started)]
     assert len(gaps) == 2 and all(0.19 <= g < 1.0 for g in gaps), gaps

@@ -23,10 +23,10 @@ import sqljobs
 from sqljobs import App, ConfigurationError, JobState, PayloadError, ScheduleNotFound
 from sqljobs.maintenance import Scheduler
 from sqljobs.schedules import ScheduleState, tick_key
-from sqljobs.testing import Clock
+from sqljobs.testing import Clock, stepped_worker
 from sqljobs.worker import EventLog
 
-from .conftest import ROOT, Runs, Spawn, db_execute, is_pg, wait_until, worker_thread
+from .conftest import ROOT, Runs, Spawn, db_execute, is_pg, wait_until
 
 SCHEDULES_APP = "tests.apps.schedules_app:app"
 
@@ -582,8 +582,8 @@ def test_a_worker_thread_syncs_and_runs_periodic_tasks(app: App) -> None:
     def beat(ctx: sqljobs.JobContext) -> None:
         ran.append(ctx.key)
 
-    with worker_thread(app, concurrency=2):
-        wait_until(lambda: len(ran) >= 3, what="three periodic runs")
+    with stepped_worker(app, concurrency=2) as worker:
+        worker.until(lambda: len(ran) >= 3, what="three periodic runs")
     assert all((k or "").startswith("schedule:beat:") for k in ran)
     assert state(app, "beat").last_outcome == "enqueued"
     assert all(j.state is JobState.DONE for j in app.list_jobs() if j.key in ran)

@@ -24,13 +24,13 @@ from sqljobs import App, BackendError, ConfigurationError, JobState, PayloadErro
 from sqljobs.cli import cli
 from sqljobs.dashboard import create_app
 from sqljobs.humanize import redact_url, scrub_secrets
+from sqljobs.testing import stepped_worker
 
 from .conftest import (
     ROOT,
     child_pythonpath,
     db_execute,
     fresh_pg_database,
-    wait_until,
     worker_thread,
 )
 
@@ -226,11 +226,11 @@ def test_a_worker_run_logs_nothing_of_the_password(
     caplog.set_level(logging.DEBUG)
     # also the sqljobs logger itself: a CLI run earlier in the process may have set its level
     caplog.set_level(logging.DEBUG, logger="sqljobs")
-    with worker_thread(app, concurrency=2):
+    with stepped_worker(app, concurrency=2) as worker:
         done = app.tasks["fine"].enqueue()
         dead = app.tasks["fails"].enqueue()
-        assert done.result(timeout=10) == 1
-        wait_until(lambda: app.get_job(dead.id).state is JobState.DEAD)  # type: ignore[union-attr]
+        assert worker.result(done) == 1
+        worker.until(lambda: app.get_job(dead.id).state is JobState.DEAD)  # type: ignore[union-attr]
     records = caplog.records
     assert any("started on postgresql://" in r.getMessage() for r in records)
     for record in records:
@@ -384,8 +384,8 @@ def test_a_failed_attempt_s_log_lines_hide_the_task_s_redacted_arguments(
 
     caplog.set_level(logging.DEBUG, logger="sqljobs")
     handle = charge.enqueue(card, 5)
-    with worker_thread(app):
-        wait_until(lambda: app.get_job(handle.id).state is JobState.DEAD)  # type: ignore[union-attr]
+    with stepped_worker(app) as worker:
+        worker.until(lambda: app.get_job(handle.id).state is JobState.DEAD)  # type: ignore[union-attr]
     said = [r.getMessage() for r in caplog.records]
     assert any("attempt 1/2 failed: ValueError: card *** declined" in s for s in said), said
     assert any(

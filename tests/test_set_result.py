@@ -13,9 +13,9 @@ import pytest
 
 import sqljobs
 from sqljobs import App, JobState, Retry
-from sqljobs.worker import EventLog
+from sqljobs.testing import stepped_worker
 
-from .conftest import db_execute, placeholder, worker_thread
+from .conftest import db_execute, placeholder
 
 
 def _job(app: App, job_id: int) -> sqljobs.Job:
@@ -30,9 +30,8 @@ def _effects(app: App) -> int:
 
 
 def _run_one(app: App, job_id: int, state: str) -> None:
-    events = EventLog()
-    with worker_thread(app, on_event=events):
-        events.wait("finished", job_id, state=state)
+    with stepped_worker(app) as worker:
+        worker.until_event("finished", job_id, state=state)
 
 
 def _held_parent(
@@ -86,10 +85,10 @@ def test_a_result_set_in_the_transaction_commits_with_it_for_waiters_and_callbac
     group = app.group([parent.s()], then=merge.s())
     (member,) = group.members
     try:
-        with worker_thread(app, concurrency=2):
-            assert committed.wait(10)
-            assert member.result(timeout=10) == {"receipt": member.id}
-            assert group.result(timeout=10) == [{"receipt": member.id}]
+        with stepped_worker(app, concurrency=2) as worker:
+            worker.until(committed.is_set, what="committed")
+            assert worker.result(member) == {"receipt": member.id}
+            assert worker.result(group) == [{"receipt": member.id}]
             release.set()
     finally:
         release.set()
@@ -114,14 +113,13 @@ def test_a_value_returned_after_the_transaction_comes_after_its_commit(
 
     group = app.group([parent.s()], then=merge.s())
     (member,) = group.members
-    events = EventLog()
     try:
-        with worker_thread(app, concurrency=2, on_event=events):
-            assert committed.wait(10)
-            assert member.result(timeout=10) is None
-            assert group.result(timeout=10) == [None]
+        with stepped_worker(app, concurrency=2) as worker:
+            worker.until(committed.is_set, what="committed")
+            assert worker.result(member) is None
+            assert worker.result(group) == [None]
             release.set()
-            events.wait("finished", member.id, state="done")
+            worker.until_event("finished", member.id, state="done")
     finally:
         release.set()
     assert member.result(timeout=10) == {"receipt": member.id}
@@ -226,10 +224,9 @@ def test_set_result_refuses_a_task_that_stores_no_result_and_a_committed_job(
         ctx.set_result("too late")
 
     quiet_id, late_id = quiet.enqueue().id, late.enqueue().id
-    events = EventLog()
-    with worker_thread(app, on_event=events):
-        events.wait("finished", quiet_id, state="done")
-        events.wait("finished", late_id, state="done")
+    with stepped_worker(app) as worker:
+        worker.until_event("finished", quiet_id, state="done")
+        worker.until_event("finished", late_id, state="done")
     (exc,) = raised
     assert "store_result=False" in str(exc)
     job = _job(app, late_id)
@@ -311,9 +308,8 @@ def test_a_stale_attempts_set_result_does_not_land(app: App, flavour: str) -> No
             raise
 
     job_id = (pay if flavour == "sync" else pay_async).enqueue().id
-    events = EventLog()
-    with worker_thread(app, on_event=events):
-        events.wait("discarded", job_id)
+    with stepped_worker(app) as worker:
+        worker.until_event("discarded", job_id)
     assert len(lost) == 1
     job = _job(app, job_id)
     assert job.state is JobState.DONE and job.result == "newer" and _effects(app) == 0

@@ -26,6 +26,7 @@ from sqljobs.backends import WorkerInfo
 from sqljobs.backends.base import Claim
 from sqljobs.jobs import ClaimedJob, Outcome
 from sqljobs.maintenance import Reaper
+from sqljobs.testing import stepped_worker
 from sqljobs.worker import EventLog
 
 from .conftest import (
@@ -270,9 +271,8 @@ def test_a_write_refused_at_commit_leaves_the_job_not_done(url: str) -> None:
             tx.execute(f"INSERT INTO children VALUES ({mark})", (42,))  # no parent 42
 
     job_id = orphan.enqueue().id
-    events = EventLog()
-    with worker_thread(app, on_event=events):
-        events.wait("finished", job_id=job_id)
+    with stepped_worker(app) as worker:
+        worker.until_event("finished", job_id=job_id)
     job = app.get_job(job_id)
     assert job is not None
     assert job.state is JobState.DEAD, "the refused commit took the completion with it"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import re
 import sqlite3
 import time
-from typing import Any
 
 import pytest
 
@@ -15,6 +14,7 @@ from sqljobs.backends.base import Claim
 from sqljobs.backends.core import BackendCore
 from sqljobs.maintenance import Pruner
 from sqljobs.stats import COUNT_CAP
+from sqljobs.testing import explain
 
 from .conftest import db_execute, is_pg
 
@@ -223,34 +223,21 @@ def _params(core: BackendCore) -> dict[str, object]:
 
 def _sqlite_reads(core: BackendCore, sql: str) -> list[tuple[str, str, str]]:
     """(SCAN or SEARCH, index or "", condition) for each read of sqljobs_jobs in the plan."""
-    explain = "EXPLAIN QUERY PLAN " + sql
-    plan = core._read(lambda conn: conn.execute(explain, _params(core)).fetchall())
-    found = []
-    for *_, detail in plan:
-        read = re.fullmatch(
-            r"(SCAN|SEARCH) sqljobs_jobs(?: USING (?:COVERING )?INDEX (\w+))?(?: \((.*)\))?",
-            detail,
-        )
-        if read:
-            found.append((read[1], read[2] or "", read[3] or ""))
-    return found
+    plan = explain(core, sql, _params(core))
+    return [(n.operation, n.index or "", n.condition) for n in plan.reads("sqljobs_jobs")]
 
 
 def _pg_reads(core: BackendCore, sql: str) -> list[tuple[str, str, str]]:
     """(node type, index or "", index condition) for each read of sqljobs_jobs in the plan,
     on one of the backend's own connections (its session settings shape plans). ANALYZE:
     without it, PostgreSQL 15 leaves out the subplan of a recursive query's step."""
-    explain = "EXPLAIN (ANALYZE, FORMAT JSON) " + sql
-    (doc,) = core._read(lambda conn: conn.execute(explain, _params(core)).fetchone())
+    plan = explain(core, sql, _params(core), analyze=True)
     found = []
-    nodes = [doc[0]["Plan"]]
-    while nodes:
-        node = nodes.pop()
-        nodes.extend(node.get("Plans", []))
-        index = node.get("Index Name", "")
-        on_jobs = node.get("Relation Name") == "sqljobs_jobs" or index.startswith("sqljobs_jobs")
-        if on_jobs and node["Node Type"] != "Bitmap Heap Scan":  # its Bitmap Index Scan counts
-            found.append((node["Node Type"], index, node.get("Index Cond", "").lstrip("(")))
+    for node in plan.nodes:
+        index = node.index or ""
+        on_jobs = node.table == "sqljobs_jobs" or index.startswith("sqljobs_jobs")
+        if on_jobs and node.operation != "Bitmap Heap Scan":  # its Bitmap Index Scan counts
+            found.append((node.operation, index, node.condition.lstrip("(")))
     return found
 
 
@@ -273,16 +260,11 @@ def _stats_work(app: App) -> int:
     if is_pg(app):
         db_execute(app, "VACUUM ANALYZE sqljobs_jobs")  # else visibility checks dominate
 
-        def buffers(conn: Any) -> int:
-            total = 0
-            for name in STATS_STATEMENTS:
-                explain = "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + core.sql[name]
-                (doc,) = conn.execute(explain, params).fetchone()
-                plan = doc[0]["Plan"]
-                total += int(plan["Shared Hit Blocks"]) + int(plan["Shared Read Blocks"])
-            return total
-
-        return core._read(buffers)
+        total = 0
+        for name in STATS_STATEMENTS:
+            top = explain(core, core.sql[name], params, analyze=True).nodes[0].raw
+            total += int(top["Shared Hit Blocks"]) + int(top["Shared Read Blocks"])
+        return total
     steps = [0]
 
     def step() -> int:

@@ -18,7 +18,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 import sqljobs
 from sqljobs import App
-from tests.conftest import Spawn, wait_until, worker_thread
+from sqljobs.testing import stepped_worker
+from tests.conftest import Spawn, wait_until
 
 
 @pytest.fixture
@@ -112,11 +113,11 @@ def test_attempts_join_the_enqueue_trace_when_asked_and_batches_get_one_span(
     handle = doomed.enqueue(1)
     batch = doomed.enqueue_many([(2,), (3,)])
     group = app.group([doomed.s(4)], then=add.s(), after_policy="always")
-    with worker_thread(app):
+    with stepped_worker(app) as worker:
         for h in [handle, *batch]:
             with pytest.raises(sqljobs.JobFailed):
-                h.result(timeout=10)
-        assert group.result(timeout=10) == 0
+                worker.result(h)
+        assert worker.result(group) == 0
 
     enqueues = named(exporter, "sqljobs enqueue")
     assert len(enqueues) == 3  # one enqueue, one enqueue_many, one group
@@ -180,8 +181,8 @@ def test_async_enqueues_are_traced_in_the_callers_trace_and_transaction(
 
     handles = asyncio.run(request())
     assert enqueued == [h.id for h in handles]
-    with worker_thread(app):
-        assert [h.result(timeout=10) for h in handles] == ["a", "b"]
+    with stepped_worker(app) as worker:
+        assert [worker.result(h) for h in handles] == ["a", "b"]
     (request_span,) = named(exporter, "request")
     enqueues = named(exporter, "sqljobs enqueue note")
     assert len(enqueues) == 2 and request_span.context is not None

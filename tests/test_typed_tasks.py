@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 import sqljobs
 from sqljobs import App, JobContext, PayloadError
 from sqljobs.model_args import Shape
+from sqljobs.testing import stepped_worker
 from tests.conftest import child_pythonpath, worker_thread
 
 
@@ -89,10 +90,10 @@ def test_models_and_dataclasses_arrive_as_instances_and_results_come_back(app: A
         {"to": {"city": "Oslo", "zip_code": "0150", "floor": None, "tags": ["fragile"]},
          "weight": 1.5},
     ]  # fmt: skip
-    with worker_thread(app):
-        assert shipped.result(timeout=10) == Receipt(sku="book", total=3.0)
-        assert by_dict.result(timeout=10) == Receipt(sku="pen", total=6.0)
-        assert weighed.result(timeout=10) == Parcel(Address("Oslo", "0150", tags=["fragile"]), 3.0)
+    with stepped_worker(app) as worker:
+        assert worker.result(shipped) == Receipt(sku="book", total=3.0)
+        assert worker.result(by_dict) == Receipt(sku="pen", total=6.0)
+        assert worker.result(weighed) == Parcel(Address("Oslo", "0150", tags=["fragile"]), 3.0)
     assert seen[:3] == [ORDER, parcel, None]
     assert seen[3:] == [
         Order(sku="pen", qty=3, placed=datetime(2026, 12, 3, 10)),
@@ -145,9 +146,9 @@ def test_a_stored_payload_that_no_longer_fits_fails_its_attempt_clearly(app: App
         kwargs={"parcel": {"to": {"city": "Oslo", "zip_code": 150}, "weight": 1}},
         known=False,
     )
-    with worker_thread(app):
+    with stepped_worker(app) as worker:
         with pytest.raises(sqljobs.JobFailed) as failed:
-            missing.result(timeout=10)
+            worker.result(missing)
         assert "PayloadError: argument 'order' of task 'ship' does not fit Order " in str(
             failed.value
         )
@@ -155,7 +156,7 @@ def test_a_stored_payload_that_no_longer_fits_fails_its_attempt_clearly(app: App
         with pytest.raises(sqljobs.JobFailed, match=r"argument 'parcel' of task 'ship' does not "
                            r"fit Parcel \(dataclass\): field 'to': field 'zip_code': expected "
                            r"str, got int"):  # fmt: skip
-            mistyped.result(timeout=10)
+            worker.result(mistyped)
 
 
 def test_a_group_callback_gets_results_first_and_its_model_arguments_as_models(app: App) -> None:
@@ -170,8 +171,8 @@ def test_a_group_callback_gets_results_first_and_its_model_arguments_as_models(a
     group = app.group(
         [price.s("book"), price.s("pen")], then=total.s(Parcel(Address("Oslo", "0150"), 0.5))
     )
-    with worker_thread(app):
-        assert group.result(timeout=10) == Receipt(sku="Oslo", total=15.0)
+    with stepped_worker(app) as worker:
+        assert worker.result(group) == Receipt(sku="Oslo", total=15.0)
 
 
 def test_a_stored_result_that_no_longer_fits_is_a_clear_error(app: App) -> None:

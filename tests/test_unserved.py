@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from sqljobs import App, JobState, Retry
-
-from .conftest import wait_until, worker_thread
+from sqljobs.testing import stepped_worker
 
 
 def test_a_job_no_live_worker_can_run_is_shown_as_waiting_for_one(app: App) -> None:
@@ -16,12 +15,12 @@ def test_a_job_no_live_worker_can_run_is_shown_as_waiting_for_one(app: App) -> N
     assert job is not None
     assert "no live worker has registered task 'elsewhere'" in (app.waiting_reason(job) or "")
     assert app.stats().unserved == {"elsewhere": 1}
-    with worker_thread(app):
-        wait_until(lambda: app.stats().workers == 1)
+    with stepped_worker(app) as worker:
+        worker.until(lambda: app.stats().workers == 1)
         assert app.stats().unserved == {"elsewhere": 1}
         assert app.stats().to_dict()["unserved"] == {"elsewhere": 1}
         ours = mine.enqueue().id
-        wait_until(lambda: (j := app.get_job(ours)) is not None and j.state is JobState.DONE)
+        assert worker.until_ended(ours).state is JobState.DONE
         job = app.get_job(orphan)
         assert job is not None and job.state is JobState.PENDING and job.attempts == 0
 
@@ -32,8 +31,8 @@ def test_a_job_retried_by_hand_starts_afresh_and_its_history_says_so(app: App) -
         raise RuntimeError("boom")
 
     job_id = fails.enqueue().id
-    with worker_thread(app):
-        wait_until(lambda: (j := app.get_job(job_id)) is not None and j.state is JobState.DEAD)
+    with stepped_worker(app) as worker:
+        worker.until(lambda: (j := app.get_job(job_id)) is not None and j.state is JobState.DEAD)
     assert app.retry_job(job_id)
     job = app.get_job(job_id)
     assert job is not None and job.state is JobState.PENDING and job.attempts == 0
@@ -53,8 +52,8 @@ def test_a_job_in_a_queue_no_worker_with_its_task_serves_is_shown_as_unserved(ap
 
     stranded = send.enqueue().id
     elsewhere = send.with_options(queue="other").enqueue().id
-    with worker_thread(app, queues=["other"]):
-        wait_until(lambda: (j := app.get_job(elsewhere)) is not None and j.state is JobState.DONE)
+    with stepped_worker(app, queues=["other"]) as worker:
+        assert worker.until_ended(elsewhere).state is JobState.DONE
         st = app.stats()
         assert st.workers == 1 and st.unserved == {"send": 1}
         assert st.to_dict()["unserved"] == {"send": 1}
@@ -65,8 +64,8 @@ def test_a_job_in_a_queue_no_worker_with_its_task_serves_is_shown_as_unserved(ap
         assert "(they serve other)" in reason and "--queues mail" in reason
         other.enqueue()  # a task that is served where it waits is not named
         assert app.stats().unserved.keys() == {"send"}
-    with worker_thread(app):  # every queue
-        wait_until(lambda: (j := app.get_job(stranded)) is not None and j.state is JobState.DONE)
+    with stepped_worker(app) as worker:  # every queue
+        assert worker.until_ended(stranded).state is JobState.DONE
         assert app.stats().unserved == {}
 
 

@@ -16,6 +16,7 @@ import sqljobs.worker
 from sqljobs import App, ConfigurationError, JobState, Retry
 from sqljobs.backends import WorkerInfo
 from sqljobs.backends.base import Claim
+from sqljobs.testing import stepped_worker
 from sqljobs.worker import EventLog
 
 from .conftest import db_execute, expire_lease, is_pg, placeholder, wait_until, worker_thread
@@ -40,9 +41,8 @@ def test_plain_functions_run_on_threads_and_async_tasks_on_a_loop(app: App) -> N
         seen[name] = "loop" if asyncio.get_running_loop() else "?"
 
     ids = [plain.enqueue("a").id, coro.enqueue("b").id]
-    events = EventLog()
-    with worker_thread(app, concurrency=2, on_event=events):
-        done = events.wait("finished", state="done", count=2)
+    with stepped_worker(app, concurrency=2) as worker:
+        done = worker.until_event("finished", state="done", count=2)
     assert {e.job_id for e in done} == set(ids)
     assert seen["a"].startswith("sqljobs-") and seen["b"] == "loop"
 
@@ -91,9 +91,8 @@ def test_the_event_loop_starts_tasks_eagerly_where_python_can(app: App) -> None:
         factories.append(asyncio.get_running_loop().get_task_factory())
 
     which.enqueue()
-    events = EventLog()
-    with worker_thread(app, concurrency=2, on_event=events):
-        events.wait("finished", state="done")
+    with stepped_worker(app, concurrency=2) as worker:
+        worker.until_event("finished", state="done")
     assert seen == [True]
     assert factories == [getattr(asyncio, "eager_task_factory", None)]
 
@@ -111,9 +110,8 @@ def test_concurrency_bounds_jobs_in_flight(app: App) -> None:
             running[0] -= 1
 
     busy.enqueue_many([() for _ in range(40)])
-    events = EventLog()
-    with worker_thread(app, concurrency=3, on_event=events):
-        events.wait("finished", state="done", count=40)
+    with stepped_worker(app, concurrency=3) as worker:
+        worker.until_event("finished", state="done", count=40)
     assert peak[0] == 3
 
 
@@ -132,17 +130,16 @@ def test_a_hung_handler_times_out_is_recorded_and_retried(app: App) -> None:
         await asyncio.sleep(30)
 
     sync_id, async_id = hangs.enqueue().id, hangs_async.enqueue().id
-    events = EventLog()
-    with worker_thread(app, concurrency=1, on_event=events):
-        events.wait("finished", async_id, state="dead")
-        events.wait("finished", sync_id, state="pending")  # the timed-out first attempt
-        assert events.of("timed_out", sync_id)
+    with stepped_worker(app, concurrency=1) as worker:
+        worker.until_event("finished", async_id, state="dead")
+        worker.until_event("finished", sync_id, state="pending")  # the timed-out first attempt
+        assert worker.events.of("timed_out", sync_id)
         # the given-up handler still holds the worker's one thread: the retry waits for it
         # instead of a second handler running beside it (never more than `concurrency`)
-        assert attempts == [1] and not events.of("started", sync_id)[1:]
+        assert attempts == [1] and not worker.events.of("started", sync_id)[1:]
         release.set()
-        events.wait("finished", sync_id, state="done")
-        events.wait("discarded", sync_id)  # the first attempt's late result
+        worker.until_event("finished", sync_id, state="done")
+        worker.until_event("discarded", sync_id)  # the first attempt's late result
     job = app.get_job(sync_id)
     assert job is not None and attempts == [1, 2]
     assert job.history[0]["outcome"] == "timed_out"
@@ -182,10 +179,9 @@ def test_an_undecodable_payload_ends_dead_with_a_clear_error(app: App) -> None:
     job_id = t.enqueue().id
     good_id = t.enqueue().id
     db_execute(app, "UPDATE sqljobs_jobs SET payload = '{not json' WHERE id = ?", params=(job_id,))
-    events = EventLog()
-    with worker_thread(app, on_event=events):
-        events.wait("finished", job_id, state="dead")
-        events.wait("finished", good_id, state="done")
+    with stepped_worker(app) as worker:
+        worker.until_event("finished", job_id, state="dead")
+        worker.until_event("finished", good_id, state="done")
     job = app.get_job(job_id)
     assert job is not None and "stored payload cannot be decoded" in (job.last_error or "")
 
@@ -213,8 +209,8 @@ def test_the_drain_timeout_is_held_to_the_leases_of_the_tasks_the_worker_runs(
     with pytest.raises(ConfigurationError, match="shortest lease of this worker's tasks, 600 s"):
         sqljobs.Worker(app, drain_timeout=600)
     caplog.set_level(logging.INFO, logger="sqljobs.worker")
-    with worker_thread(app, drain_timeout=120):
-        wait_until(lambda: any("started on" in r.getMessage() for r in caplog.records))
+    with stepped_worker(app, drain_timeout=120) as stepper:
+        stepper.until(lambda: any("started on" in r.getMessage() for r in caplog.records))
     banner = next(r.getMessage() for r in caplog.records if "started on" in r.getMessage())
     assert "shortest lease 600 s" in banner and "drain timeout 120 s" in banner
 
@@ -363,10 +359,10 @@ def test_the_poll_claims_a_job_it_finds_due_under_a_frozen_clock(url: str) -> No
         ran.append(label)
 
     other = App(url, clock=clock)  # another process, as far as wake-ups go
-    with worker_thread(app, poll_interval=0.1, change_check_interval=60) as worker:
-        wait_until(lambda: worker.counters["due_checks"] >= 2, what="the worker idles")
+    with stepped_worker(app, poll_interval=0.1, change_check_interval=60) as worker:
+        worker.until(lambda: worker.counters["due_checks"] >= 2, what="the worker idles")
         other.enqueue("note", args=["found"], known=False)
-        wait_until(lambda: ran == ["found"], what="the job, found by the poll")
+        worker.until(lambda: ran == ["found"], what="the job, found by the poll")
 
 
 def test_a_schedule_added_unannounced_fires_when_next_due_says_it_falls_due(url: str) -> None:
@@ -404,9 +400,8 @@ def test_ctx_transaction_commits_effects_with_the_completion(app: App) -> None:
                 )
 
     ids = [pay.enqueue("1001").id for _ in range(5)]  # five deliveries of one payment
-    events = EventLog()
-    with worker_thread(app, on_event=events):
-        done = events.wait("finished", state="done", count=5)
+    with stepped_worker(app) as worker:
+        done = worker.until_event("finished", state="done", count=5)
     assert {e.job_id for e in done} == set(ids)
     assert db_execute(app, "SELECT balance FROM accounts") == [(9900,)]
 
@@ -470,11 +465,11 @@ def test_cancelling_a_running_job_tells_its_handler(app: App) -> None:
             raise
 
     job_id = long_async.enqueue().id
-    with worker_thread(app) as worker:
-        assert entered.wait(10)
+    with stepped_worker(app) as worker:
+        worker.until(entered.is_set, what="the handler to begin")
         assert app.cancel_job(job_id)
-        worker.request_heartbeat()
-        assert stopped.wait(10)
+        worker.worker.request_heartbeat()
+        worker.until(stopped.is_set, what="the handler to stop")
     assert _state(app, job_id) is JobState.CANCELLED
 
 
@@ -504,13 +499,12 @@ def test_jobs_from_a_crashed_worker_run_alone(app: App) -> None:
         running.remove(name)
 
     long_id = step.enqueue("long").id
-    events = EventLog()
-    with worker_thread(app, concurrency=4, poll_interval=0.2, on_event=events):
-        events.wait("started", long_id)
+    with stepped_worker(app, concurrency=4, poll_interval=0.2) as worker:
+        worker.until_event("started", long_id)
         suspects = _make_suspects(app, step, 2)
         normal = [step.enqueue(f"normal{i}").id for i in range(4)]
         release.set()
-        done = events.wait("finished", state="done", count=7)
+        done = worker.until_event("finished", state="done", count=7)
     assert {e.job_id for e in done} == {long_id, *suspects, *normal}
     runs_of_suspects = [o for o in overlap if any(n.startswith("suspect") for n in o)]
     assert runs_of_suspects and all(len(o) == 1 for o in runs_of_suspects), overlap
@@ -544,18 +538,18 @@ def test_prefetch_adapts_to_how_long_jobs_run(app: App) -> None:
     def slow() -> None:
         time.sleep(0.1)  # the job's own work
 
-    events = EventLog()
-    with worker_thread(app, concurrency=2, on_event=events) as worker:
+    with stepped_worker(app, concurrency=2) as stepper:
+        worker = stepper.worker
         assert worker.prefetch == 2, "before any job ran: as many as concurrency"
         quick.enqueue_many([() for _ in range(50)])
-        events.wait("finished", count=50)
+        stepper.until_event("finished", count=50)
         cap = sqljobs.worker.producer.PREFETCH_CAP * 2 * worker.lanes
         assert 2 < worker.prefetch <= cap, "short jobs: more than concurrency, up to the cap"
         # (the runtime measured under load may leave it short of the cap: set it)
         worker.runtime = 0.0001
         assert worker.prefetch == cap, "short jobs: PREFETCH_CAP x concurrency per lane"
         slow.enqueue_many([() for _ in range(12)])
-        events.wait("finished", count=62)
+        stepper.until_event("finished", count=62)
         assert worker.prefetch <= 1, "long jobs: nothing waits in a buffer"
     fixed = sqljobs.Worker(app, prefetch=3, install_signal_handlers=False)
     assert fixed.prefetch == 3 and fixed.capacity == 11
@@ -574,9 +568,9 @@ def test_claims_in_flight_together_never_hand_out_a_job_twice(app: App, lanes: i
             ran[i] += 1
 
     count.enqueue_many([(i,) for i in range(3000)])
-    events = EventLog()
-    with worker_thread(app, concurrency=4, claim_lanes=lanes, on_event=events) as worker:
-        events.wait("finished", state="done", count=3000, timeout=60)
+    with stepped_worker(app, concurrency=4, claim_lanes=lanes) as stepper:
+        stepper.until_event("finished", state="done", count=3000)
+        worker = stepper.worker
         expected = lanes or (2 if is_pg(app) else 1)
         assert worker.lanes == expected
         # capacity adapts to the measured runtime, so bound each claim by the largest a
@@ -708,10 +702,9 @@ def test_a_completion_in_the_jobs_own_transaction_is_never_taken_for_a_lost_leas
                 live[0] -= 1
 
     write.enqueue_many([() for _ in range(200)])
-    events = EventLog()
-    with worker_thread(app, concurrency=4, on_event=events) as worker:
-        events.wait("finished", state="done", count=200, timeout=60)
-    assert not events.of("lease_lost") and not events.of("discarded")
+    with stepped_worker(app, concurrency=4) as worker:
+        worker.until_event("finished", state="done", count=200)
+    assert not worker.events.of("lease_lost") and not worker.events.of("discarded")
     assert worker.counters["heartbeats"] >= 3  # heartbeats did run while jobs completed
     assert worker.counters["leases_lost"] == 0
     assert worker.counters["stale_results"] == 0
@@ -730,11 +723,10 @@ def test_a_handler_raising_a_base_exception_fails_its_attempt_and_the_worker_goe
     def fine() -> None: ...
 
     bad = exits.enqueue().id
-    events = EventLog()
-    with worker_thread(app, concurrency=1, on_event=events):
-        events.wait("finished", bad, state="dead")
+    with stepped_worker(app, concurrency=1) as worker:
+        worker.until_event("finished", bad, state="dead")
         good = fine.enqueue().id  # the worker's one thread survived both attempts
-        events.wait("finished", good, state="done")
+        worker.until_event("finished", good, state="done")
     job = app.get_job(bad)
     assert job is not None and job.attempts == 2
     assert [h["outcome"] for h in job.history] == ["failed", "failed"]
@@ -749,12 +741,11 @@ def test_a_worker_logs_its_banner_every_failed_attempt_and_a_summary(
         raise ValueError(f"no stock for {order}")
 
     job_id = flaky.enqueue("o-1").id
-    events = EventLog()
     with (
         caplog.at_level(logging.DEBUG, logger="sqljobs"),
-        worker_thread(app, concurrency=2, on_event=events),
+        stepped_worker(app, concurrency=2) as worker,
     ):
-        events.wait("finished", job_id, state="dead")
+        worker.until_event("finished", job_id, state="dead")
     records = [r for r in caplog.records if r.name == "sqljobs.worker"]
     banner = next(r for r in records if "started on" in r.getMessage())
     assert banner.levelno == logging.INFO
@@ -826,7 +817,6 @@ def test_a_second_ctx_transaction_in_one_attempt_is_a_clear_mistake(app: App) ->
             errors.append(exc)
 
     job_id = twice.enqueue().id
-    events = EventLog()
-    with worker_thread(app, on_event=events):
-        events.wait("finished", job_id, state="done")
+    with stepped_worker(app) as worker:
+        worker.until_event("finished", job_id, state="done")
     assert len(errors) == 1 and "already completed by an earlier" in str(errors[0])

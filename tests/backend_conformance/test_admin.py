@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from sqljobs import JobState
 from sqljobs.backends import Backend
-from sqljobs.jobs import JobFilter
-from sqljobs.jobs import Outcome
+from sqljobs.jobs import JobFilter, Outcome
 
 from .conftest import claim, new_job
 

@@ -4,9 +4,9 @@ and in total, the label sets, and the pruning of old minutes."""
 from __future__ import annotations
 
 from sqljobs.backends import Backend, WorkerInfo
+from sqljobs.jobs import TaskInfo
 from sqljobs.rollup import MetricAmount
 from sqljobs.schedules import Schedule
-from sqljobs.tasks import TaskInfo
 
 COVERS = {
     "add_metric_amounts",

@@ -3,7 +3,6 @@ migrations started together apply each one once."""
 
 from __future__ import annotations
 
-import re
 import sqlite3
 import threading
 from importlib import resources
@@ -13,6 +12,7 @@ import sqljobs
 from sqljobs.backends.base import JobListing
 from sqljobs.backends.sqlfile import load_migrations
 from sqljobs.backends.sqlite import MIGRATIONS, SqliteBackend, split_script
+from sqljobs.testing import assert_uses_index, explain
 
 from ..conftest import db_execute, is_pg
 from .conftest import new_job
@@ -105,12 +105,8 @@ def test_claims_use_the_pending_indexes(tmp_path: Path) -> None:
     params = {"worker": "w", "now": 0.0, "limit": 10, "leases": "{}", "start_now": 10}
     for queues, index in ((["default"], "sqljobs_jobs_claim"), (None, "sqljobs_jobs_claim_any")):
         sql, extra = backend._filtered("claim", queues, None)
-        plan = backend._conn().execute("EXPLAIN QUERY PLAN " + sql, {**params, **extra}).fetchall()
-        text = " ".join(str(row[-1]) for row in plan)
-        assert f"USING INDEX {index} " in text + " " or f"USING COVERING INDEX {index} " in text, (
-            text
-        )
-        assert not re.search(r"SCAN sqljobs_jobs(?! USING)", text), "a full table scan: " + text
+        plan = explain(backend, sql, {**params, **extra})
+        assert_uses_index(plan, index, table="sqljobs_jobs")
 
 
 def test_connections_opening_a_new_file_together_all_get_wal(tmp_path: Path) -> None:

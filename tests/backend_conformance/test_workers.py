@@ -4,8 +4,8 @@ catalogue), liveness by heartbeat, and what each live worker runs."""
 from __future__ import annotations
 
 from sqljobs.backends import Backend, WorkerInfo
+from sqljobs.jobs import TaskInfo
 from sqljobs.stats import WorkerScope
-from sqljobs.tasks import TaskInfo
 
 from .conftest import claim, new_job
 

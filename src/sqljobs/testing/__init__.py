@@ -1,5 +1,7 @@
 """Helpers for testing code that uses sqljobs: a clock the test moves, a drain that runs
-due jobs through a real worker in-process, and assertions on what was enqueued.
+due jobs through a real worker in-process, a worker the test steps pass by pass
+(:func:`stepped_worker`), assertions on what was enqueued, and the plan a database
+chooses for a statement (:func:`explain`).
 
     clock = Clock()
     app = sqljobs.App("sqlite:///" + str(tmp_path / "jobs.db"), clock=clock)
@@ -19,7 +21,9 @@ from .asserts import assert_enqueued, assert_not_enqueued, enqueued_jobs
 from .binding import bind
 from .clock import Clock
 from .drain import run_until_empty
+from .plans import Plan, PlanNode, assert_uses_index, explain
 from .report import Attempt, DrainReport, JobRun
+from .stepping import Stepper, stepped_worker
 
 __all__ = [
     "Attempt",
@@ -27,9 +31,15 @@ __all__ = [
     "DrainIncomplete",
     "DrainReport",
     "JobRun",
+    "Plan",
+    "PlanNode",
+    "Stepper",
     "assert_enqueued",
     "assert_not_enqueued",
+    "assert_uses_index",
     "bind",
     "enqueued_jobs",
+    "explain",
     "run_until_empty",
+    "stepped_worker",
 ]

@@ -313,6 +313,12 @@ class Worker:
             if not done():
                 self._wake.wait(min(step.wait, left))
 
+    def wait_for_wakeup(self, timeout: float) -> bool:
+        """Sleep until something wakes the worker (a handler returning, a round trip
+        coming back, a local enqueue, a stop) or ``timeout`` seconds pass, as :meth:`run`
+        does between passes; True if woken. For whoever steps it with :meth:`run_once`."""
+        return self._wake.wait(timeout)
+
     def close(self) -> None:
         """Release what is left (after a drain, nothing), stop the threads, unregister and
         close the connections. :meth:`run` calls it."""
