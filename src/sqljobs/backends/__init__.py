@@ -18,8 +18,8 @@ from ..errors import ConfigurationError
 from ..humanize import redact_url
 from ..url import parse_url, url_options
 from .base import Backend, WorkerInfo
-from .core import lender_of
-from .core import mark_idempotent as _mark
+from .ops.markers import lender_of, mark_in_transaction
+from .ops.markers import mark_idempotent as _mark
 from .sqlfile import load_queries
 
 __all__ = ["Backend", "WorkerInfo", "mark_idempotent", "open_backend", "worker_options"]
@@ -79,7 +79,7 @@ def mark_idempotent(connection: Any, key: str, ttl: float | None = None) -> bool
     """
     lender = lender_of(connection)
     if lender is not None:
-        return lender.mark_idempotent(connection, key, ttl)
+        return mark_in_transaction(lender, connection, key, ttl)
     return _mark(connection, _plain_statement(_dialect_of(connection)), key, ttl, time.time())
 
 
