@@ -1,10 +1,11 @@
 """Backends by URL scheme. Each implements :class:`sqljobs.backends.base.Backend`.
 
 Module map: ``base`` (the protocol) and ``records`` (its parameters records),
-``dialect`` (what each engine supplies), ``core`` and ``schedule_store`` (what is the same
-on both, written once), ``rows`` (rows to records, by column name), ``migrations`` (the
-one runner), ``sqlfile`` (named statements), then the engines as packages, ``sqlite``
-and ``postgres``, each with its SQL in ``sql/``.
+``executor`` (what each engine supplies), ``shared`` and ``ops/`` (what is the same on
+both, written once over an executor, one module per group of methods), ``rows`` (rows to
+records, by column name), ``migrations`` (the one runner), ``sqlfile`` (named
+statements), then the engines as packages, ``sqlite`` and ``postgres``, each with its SQL
+in ``sql/``.
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ class Executor(ABC):
 
     url: str
     sql: Mapping[str, str]
-    """The dialect's named statements (its ``.sql`` files), ready to run."""
+    """The engine's named statements (its ``.sql`` files), ready to run."""
     migrations: Sequence[Migration]
     notifier: Notifier
     one_writer: bool = False

@@ -15,15 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...browse import COUNT_SCAN, ENDED, TEXT_SCAN, JobCount, JobFilter, JobPage, WorkerStatus
-from ...jobs import (
-    Job,
-)
+from ...jobs import Job
 from ..executor import Executor
 from ..records import JobListing
-from ..rows import (
-    job,
-    result,
-)
+from ..rows import job, result
 from . import job_graph
 
 BATCH = 500
@@ -57,7 +52,7 @@ def list_jobs(ex: Executor, listing: JobListing) -> list[Job]:
 
 
 def _where(ex: Executor, wanted: JobFilter) -> tuple[str, dict[str, Any]]:
-    """The filter as a WHERE clause of the dialect's fragments (and the range of ids,
+    """The filter as a WHERE clause of the engine's fragments (and the range of ids,
     given as ``low`` and ``high``), and its parameters."""
     parts: list[str] = [ex.sql["where_range"]]
     params: dict[str, Any] = {}

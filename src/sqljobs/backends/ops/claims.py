@@ -12,20 +12,10 @@ import time
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
-from ...jobs import (
-    ClaimedJob,
-    Due,
-    HeldJob,
-    JobState,
-    Outcome,
-)
+from ...jobs import ClaimedJob, Due, HeldJob, JobState, Outcome
 from ..base import Decide
 from ..executor import Executor
-from ..rows import (
-    claimed_jobs,
-    expired_job,
-    result,
-)
+from ..rows import claimed_jobs, expired_job, result
 
 LIMITED_SCAN_PAUSE = 0.25
 """Seconds a worker whose limited jobs hand their slots over goes without the full limited
@@ -169,6 +159,8 @@ def rescue_jobs(
 
 
 def any_expired(ex: Executor) -> bool:
+    """Whether any lease has run out, read without the write lock: on an engine with one
+    writer the rescue looks first, so a long ``ctx.transaction()`` does not stall it."""
     params = {"now": ex.now()}
     found = ex.read(lambda conn: result(conn.execute(ex.sql["any_expired"], params)))
     return bool(found.rows)

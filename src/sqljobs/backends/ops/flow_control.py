@@ -7,9 +7,7 @@ from collections.abc import Collection, Sequence
 
 from ...limits import QueueLimit
 from ..executor import Executor
-from ..rows import (
-    result,
-)
+from ..rows import result
 
 
 def limited_pending(

@@ -12,15 +12,10 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from ... import dependencies
-from ...jobs import (
-    EnqueueResult,
-    NewJob,
-)
+from ...jobs import EnqueueResult, NewJob
 from ..executor import Executor
 from ..records import JobGroup
-from ..rows import (
-    result,
-)
+from ..rows import result
 
 log = logging.getLogger("sqljobs.dependencies")
 

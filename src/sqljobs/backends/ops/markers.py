@@ -12,10 +12,7 @@ from typing import Any
 from ..base import EffectRecord
 from ..executor import Executor
 from ..records import EffectEnd, EffectIntent
-from ..rows import (
-    effect_record,
-    result,
-)
+from ..rows import effect_record, result
 
 _LENT: dict[int, Executor] = {}
 

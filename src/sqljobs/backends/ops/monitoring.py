@@ -18,10 +18,7 @@ from ...stats import (
     worker_scope,
 )
 from ..executor import Executor
-from ..rows import (
-    Result,
-    result,
-)
+from ..rows import Result, result
 
 
 def stats(ex: Executor) -> Stats:

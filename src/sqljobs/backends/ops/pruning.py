@@ -4,9 +4,7 @@ metrics rollup."""
 
 from __future__ import annotations
 
-from ...jobs import (
-    SpentKey,
-)
+from ...jobs import SpentKey
 from ..executor import Executor
 from ..records import PruneFinished
 

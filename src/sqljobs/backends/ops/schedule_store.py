@@ -1,4 +1,4 @@
-"""Schedule storage, written once over each dialect's transaction.
+"""Schedule storage, written once over each engine's transaction.
 
 A tick is one transaction: the conditional UPDATE of the schedule row (only the replica
 that still finds the tick it read moves it on; on PostgreSQL its row lock makes a racing
@@ -16,15 +16,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ...jobs import (
-    NewJob,
-)
+from ...jobs import NewJob
 from ...schedules import Schedule, ScheduleState, Tick, TickOutcome, TickResult
 from ..executor import Executor
-from ..rows import (
-    result,
-    schedule_state,
-)
+from ..rows import result, schedule_state
 
 
 def save_schedule(ex: Executor, schedule: Schedule, next_run_at: float) -> ScheduleState:

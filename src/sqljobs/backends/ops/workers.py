@@ -7,10 +7,7 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from ...stats import (
-    WorkerScope,
-    worker_scope,
-)
+from ...stats import WorkerScope, worker_scope
 from ...tasks import TaskInfo
 from ..base import WorkerInfo
 from ..executor import Executor

@@ -3,7 +3,7 @@
 Claims are one statement (``FOR UPDATE SKIP LOCKED`` in a materialised CTE feeding an
 ``UPDATE ... RETURNING``); completions, retries and heartbeats are one ``unnest`` statement
 per batch, every one fenced by state and token. Enqueues are in :mod:`.enqueuer`, connections in
-:mod:`.pool`; what is the same on SQLite is in :mod:`..core` and :mod:`..schedule_store`; wake-ups
+:mod:`.pool`; what is the same on SQLite is in :mod:`..shared` and :mod:`..ops`; wake-ups
 (LISTEN/NOTIFY) are :class:`sqljobs.notifiers.postgres.PostgresNotifier`.
 
 ``listen=False`` is poll-only mode, for PgBouncer in transaction mode, where one client

@@ -110,7 +110,7 @@ thread, up to 5 s, and ``connect_timeout``.)"""
 
 class PostgresPool(SharedBackend):
     """How a PostgreSQL backend has connections and runs work on them (see
-    :mod:`..dialect`); the enqueue and the claims are mixed in beside it."""
+    :mod:`..executor`); the enqueue and the claims are mixed in beside it."""
 
     url: str
     schema: str
@@ -279,7 +279,7 @@ class PostgresPool(SharedBackend):
             self._pool.close()
             self._pool = None
 
-    # -- the dialect's ways to run work (see ..dialect) -----------------------------------
+    # -- the executor's ways to run work (see ..executor) ---------------------------------
 
     def read(self, work: Callable[[Any], T]) -> T:
         return self._run(work, transaction=False)

@@ -1,6 +1,6 @@
 """SQLite backend: jobs in one file, shared by the processes of one host.
 
-What is the same on PostgreSQL is in :mod:`..core` and :mod:`..schedule_store`; the
+What is the same on PostgreSQL is in :mod:`..shared` and :mod:`..ops`; the
 package holds what SQLite does its own way: connections and transactions
 (:mod:`.connections`), the enqueue (:mod:`.enqueuer`), and here the claim (one ``UPDATE
 ... RETURNING``) and outcomes and leases written row by row in one transaction.

@@ -28,7 +28,7 @@ T = TypeVar("T")
 
 
 class SqliteConnections(SharedBackend):
-    """How a SQLite backend has connections and runs work on them (see :mod:`..dialect`)."""
+    """How a SQLite backend has connections and runs work on them (see :mod:`..executor`)."""
 
     path: str
     synchronous: str
@@ -142,7 +142,7 @@ class SqliteConnections(SharedBackend):
             conn.close()
         self._local = threading.local()
 
-    # -- the dialect's ways to run work (see ..dialect) -----------------------------------
+    # -- the executor's ways to run work (see ..executor) ---------------------------------
 
     def read(self, work: Callable[[Any], T]) -> T:
         try:
