@@ -111,7 +111,7 @@ def measure(label: str, dialect: str, app: sqljobs.App, rounds: int) -> Figures:
     params = {"now": time.time()} if dialect == "sqlite" else {}
 
     def run(sql: str) -> None:
-        app.backend._read(lambda conn: conn.execute(sql, params).fetchall())
+        app.backend.read(lambda conn: conn.execute(sql, params).fetchall())
 
     def old_stats() -> None:
         for sql in (OLD_COUNT, *OLD_REST[dialect]):

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sqljobs import App, ConfigurationError, JobCount, JobFilter, JobState
-from sqljobs.backends import job_browser
+from sqljobs.backends.ops import browsing
 from sqljobs.testing import stepped_worker
 
 from .conftest import db_execute, wait_until, worker_thread
@@ -86,7 +86,7 @@ def test_a_text_search_reads_a_bounded_share_per_page_and_goes_on_below(
     needle = note.enqueue("needle").id
     for _ in range(9):
         note.enqueue("hay")
-    monkeypatch.setattr(job_browser, "TEXT_SCAN", 4)  # each page reads 4 ids at most
+    monkeypatch.setattr(browsing, "TEXT_SCAN", 4)  # each page reads 4 ids at most
     found: list[int] = []
     pages = 0
     before = None
@@ -115,7 +115,7 @@ def test_counts_stop_at_their_cap_and_say_when_they_read_only_the_newest(
     assert app.count_jobs(JobFilter(task="charge")) == JobCount(7, False)
     assert app.count_jobs(JobFilter(task="charge"), cap=3) == JobCount(3, True)
     # reading only the newest 4 jobs, a count that did not reach the oldest is "at least"
-    monkeypatch.setattr(job_browser, "COUNT_SCAN", 4)
+    monkeypatch.setattr(browsing, "COUNT_SCAN", 4)
     assert app.count_jobs(JobFilter(task="charge")) == JobCount(2, True)
     assert app.count_jobs(JobFilter(key="send-0")) == JobCount(1, False)  # by index
 
@@ -123,7 +123,7 @@ def test_counts_stop_at_their_cap_and_say_when_they_read_only_the_newest(
 def test_bulk_actions_change_exactly_the_matches_in_batches(
     app: App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(job_browser, "BATCH", 3)  # several batches for a few jobs
+    monkeypatch.setattr(browsing, "BATCH", 3)  # several batches for a few jobs
     ids = _populate(app)
     # cancel the charges of acme-0 only (4 of 7), by filter
     assert app.cancel_jobs(JobFilter(task="charge", text="acme-0")) == 4
@@ -295,8 +295,8 @@ def test_bounded_scans_start_where_the_time_bounds_do(
         "UPDATE sqljobs_jobs SET created_at = to_timestamp(%s + id)",
         (base,),
     )
-    monkeypatch.setattr(job_browser, "COUNT_SCAN", 10)
-    monkeypatch.setattr(job_browser, "TEXT_SCAN", 10)
+    monkeypatch.setattr(browsing, "COUNT_SCAN", 10)
+    monkeypatch.setattr(browsing, "TEXT_SCAN", 10)
     # the old jobs lie beyond the newest 10: a count says "at least", never "none"
     assert app.count_jobs(JobFilter(task="old")) == JobCount(0, True)
     # within time bounds the share is read from the bound down, and is exact when whole

@@ -489,10 +489,10 @@ def test_a_filter_carried_to_a_bulk_action_reads_back_the_same() -> None:
 def test_bounded_searches_and_capped_counts_say_so(
     app: App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sqljobs.backends import job_browser
+    from sqljobs.backends.ops import browsing
 
-    monkeypatch.setattr(job_browser, "TEXT_SCAN", 4)  # a text search reads 4 ids a page
-    monkeypatch.setattr(job_browser, "COUNT_SCAN", 4)  # a count by task stops at 4
+    monkeypatch.setattr(browsing, "TEXT_SCAN", 4)  # a text search reads 4 ids a page
+    monkeypatch.setattr(browsing, "COUNT_SCAN", 4)  # a count by task stops at 4
     app.task(name="t")(lambda word: None)
     ids = [h.id for h in app.tasks["t"].enqueue_many([("needle",)] + [("hay",)] * 9)]
     client = _client(app)
@@ -526,7 +526,7 @@ def test_the_queues_page_shows_limits_where_they_exist(app: App) -> None:
 def test_a_confirmation_acts_on_what_it_counted_and_never_on_none_when_unsure(
     app: App, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from sqljobs.backends import job_browser
+    from sqljobs.backends.ops import browsing
 
     app.task(name="old")(lambda n: n)
     app.task(name="new")(lambda n: n)
@@ -534,7 +534,7 @@ def test_a_confirmation_acts_on_what_it_counted_and_never_on_none_when_unsure(
     for n in range(6):
         app.enqueue("new", [n])
     client = _client(app)
-    monkeypatch.setattr(job_browser, "COUNT_SCAN", 4)  # the old jobs lie beyond the count
+    monkeypatch.setattr(browsing, "COUNT_SCAN", 4)  # the old jobs lie beyond the count
     unsure = client.get("/jobs/confirm", params={"action": "cancel", "task": "old"}).text
     assert _h1(unsure) == "Cancel all the matching jobs?" and "Nothing to" not in unsure
     # the form carries the newest id it counted: a job enqueued since is left alone

@@ -77,7 +77,7 @@ MARKERS = {
     "{claim_chosen}": "a fixed UPDATE from PostgreSQL's .sql files (_filled)",
     "{levels_of_keys}": "a fixed CTE from the .sql files (_filled)",
     "{lease}": "one of two fixed SET fragments from SQLite's .sql file (_filled)",
-    "{where}": "fixed fragments from browse.sql joined by AND (JobBrowser._where)",
+    "{where}": "fixed fragments from browse.sql joined by AND (ops.browsing._where)",
     "{columns}": "a column list from the .sql files",
     "{job_columns}": "a column list from the .sql files",
     "{milliseconds}": "str(int(...)) of the busy timeout, a number",

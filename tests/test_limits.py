@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from sqljobs import App, ConfigurationError, JobState, PayloadError
-from sqljobs.backends import core
 from sqljobs.backends.base import Claim, WorkerInfo
+from sqljobs.backends.ops import claims
 from sqljobs.jobs import Outcome
 from sqljobs.maintenance import Reaper
 from sqljobs.testing import Stepper, stepped_worker
@@ -560,7 +560,7 @@ def test_a_finished_job_hands_its_slot_to_its_key_s_next_job(
     """Once a full claim found no free slot, a limited job that ends passes its slot to
     the next due job of its key in its completion's statement, with no key lock and no
     count: the key's running jobs stay at its limit, never above it."""
-    monkeypatch.setattr(core, "LIMITED_SCAN_PAUSE", 60.0)  # a slow machine keeps to it
+    monkeypatch.setattr(claims, "LIMITED_SCAN_PAUSE", 60.0)  # a slow machine keeps to it
 
     @app.task(concurrency=2, concurrency_key=lambda tenant: tenant)
     def sync(tenant: str) -> None: ...
@@ -593,7 +593,7 @@ def test_a_slot_is_handed_over_to_no_job_of_a_lower_limit_or_a_rate(
     """An heir whose limit is lower than the ended job's (a limit lowered in the code) or
     that carries a rate goes through the full claim, which counts: a lowered limit is not
     overrun and a rate's start is written down."""
-    monkeypatch.setattr(core, "LIMITED_SCAN_PAUSE", 60.0)
+    monkeypatch.setattr(claims, "LIMITED_SCAN_PAUSE", 60.0)
 
     @app.task(concurrency=2)
     def export(n: int) -> None: ...

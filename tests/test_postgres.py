@@ -334,7 +334,7 @@ def test_claims_stay_on_the_claim_index_when_statistics_are_stale(url: str) -> N
         params = {**CLAIM_PARAMS, "ids": "{}", "tokens": "{}"}
         for name in ("claim", "complete_and_claim"):
             for queues in (None, ["default"]):
-                sql, _ = backend._filtered(name, queues, None)
+                sql, _ = backend.filtered(name, queues, None)
                 plan = _plan(conn, sql, {**params, "queues": queues or []})
                 assert re.search(r"Index Scan using sqljobs_jobs_claim(_any)? ", plan), plan
                 # the sorts allowed rank the (at most `limit`) picked rows, and merge the
@@ -342,7 +342,7 @@ def test_claims_stay_on_the_claim_index_when_statistics_are_stale(url: str) -> N
                 rest = re.sub(r"Sort  .*\n\s*Sort Key: (picked|j_?\d*)\..*\n", "", plan)
                 assert "Sort" not in rest and "Bitmap" not in plan, plan
         for queues in (None, ["default"]):
-            due_sql, _ = backend._filtered("next_due", queues, None)
+            due_sql, _ = backend.filtered("next_due", queues, None)
             due = _plan(conn, due_sql, {"queues": queues or []})
             assert re.search(r"Index (Only )?Scan using sqljobs_jobs_claim(_any)? ", due), due
             assert "Sort" not in due and "Bitmap" not in due, due
@@ -364,7 +364,7 @@ def test_no_plan_for_some_queues_can_read_the_index_of_every_queue(url: str) -> 
         conn.execute("DROP INDEX sqljobs_jobs_claim")  # (rolled back below)
         for queues in (["default"], ["default", "mail"]):
             for name in ("claim", "complete_and_claim", "next_due"):
-                sql, _ = backend._filtered(name, queues, ["noop"])
+                sql, _ = backend.filtered(name, queues, ["noop"])
                 plan = _plan(conn, sql, {**params, "queues": queues})
                 assert "sqljobs_jobs_claim_any" not in plan, (name, plan)
         conn.rollback()
@@ -403,7 +403,7 @@ def test_app_calls_after_the_server_dropped_its_connections_just_work(url: str) 
 
 def _claim_buffers(conn: psycopg.Connection, backend: PostgresBackend) -> tuple[int, str]:
     """Buffers one claim of 40 touches (it really claims them), and its plan."""
-    sql, _ = backend._filtered("claim", None, None)
+    sql, _ = backend.filtered("claim", None, None)
     params = {**CLAIM_PARAMS, "queues": []}
     (doc,) = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql, params).fetchone()  # type: ignore[misc]
     plan = doc[0]["Plan"]

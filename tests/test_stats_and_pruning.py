@@ -11,7 +11,7 @@ import pytest
 import sqljobs
 from sqljobs import App, JobState
 from sqljobs.backends.base import Claim
-from sqljobs.backends.core import BackendCore
+from sqljobs.backends.shared import SharedBackend
 from sqljobs.maintenance import Pruner
 from sqljobs.stats import COUNT_CAP
 from sqljobs.testing import explain
@@ -211,23 +211,23 @@ def test_stats_read_no_whole_table_or_index_of_finished_jobs(app: App, name: str
         assert index in WORKING_SET_INDEXES or seek, f"{name}: {how} {index} {condition}"
 
 
-def _core(app: App) -> BackendCore:
+def _core(app: App) -> SharedBackend:
     """The app's backend, as the shared core that holds the statements."""
-    assert isinstance(app.backend, BackendCore)
+    assert isinstance(app.backend, SharedBackend)
     return app.backend
 
 
-def _params(core: BackendCore) -> dict[str, object]:
+def _params(core: SharedBackend) -> dict[str, object]:
     return {"now": core.now(), "cap": COUNT_CAP, "queue": "default"}
 
 
-def _sqlite_reads(core: BackendCore, sql: str) -> list[tuple[str, str, str]]:
+def _sqlite_reads(core: SharedBackend, sql: str) -> list[tuple[str, str, str]]:
     """(SCAN or SEARCH, index or "", condition) for each read of sqljobs_jobs in the plan."""
     plan = explain(core, sql, _params(core))
     return [(n.operation, n.index or "", n.condition) for n in plan.reads("sqljobs_jobs")]
 
 
-def _pg_reads(core: BackendCore, sql: str) -> list[tuple[str, str, str]]:
+def _pg_reads(core: SharedBackend, sql: str) -> list[tuple[str, str, str]]:
     """(node type, index or "", index condition) for each read of sqljobs_jobs in the plan,
     on one of the backend's own connections (its session settings shape plans). ANALYZE:
     without it, PostgreSQL 15 leaves out the subplan of a recursive query's step."""
@@ -279,7 +279,7 @@ def _stats_work(app: App) -> int:
         finally:
             conn.set_progress_handler(None, 0)
 
-    core._read(run)
+    core.read(run)
     return steps[0]
 
 

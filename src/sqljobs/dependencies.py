@@ -14,7 +14,7 @@ parents' results are kept on it as they end, and become its first argument, a li
 the group's order, when it is released.
 
 This module holds the rules; the backends apply them inside their transactions
-(:meth:`sqljobs.backends.core.BackendCore.settle_children`).
+(:func:`sqljobs.backends.ops.job_graph.settle_children`).
 """
 
 from __future__ import annotations

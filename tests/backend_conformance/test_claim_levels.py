@@ -71,7 +71,7 @@ _PARAMS = {"worker": "w", "limit": 40, "leases": "{}", "start_now": 40,
 def _work(url: str, backend: Any, name: str, queues: list[str] | None) -> int:
     """What statement ``name`` (a claim of 40, rolled back, or next_due) costs: buffers on
     PostgreSQL, virtual machine steps on SQLite."""
-    sql, params = backend._filtered(name, queues, ["noop"])
+    sql, params = backend.filtered(name, queues, ["noop"])
     return _measured(url, sql, {**_PARAMS, **params, "now": time.time()}).work
 
 
@@ -238,7 +238,7 @@ def _limited_work(url: str, backend: Any, key: str, ended: tuple[int, int] | Non
         before = (
             f"UPDATE sqljobs_jobs SET state = 'done', lease_until = NULL WHERE id = {int(ended[0])}"
         )
-    sql, params = backend._filtered(name, None, ["noop"])
+    sql, params = backend.filtered(name, None, ["noop"])
     return _measured(url, sql, {**_PARAMS, **params, **extra, "now": time.time()}, before)
 
 
@@ -280,7 +280,7 @@ def test_limited_claims_and_hand_overs_read_no_job_that_is_not_due(url: str) -> 
     assert len(claimed) == 4  # the key's free slots, taken by due jobs of the lowest priority
     assert all(job.priority == 0 and job.run_at <= time.time() for job in claimed)
     if is_pg(url):  # the index is kept for when the next delayed limited job falls due
-        due_sql, due_params = backend._filtered("next_limited_due", None, ["noop"])
+        due_sql, due_params = backend.filtered("next_limited_due", None, ["noop"])
         assert "sqljobs_jobs_limited_due" in _generic_plan(url, due_sql, due_params).plan
     backend.close()
     app.close()

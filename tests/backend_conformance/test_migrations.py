@@ -104,7 +104,7 @@ def test_claims_use_the_pending_indexes(tmp_path: Path) -> None:
     backend.migrate()
     params = {"worker": "w", "now": 0.0, "limit": 10, "leases": "{}", "start_now": 10}
     for queues, index in ((["default"], "sqljobs_jobs_claim"), (None, "sqljobs_jobs_claim_any")):
-        sql, extra = backend._filtered("claim", queues, None)
+        sql, extra = backend.filtered("claim", queues, None)
         plan = explain(backend, sql, {**params, **extra})
         assert_uses_index(plan, index, table="sqljobs_jobs")
 

@@ -1,10 +1,11 @@
 """Backends by URL scheme. Each implements :class:`sqljobs.backends.base.Backend`.
 
 Module map: ``base`` (the protocol) and ``records`` (its parameters records),
-``dialect`` (what each engine supplies), ``core`` and ``schedule_store`` (what is the same
-on both, written once), ``rows`` (rows to records, by column name), ``migrations`` (the
-one runner), ``sqlfile`` (named statements), then the engines as packages, ``sqlite``
-and ``postgres``, each with its SQL in ``sql/``.
+``executor`` (what each engine supplies), ``shared`` and ``ops/`` (what is the same on
+both, written once over an executor, one module per group of methods), ``rows`` (rows to
+records, by column name), ``migrations`` (the one runner), ``sqlfile`` (named
+statements), then the engines as packages, ``sqlite`` and ``postgres``, each with its SQL
+in ``sql/``.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ from ..errors import ConfigurationError
 from ..humanize import redact_url
 from ..url import parse_url, url_options
 from .base import Backend, WorkerInfo
-from .core import lender_of
-from .core import mark_idempotent as _mark
+from .ops.markers import lender_of, mark_in_transaction
+from .ops.markers import mark_idempotent as _mark
 from .sqlfile import load_queries
 
 __all__ = ["Backend", "WorkerInfo", "mark_idempotent", "open_backend", "worker_options"]
@@ -79,7 +80,7 @@ def mark_idempotent(connection: Any, key: str, ttl: float | None = None) -> bool
     """
     lender = lender_of(connection)
     if lender is not None:
-        return lender.mark_idempotent(connection, key, ttl)
+        return mark_in_transaction(lender, connection, key, ttl)
     return _mark(connection, _plain_statement(_dialect_of(connection)), key, ttl, time.time())
 
 

@@ -3,7 +3,7 @@
 Claims are one statement (``FOR UPDATE SKIP LOCKED`` in a materialised CTE feeding an
 ``UPDATE ... RETURNING``); completions, retries and heartbeats are one ``unnest`` statement
 per batch, every one fenced by state and token. Enqueues are in :mod:`.enqueuer`, connections in
-:mod:`.pool`; what is the same on SQLite is in :mod:`..core` and :mod:`..schedule_store`; wake-ups
+:mod:`.pool`; what is the same on SQLite is in :mod:`..shared` and :mod:`..ops`; wake-ups
 (LISTEN/NOTIFY) are :class:`sqljobs.notifiers.postgres.PostgresNotifier`.
 
 ``listen=False`` is poll-only mode, for PgBouncer in transaction mode, where one client
@@ -33,11 +33,9 @@ import psycopg_pool
 from ...errors import BackendError, ConfigurationError
 from ...jobs import FINISHED_STATES, ClaimedJob, HeldJob, JobState, Outcome
 from ...notifiers.postgres import PostgresNotifier, channel_for
-from ..core import LimitedScans
-from ..job_browser import JobBrowser
+from ..ops.claims import LimitedScans
 from ..records import Claim
 from ..rows import claimed_jobs, result
-from ..schedule_store import ScheduleStore
 from .enqueuer import PostgresEnqueue
 from .pool import SERVER_CLOCK_ONLY, on_client_clock
 from .sql import migrations, statements
@@ -49,7 +47,7 @@ _IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")  # fullmatch: "$" would
 log = logging.getLogger("sqljobs.postgres")
 
 
-class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
+class PostgresBackend(PostgresEnqueue):
     """Jobs in PostgreSQL tables (``sqljobs_*``) in ``schema``."""
 
     claim_lanes = 2  # a second claim in flight keeps the server's other backend busy
@@ -105,7 +103,7 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         self._statements: dict[tuple[str, bool, bool], str] = {}  # see _filled
         self._scans = LimitedScans()
 
-    def _filtered(
+    def filtered(
         self, name: str, queues: Sequence[str] | None, tasks: Collection[str] | None
     ) -> tuple[str, dict[str, Any]]:
         params = {"queues": list(queues or []), "tasks": None if tasks is None else list(tasks)}
@@ -132,13 +130,13 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
             self._statements[key] = sql
         return sql
 
-    def _array(self, values: Iterable[Any]) -> Any:
+    def array(self, values: Iterable[Any]) -> Any:
         return list(values)
 
     def _notify(self, queues: Sequence[str], channel: str) -> None:
         """The notifier's NOTIFY after a commit, through the pool."""
         params = {"channel": channel, "notify": list(queues)}
-        self._change("notify", params)
+        self.change("notify", params)
 
     def _finish_and_claim(
         self, outcomes: Sequence[Outcome], claim: Claim
@@ -163,7 +161,7 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
             missed = [o for o in outcomes if o.job_id not in ended]
             if missed:  # fenced off, or others wait for them: the careful path tells which
                 # (its own round trip: a retry of the claim's would claim a second time)
-                more += self._write(lambda conn: self._finish_parents(conn, missed))
+                more += self.write(lambda conn: self._finish_parents(conn, missed))
         except BackendError as exc:
             if not isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
                 raise
@@ -178,12 +176,12 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         """Complete plain outcomes, each limited one handing its slot to its key's next
         due job, and claim jobs without a limit for the rest: one statement, no key lock
         (see LimitedScans). A slot left free makes the next round trip the full claim."""
-        found = self._write(lambda conn: self._handing_over(conn, outcomes, claim, True))
+        found = self.write(lambda conn: self._handing_over(conn, outcomes, claim, True))
         written, jobs, limited, handed = found
         self._scans.handed_over(limited, handed)
         missed = [o for o in outcomes if o.job_id not in set(written)]
         if missed:  # fenced off, or others wait for them: the careful path tells which
-            written += self._write(lambda conn: self._finish_parents(conn, missed))
+            written += self.write(lambda conn: self._finish_parents(conn, missed))
         return written, jobs
 
     def _handing_over(
@@ -273,14 +271,14 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
             written = self.finish_jobs(outcomes)
             sql, params = self._claim_statement("claim", claim)
             params.update(_began(claim.started))
-            claimed = self._write(lambda c: result(c.execute(sql, params)))
+            claimed = self.write(lambda c: result(c.execute(sql, params)))
             return written, claimed_jobs(claimed.names, claimed.rows)
         sql, params = self._claim_statement("complete_and_claim", claim)
         params.update(_began(claim.started))
         params.update(_fenced(outcomes))
         params.update(_values(outcomes))
         params["channel"] = self.notifier.channel
-        found = self._write(lambda c: result(c.execute(sql, params)))
+        found = self.write(lambda c: result(c.execute(sql, params)))
         (done,) = found.first("ids") or (None,)
         at = found.names.index("id")  # (NULL in the one row when none was claimed)
         rows = [row for row in found.rows if row[at] is not None]
@@ -288,7 +286,7 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
         ended = set(written)  # (once: in the comprehension's test it is built per outcome)
         missed = [o for o in outcomes if o.job_id not in ended]
         if missed:  # fenced off, or others wait for them: the careful path tells which
-            written += self._write(lambda conn: self._finish_parents(conn, missed))
+            written += self.write(lambda conn: self._finish_parents(conn, missed))
         return written, claimed_jobs(found.names, rows)
 
     def _finish(
@@ -339,7 +337,7 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
             "ids": int_array(h.id for h in held),
             "tokens": int_array(h.token for h in held),
         }
-        return {job_id for (job_id,) in self._change("renew_leases", params).pick("id")}
+        return {job_id for (job_id,) in self.change("renew_leases", params).pick("id")}
 
     def hold_slots(self, keep: Sequence[HeldJob], end: Sequence[HeldJob]) -> None:
         def work(conn: psycopg.Connection[Any]) -> None:
@@ -350,7 +348,7 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
                 conn.execute(self.sql["end_holds"], params)
 
         if keep or end:
-            self._write(work)
+            self.write(work)
 
     def save_progress(self, reports: Sequence[tuple[HeldJob, str]]) -> set[int]:
         if not reports:
@@ -360,7 +358,7 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
             "tokens": int_array(h.token for h, _ in reports),
             "progresses": [progress for _, progress in reports],
         }
-        return {job_id for (job_id,) in self._change("save_progress", params).pick("id")}
+        return {job_id for (job_id,) in self.change("save_progress", params).pick("id")}
 
     def _event_channel(self) -> str | None:
         return self.notifier.channel
@@ -368,8 +366,8 @@ class PostgresBackend(PostgresEnqueue, JobBrowser, ScheduleStore):
     def _next_rate_opening(
         self, queues: Sequence[str] | None, tasks: Collection[str] | None
     ) -> float | None:
-        sql, params = self._filtered("next_rate_opening", queues, tasks)
-        wait = self._read(lambda conn: result(conn.execute(sql, params))).first("wait")
+        sql, params = self.filtered("next_rate_opening", queues, tasks)
+        wait = self.read(lambda conn: result(conn.execute(sql, params))).first("wait")
         return None if not wait or wait[0] is None else float(wait[0])
 
 

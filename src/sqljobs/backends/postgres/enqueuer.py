@@ -19,7 +19,7 @@ import itertools
 import json
 import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -39,10 +39,6 @@ class PostgresEnqueue(PostgresPool):
     """The enqueue method of the Backend protocol, for PostgreSQL."""
 
     notifier: PostgresNotifier
-
-    if TYPE_CHECKING:
-
-        def _insert_dependent(self, conn: Any, job: NewJob) -> EnqueueResult: ...
 
     def enqueue_jobs(
         self, jobs: Iterable[NewJob], connection: Any | None = None
@@ -70,7 +66,7 @@ class PostgresEnqueue(PostgresPool):
         return [r for chunk, rows in sent for r in _results(chunk, rows, self._keyed_ids)]
 
     def _keyed_ids(self, keys: list[str]) -> dict[str, int]:
-        return dict(self._query("job_ids_by_key", {"keys": keys}).pick("key", "id"))
+        return dict(self.query("job_ids_by_key", {"keys": keys}).pick("key", "id"))
 
     def _enqueue_in(self, connection: Any, jobs: list[NewJob]) -> list[EnqueueResult]:
         """In the caller's transaction, never committing it; built in full before any SQL

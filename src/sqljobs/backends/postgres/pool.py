@@ -21,7 +21,8 @@ from ...errors import BackendError
 from ...humanize import redact_url, scrub_secrets
 from ...url import url_options
 from ..base import MISSING_SCHEMA
-from ..core import BackendCore, lending
+from ..ops.markers import lending
+from ..shared import SharedBackend
 
 _SCHEMES = ("postgresql", "postgres")
 _RETRYABLE = (psycopg.errors.SerializationFailure, psycopg.errors.DeadlockDetected)
@@ -107,9 +108,9 @@ not answer at all now fails after this, the closing pool's wait for its connecti
 thread, up to 5 s, and ``connect_timeout``.)"""
 
 
-class PostgresPool(BackendCore):
+class PostgresPool(SharedBackend):
     """How a PostgreSQL backend has connections and runs work on them (see
-    :mod:`..dialect`); the enqueue and the claims are mixed in beside it."""
+    :mod:`..executor`); the enqueue and the claims are mixed in beside it."""
 
     url: str
     schema: str
@@ -278,24 +279,24 @@ class PostgresPool(BackendCore):
             self._pool.close()
             self._pool = None
 
-    # -- the dialect's ways to run work (see ..dialect) -----------------------------------
+    # -- the executor's ways to run work (see ..executor) ---------------------------------
 
-    def _read(self, work: Callable[[Any], T]) -> T:
+    def read(self, work: Callable[[Any], T]) -> T:
         return self._run(work, transaction=False)
 
-    _write = _read  # autocommit: each statement commits on its own, in one round trip
+    write = read  # autocommit: each statement commits on its own, in one round trip
 
-    def _transaction(self, work: Callable[[Any], T]) -> T:
+    def transaction(self, work: Callable[[Any], T]) -> T:
         return self._run(work)
 
-    def _snapshot(self, work: Callable[[Any], T]) -> T:
+    def snapshot(self, work: Callable[[Any], T]) -> T:
         def consistent(conn: psycopg.Connection[Any]) -> T:
             conn.execute(self.sql["snapshot"])
             return work(conn)
 
         return self._run(consistent)
 
-    def _durable(self, work: Callable[[Any], T]) -> T:
+    def durable(self, work: Callable[[Any], T]) -> T:
         """One statement that must survive a server crash, whatever this pool's setting."""
 
         def durable(conn: psycopg.Connection[Any]) -> T:
@@ -305,7 +306,7 @@ class PostgresPool(BackendCore):
 
         return self._run(durable, transaction=not self.synchronous_commit)
 
-    def _durable_transaction(self, work: Callable[[Any], T]) -> T:
+    def durable_transaction(self, work: Callable[[Any], T]) -> T:
         def durable(conn: psycopg.Connection[Any]) -> T:
             if not self.synchronous_commit:
                 conn.execute(self.sql["durable_transaction"])
@@ -313,7 +314,7 @@ class PostgresPool(BackendCore):
 
         return self._run(durable)
 
-    def _run_script(self, conn: Any, script: str) -> None:
+    def run_script(self, conn: Any, script: str) -> None:
         conn.execute(script)
 
     def _caller_now(self) -> dict[str, float]:

@@ -1,6 +1,6 @@
 """SQLite backend: jobs in one file, shared by the processes of one host.
 
-What is the same on PostgreSQL is in :mod:`..core` and :mod:`..schedule_store`; the
+What is the same on PostgreSQL is in :mod:`..shared` and :mod:`..ops`; the
 package holds what SQLite does its own way: connections and transactions
 (:mod:`.connections`), the enqueue (:mod:`.enqueuer`), and here the claim (one ``UPDATE
 ... RETURNING``) and outcomes and leases written row by row in one transaction.
@@ -19,11 +19,9 @@ from typing import Any
 from ...errors import ConfigurationError
 from ...jobs import FINISHED_STATES, ClaimedJob, HeldJob, JobState, Outcome
 from ...notifiers.sqlite import SqliteNotifier
-from ..core import LimitedScans
-from ..job_browser import JobBrowser
+from ..ops.claims import LimitedScans
 from ..records import Claim
 from ..rows import claimed_jobs, columns, result
-from ..schedule_store import ScheduleStore
 from .connections import SqliteConnections
 from .enqueuer import SqliteEnqueuer
 from .sql import MIGRATIONS, Q
@@ -36,7 +34,7 @@ LIMITED_KEYS = 256
 left off, so every key gets its turn)."""
 
 
-class SqliteBackend(SqliteConnections, SqliteEnqueuer, JobBrowser, ScheduleStore):
+class SqliteBackend(SqliteConnections, SqliteEnqueuer):
     """Jobs in one SQLite file, shared by the processes of one host."""
 
     claim_lanes = 1  # one writer at a time: a second claim in flight would only wait
@@ -75,7 +73,7 @@ class SqliteBackend(SqliteConnections, SqliteEnqueuer, JobBrowser, ScheduleStore
         self._statements: dict[tuple[str, int, bool, str], str] = {}  # see _filled
         self._scans = LimitedScans()
 
-    def _filtered(
+    def filtered(
         self, name: str, queues: Sequence[str] | None, tasks: Collection[str] | None
     ) -> tuple[str, dict[str, Any]]:
         """One queue uses the (queue, ...) indexes directly; several go through json_each."""
@@ -122,7 +120,7 @@ class SqliteBackend(SqliteConnections, SqliteEnqueuer, JobBrowser, ScheduleStore
             self._statements[key] = sql
         return sql
 
-    def _array(self, values: Iterable[Any]) -> Any:
+    def array(self, values: Iterable[Any]) -> Any:
         return json.dumps(list(values))
 
     def migrate(self) -> list[str]:
@@ -145,7 +143,7 @@ class SqliteBackend(SqliteConnections, SqliteEnqueuer, JobBrowser, ScheduleStore
                 conn.executemany(Q["spend_key"], kept)
             return len(gone.rows)
 
-        return self._write(work)
+        return self.write(work)
 
     def _finish_and_claim(
         self, outcomes: Sequence[Outcome], claim: Claim
@@ -245,7 +243,7 @@ class SqliteBackend(SqliteConnections, SqliteEnqueuer, JobBrowser, ScheduleStore
         self, queues: Sequence[str] | None, tasks: Collection[str] | None
     ) -> float | None:
         """In how many seconds the first rate-limited key with due jobs may start one."""
-        sql, params = self._filtered("rate_keys", queues, tasks)
+        sql, params = self.filtered("rate_keys", queues, tasks)
         now = params["now"] = self.now()
 
         def work(conn: Any) -> float | None:
@@ -259,7 +257,7 @@ class SqliteBackend(SqliteConnections, SqliteEnqueuer, JobBrowser, ScheduleStore
                 soonest = opens if soonest is None else min(soonest, opens)
             return soonest
 
-        return self._read(work)
+        return self.read(work)
 
     def _limited_keys(self, conn: sqlite3.Connection) -> list[str]:
         """Up to LIMITED_KEYS keys with pending jobs, from where the last scan stopped."""
@@ -340,7 +338,7 @@ class SqliteBackend(SqliteConnections, SqliteEnqueuer, JobBrowser, ScheduleStore
         if not reports:
             return set()
         held = json.dumps([[h.id, h.token, progress] for h, progress in reports])
-        written = self._change("save_progress", {"held": held})
+        written = self.change("save_progress", {"held": held})
         return {job_id for (job_id,) in written.pick("id")}
 
 

@@ -18,7 +18,8 @@ from typing import Any, TypeVar
 from ...errors import BackendError
 from ...notifiers.sqlite import SqliteNotifier
 from ..base import MISSING_SCHEMA
-from ..core import BackendCore, lending
+from ..ops.markers import lending
+from ..shared import SharedBackend
 from .sql import Q
 
 DURABLE_LEVELS = ("FULL", "EXTRA")
@@ -26,8 +27,8 @@ DURABLE_LEVELS = ("FULL", "EXTRA")
 T = TypeVar("T")
 
 
-class SqliteConnections(BackendCore):
-    """How a SQLite backend has connections and runs work on them (see :mod:`..dialect`)."""
+class SqliteConnections(SharedBackend):
+    """How a SQLite backend has connections and runs work on them (see :mod:`..executor`)."""
 
     path: str
     synchronous: str
@@ -141,19 +142,19 @@ class SqliteConnections(BackendCore):
             conn.close()
         self._local = threading.local()
 
-    # -- the dialect's ways to run work (see ..dialect) -----------------------------------
+    # -- the executor's ways to run work (see ..executor) ---------------------------------
 
-    def _read(self, work: Callable[[Any], T]) -> T:
+    def read(self, work: Callable[[Any], T]) -> T:
         try:
             return work(self._conn())
         except sqlite3.Error as exc:
             raise BackendError(self._explain("read", exc)) from exc
 
-    def _write(self, work: Callable[[Any], T]) -> T:
+    def write(self, work: Callable[[Any], T]) -> T:
         with self._writing() as conn:
             return work(conn)
 
-    def _snapshot(self, work: Callable[[Any], T]) -> T:
+    def snapshot(self, work: Callable[[Any], T]) -> T:
         conn = self._conn()
         try:
             conn.execute(Q["begin_read"])
@@ -164,23 +165,23 @@ class SqliteConnections(BackendCore):
         except sqlite3.Error as exc:
             raise BackendError(self._explain("read", exc)) from exc
 
-    _transaction = _write  # every SQLite write is a transaction already
+    transaction = write  # every SQLite write is a transaction already
 
-    def _durable(self, work: Callable[[Any], T]) -> T:
+    def durable(self, work: Callable[[Any], T]) -> T:
         """A write committed with ``synchronous=FULL`` whatever this backend's level: a
         worker's connection (NORMAL) switches to FULL for it and back, as SQLite allows
         only between transactions. FULL syncs the WAL at this commit, so it also carries
         to disk any NORMAL commit before it."""
         if self.synchronous in DURABLE_LEVELS:
-            return self._write(work)
+            return self.write(work)
         conn = self._conn()
         self._set_synchronous(conn, "FULL")
         try:
-            return self._write(work)
+            return self.write(work)
         finally:
             self._set_synchronous(conn, self.synchronous)
 
-    _durable_transaction = _durable
+    durable_transaction = durable
 
     def _set_synchronous(self, conn: sqlite3.Connection, level: str) -> None:
         try:
@@ -188,13 +189,13 @@ class SqliteConnections(BackendCore):
         except sqlite3.Error as exc:
             raise BackendError(self._explain(f"PRAGMA synchronous = {level}", exc)) from exc
 
-    def _run_script(self, conn: Any, script: str) -> None:
+    def run_script(self, conn: Any, script: str) -> None:
         for statement in split_script(script):
             conn.execute(statement)
 
     def _data_version(self) -> int:
         """The change check of :mod:`sqljobs.notifiers.sqlite`, on this thread's connection."""
-        (version,) = self._read(lambda conn: conn.execute(Q["data_version"]).fetchone())
+        (version,) = self.read(lambda conn: conn.execute(Q["data_version"]).fetchone())
         return int(version)
 
     # -- handler transactions ----------------------------------------------------------

@@ -10,18 +10,16 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import ConfigurationError
 from ...jobs import EnqueueResult, NewJob
-from ..dialect import Dialect
+from ..shared import SharedBackend
 from .sql import Q
 
 
-class SqliteEnqueuer(Dialect):
+class SqliteEnqueuer(SharedBackend):
     """Enqueues for :class:`~sqljobs.backends.sqlite.SqliteBackend`."""
 
     if TYPE_CHECKING:
 
         def _writing(self) -> AbstractContextManager[sqlite3.Connection]: ...
-
-        def _insert_dependent(self, conn: Any, job: NewJob) -> EnqueueResult: ...
 
     def enqueue_jobs(
         self, jobs: Iterable[NewJob], connection: Any | None = None

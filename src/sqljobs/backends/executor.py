@@ -1,10 +1,12 @@
-"""What each dialect gives the shared core: its statements and how to run work on them.
+"""The executor: what an engine gives the queries both engines share, its statements and
+the ways to run work on them.
 
-The shared code (:mod:`.core`, :mod:`.schedule_store`, :mod:`.migrations`) is written once
-over these. A dialect supplies only what really differs between the engines: how a
-connection is had and a transaction is run (SQLite: a connection per thread and ``BEGIN
-IMMEDIATE``; PostgreSQL: a pool, autocommit for single statements, retries on
-serialization failure), how a list is bound, and the batch write of outcomes.
+The shared queries (:mod:`.ops`, and :mod:`.migrations`) are written once over this. An
+engine supplies only what really differs: how a connection is had and a transaction is
+run (SQLite: a connection per thread, ``BEGIN IMMEDIATE`` and one writer at a time;
+PostgreSQL: a pool, autocommit for single statements, retries on serialization
+failure), how a list is bound, and a few hooks below (the batch write of outcomes, the
+enqueue on a connection, the announcements after a commit).
 """
 
 from __future__ import annotations
@@ -23,66 +25,81 @@ from .rows import Result, result
 T = TypeVar("T")
 
 
-class Dialect(ABC):
-    """The parts of a backend that differ by engine. Every method that takes ``work``
-    calls it with a DB-API connection (sqlite3 or psycopg) and returns what it returns."""
+class Executor(ABC):
+    """Statements, a clock and ways to run work. Every method that takes ``work`` calls it
+    with a DB-API connection (sqlite3 or psycopg) and returns what it returns."""
 
     url: str
     sql: Mapping[str, str]
-    """The dialect's named statements (its ``.sql`` files), ready to run."""
+    """The engine's named statements (its ``.sql`` files), ready to run."""
     migrations: Sequence[Migration]
     notifier: Notifier
     one_writer: bool = False
     """The engine has one write lock for the whole database (SQLite): periodic work that
     usually finds nothing to write looks first, so a long ``ctx.transaction()`` holding
-    that lock does not stall the worker that runs it."""
+    that lock does not stall the worker that runs it (the rescue of expired leases reads
+    ``any_expired`` before it takes the lock)."""
+    server_clock: bool = False
+    """Whether a delay counts from the database server's clock (PostgreSQL's setting)."""
 
     @abstractmethod
     def now(self) -> float:
         """The backend's clock (the App's), Unix seconds."""
 
     @abstractmethod
-    def _read(self, work: Callable[[Any], T]) -> T:
+    def read(self, work: Callable[[Any], T]) -> T:
         """Reads, outside any explicit transaction."""
 
     @abstractmethod
-    def _write(self, work: Callable[[Any], T]) -> T:
+    def write(self, work: Callable[[Any], T]) -> T:
         """Writes as cheaply as the engine allows: on PostgreSQL each statement commits on
         its own (one round trip, not three); SQLite has one safe way, a write transaction."""
 
     @abstractmethod
-    def _transaction(self, work: Callable[[Any], T]) -> T:
+    def transaction(self, work: Callable[[Any], T]) -> T:
         """All of ``work`` in one transaction, committed when it returns."""
 
     @abstractmethod
-    def _durable(self, work: Callable[[Any], T]) -> T:
-        """Like :meth:`_write`, but the commit survives a server crash whatever the
+    def durable(self, work: Callable[[Any], T]) -> T:
+        """Like :meth:`write`, but the commit survives a server crash whatever the
         backend's own commit setting (effects must never be forgotten)."""
 
     @abstractmethod
-    def _durable_transaction(self, work: Callable[[Any], T]) -> T:
-        """Like :meth:`_transaction`, committed as :meth:`_durable` commits: a schedule's
+    def durable_transaction(self, work: Callable[[Any], T]) -> T:
+        """Like :meth:`transaction`, committed as :meth:`durable` commits: a schedule's
         tick (its row moved on and its job enqueued) commits as an enqueue does."""
 
-    def _snapshot(self, work: Callable[[Any], T]) -> T:
+    def snapshot(self, work: Callable[[Any], T]) -> T:
         """Reads that must agree with each other, all from one snapshot of the database
         (a job moving from pending to running between two counts is in exactly one)."""
-        return self._read(work)
+        return self.read(work)
 
     @abstractmethod
-    def _run_script(self, conn: Any, script: str) -> None:
+    def run_script(self, conn: Any, script: str) -> None:
         """Run a script of several statements (a migration)."""
 
     @abstractmethod
-    def _filtered(
+    def filtered(
         self, name: str, queues: Sequence[str] | None, tasks: Collection[str] | None
     ) -> tuple[str, dict[str, Any]]:
         """The statement ``name`` limited to these queues and (given) these tasks, with the
         parameters the limit needs: what a worker can run."""
 
     @abstractmethod
-    def _array(self, values: Iterable[Any]) -> Any:
+    def array(self, values: Iterable[Any]) -> Any:
         """A list as a parameter (a JSON text for SQLite's json_each, an array for psycopg)."""
+
+    def query(self, name: str, params: Mapping[str, Any] | None = None) -> Result:
+        """Run the read statement ``name``."""
+        sql = self.sql[name]
+        return self.read(lambda conn: result(conn.execute(sql, params or {})))
+
+    def change(self, name: str, params: Mapping[str, Any]) -> Result:
+        """Run the write statement ``name``, committed."""
+        sql = self.sql[name]
+        return self.write(lambda conn: result(conn.execute(sql, params)))
+
+    # -- the engine's hooks: what the shared queries call where engines differ ----------
 
     @abstractmethod
     def _finish(
@@ -136,7 +153,7 @@ class Dialect(ABC):
     def _claim_statement(self, name: str, claim: Claim) -> tuple[str, dict[str, Any]]:
         """The claim statement ``name`` for ``claim``, with its parameters."""
         tasks = None if claim.leases is None else list(claim.leases)
-        sql, params = self._filtered(name, claim.queues, tasks)
+        sql, params = self.filtered(name, claim.queues, tasks)
         params["worker"] = claim.worker
         params["now"] = self.now()
         params["limit"] = claim.limit
@@ -145,12 +162,8 @@ class Dialect(ABC):
         params["leases"] = json.dumps(dict(claim.leases or {}))
         return sql, params
 
-    def _query(self, name: str, params: Mapping[str, Any] | None = None) -> Result:
-        """Run the read statement ``name``."""
-        sql = self.sql[name]
-        return self._read(lambda conn: result(conn.execute(sql, params or {})))
-
-    def _change(self, name: str, params: Mapping[str, Any]) -> Result:
-        """Run the write statement ``name``, committed."""
-        sql = self.sql[name]
-        return self._write(lambda conn: result(conn.execute(sql, params)))
+    def _prune_batch(self, params: Mapping[str, Any]) -> int:
+        """Delete one batch of finished jobs and keep its keys (one statement: see
+        prune_finished's SQL); return how many it deleted."""
+        counted = self.change("prune_finished", params).first("n")
+        return int(counted[0]) if counted else 0
