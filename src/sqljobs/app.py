@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, overload
 
 from . import admin, enqueue, hooks, tracing
-from . import periodic as stored
+from . import periodic as stored  # in the class body, "periodic" is App.periodic
 from .backends import Backend, open_backend
 from .context import JobContext
 from .dependencies import AfterPolicy
@@ -156,11 +156,15 @@ class App:
     # The bare decorator's overloads are TaskDecorator's (see there why in this order).
     # fmt: off
     @overload
-    def task(self, fn: Callable[Concatenate[_Unchecked, ...], Coroutine[Any, Any, _R]], /) -> Task[..., _R]: ...  # noqa: E501
+    def task(
+        self, fn: Callable[Concatenate[_Unchecked, ...], Coroutine[Any, Any, _R]], /
+    ) -> Task[..., _R]: ...
     @overload
     def task(self, fn: Callable[Concatenate[_Unchecked, ...], _R], /) -> Task[..., _R]: ...
     @overload
-    def task(self, fn: Callable[Concatenate[JobContext, _P], Coroutine[Any, Any, _R]], /) -> Task[_P, _R]: ...  # noqa: E501
+    def task(
+        self, fn: Callable[Concatenate[JobContext, _P], Coroutine[Any, Any, _R]], /
+    ) -> Task[_P, _R]: ...
     @overload
     def task(self, fn: Callable[Concatenate[JobContext, _P], _R], /) -> Task[_P, _R]: ...
     @overload
