@@ -16,8 +16,9 @@ import pytest
 import sqljobs
 import sqljobs.enqueue
 from sqljobs import App, ConfigurationError, JobNotFound, Retention
+from sqljobs.enqueue import schedule_job
 from sqljobs.maintenance import Pruner
-from sqljobs.schedules import define_schedule, schedule_job
+from sqljobs.schedules import define_schedule
 from sqljobs.testing import Clock
 
 from .conftest import db_execute, is_pg, wait_until

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, overload
 
 from . import admin, enqueue, hooks, tracing
-from . import periodic as stored
+from . import periodic as stored  # in the class body, "periodic" is App.periodic
 from .backends import Backend, open_backend
 from .context import JobContext
 from .dependencies import AfterPolicy
@@ -33,7 +33,7 @@ from .stats import Stats, with_queues
 from .tasks import _P, _R, Task, TaskDecorator, _Unchecked, define_task, enqueue_group
 from .testing.drain import run_until_empty
 from .url import check_sqlite_directory, parse_url, resolve_url
-from .validate import check_job_id, check_queue_name, is_whole, seconds
+from .validate import check_job_id, check_queue_name, check_seconds, is_whole
 from .waiting import JobWatcher
 from .worker.run import run_worker, run_worker_async
 
@@ -76,9 +76,7 @@ class App:
         self.auto_migrate = migrate
         self.retention = Retention.of(retention)
         self.default_queue = check_queue_name(default_queue, "App(default_queue=...)")
-        self.default_lease = seconds(default_lease, "default_lease")
-        if self.default_lease <= 0:
-            raise ConfigurationError(f"default_lease must be > 0 seconds, got {default_lease!r}")
+        self.default_lease = check_seconds(default_lease, "default_lease")
         if not is_whole(max_payload, 1):
             raise ConfigurationError(
                 f"max_payload must be a positive number of bytes, got {max_payload!r} "
@@ -158,11 +156,15 @@ class App:
     # The bare decorator's overloads are TaskDecorator's (see there why in this order).
     # fmt: off
     @overload
-    def task(self, fn: Callable[Concatenate[_Unchecked, ...], Coroutine[Any, Any, _R]], /) -> Task[..., _R]: ...  # noqa: E501
+    def task(
+        self, fn: Callable[Concatenate[_Unchecked, ...], Coroutine[Any, Any, _R]], /
+    ) -> Task[..., _R]: ...
     @overload
     def task(self, fn: Callable[Concatenate[_Unchecked, ...], _R], /) -> Task[..., _R]: ...
     @overload
-    def task(self, fn: Callable[Concatenate[JobContext, _P], Coroutine[Any, Any, _R]], /) -> Task[_P, _R]: ...  # noqa: E501
+    def task(
+        self, fn: Callable[Concatenate[JobContext, _P], Coroutine[Any, Any, _R]], /
+    ) -> Task[_P, _R]: ...
     @overload
     def task(self, fn: Callable[Concatenate[JobContext, _P], _R], /) -> Task[_P, _R]: ...
     @overload

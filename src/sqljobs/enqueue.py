@@ -35,6 +35,7 @@ from .validate import check_due, check_priority, check_queue_name, check_text, s
 
 if TYPE_CHECKING:
     from .app import App
+    from .schedules import Schedule
     from .tasks import Task
 
 
@@ -241,6 +242,22 @@ def _limit_key(
             "defines it: pass concurrency_key=... with this enqueue"
         )
     return Limit(info.concurrency).key_for(name, {}, opts.concurrency_key)
+
+
+def schedule_job(app: App, schedule: Schedule, key: str, now: float) -> NewJob:
+    """The job one run of ``schedule`` enqueues. A task registered in ``app`` lends its
+    lease and retry policy and checks the arguments; otherwise the app's defaults apply,
+    as for ``app.enqueue`` by name."""
+    # a tick runs once because its claim moves the schedule row past it; the key guards
+    # the claim while the job is kept, and a key kept past it would be one row a tick
+    opts = EnqueueOptions(
+        key=key, queue=schedule.queue, priority=schedule.priority, key_retention=0.0
+    )
+    task = app.tasks.get(schedule.task)
+    if task is not None:
+        return task.new_job((), schedule.kwargs, opts, now)
+    remote = catalogued_task(app, schedule.task)  # lease and retry as its worker says
+    return build_job(app, schedule.task, (), schedule.kwargs, opts, now, task=remote)
 
 
 def insert(app: App, jobs: Iterable[NewJob], connection: Any = None) -> list[JobHandle]:

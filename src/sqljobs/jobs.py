@@ -1,11 +1,13 @@
 """What a job is at each step: the record types that pass between the app, worker and backend.
 
 A Task is a registered function; a Job is one persisted run of it. These dataclasses are
-the vocabulary of the backend protocol and carry no behaviour. Those made per job on the
-worker's hot path (ClaimedJob, Outcome, HeldJob) have slots and are not frozen: a frozen
-dataclass's ``__init__`` sets each field through ``object.__setattr__``, which cost about
-6% of a no-op drain's instructions (benchmarks/drain_instructions.py). Nothing changes
-them once made.
+the vocabulary of the backend protocol and carry no behaviour: a job's life (NewJob,
+ClaimedJob, Outcome, Job), what an enqueue asks and what it knows of a task
+(EnqueueOptions, TaskInfo), and what finding jobs asks and answers (JobFilter, JobPage,
+JobCount, WorkerStatus). Those made per job on the worker's hot path (ClaimedJob,
+Outcome, HeldJob) have slots and are not frozen: a frozen dataclass's ``__init__`` sets
+each field through ``object.__setattr__``, which cost about 6% of a no-op drain's
+instructions (benchmarks/drain_instructions.py). Nothing changes them once made.
 """
 
 from __future__ import annotations
@@ -363,7 +365,9 @@ class TaskInfo:
     rate_window: float | None = None
 
 
-# -- finding jobs: what an operator asks for and what comes back
+# -- finding jobs: what an operator asks for and what comes back. Everything that scans
+# is bounded, so a dashboard answers fast over a million jobs: a count stops at a cap, and
+# a page of an argument-text search reads at most TEXT_SCAN jobs and says where it stopped.
 
 TEXT_SCAN = 20_000
 """The most jobs one page of an argument-text search reads (there is no index on text)."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from . import payload
 from .backends.base import Backend
-from .enqueue import task_info
+from .enqueue import schedule_job, task_info
 from .errors import ConfigurationError, ScheduleNotFound, SqljobsError
 from .handles import JobHandle
 from .jobs import TaskInfo
@@ -24,7 +24,6 @@ from .schedules import (
     check_policies,
     check_timing,
     define_schedule,
-    schedule_job,
     tick_key,
 )
 from .tasks import Task, TaskDecorator

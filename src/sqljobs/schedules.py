@@ -19,14 +19,12 @@ from typing import TYPE_CHECKING, Any
 
 from . import payload
 from .cron import check_cron, next_cron_tick, zone
-from .enqueue import build_job, catalogued_task
 from .errors import ConfigurationError
 from .errors import ScheduleNotFound as ScheduleNotFound  # its home before errors.py
-from .jobs import EnqueueOptions, NewJob
+from .jobs import NewJob
 from .validate import check_text, is_whole, seconds
 
 if TYPE_CHECKING:
-    from .app import App
     from .tasks import Task
 
 OVERLAP_POLICIES = ("allow", "skip")
@@ -305,19 +303,3 @@ def tick_key(name: str, at: float) -> str:
     """The job key of a tick: ``schedule:<name>:<tick time, ISO 8601 UTC>``. Even two
     replicas that both believed they had the tick would enqueue one job."""
     return f"schedule:{name}:{datetime.fromtimestamp(at, UTC).isoformat()}"
-
-
-def schedule_job(app: App, schedule: Schedule, key: str, now: float) -> NewJob:
-    """The job one run of ``schedule`` enqueues. A task registered in ``app`` lends its
-    lease and retry policy and checks the arguments; otherwise the app's defaults apply,
-    as for ``app.enqueue`` by name."""
-    # a tick runs once because its claim moves the schedule row past it; the key guards
-    # the claim while the job is kept, and a key kept past it would be one row a tick
-    opts = EnqueueOptions(
-        key=key, queue=schedule.queue, priority=schedule.priority, key_retention=0.0
-    )
-    task = app.tasks.get(schedule.task)
-    if task is not None:
-        return task.new_job((), schedule.kwargs, opts, now)
-    remote = catalogued_task(app, schedule.task)  # lease and retry as its worker says
-    return build_job(app, schedule.task, (), schedule.kwargs, opts, now, task=remote)

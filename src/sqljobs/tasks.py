@@ -27,7 +27,7 @@ from .limits import Limit, arguments_by_name, define_limit
 from .model_args import find_models
 from .retention import KeyRetention, key_retention_of
 from .retry import Retry
-from .validate import check_priority, check_queue_name, check_text, seconds
+from .validate import check_priority, check_queue_name, check_seconds, check_text, seconds
 
 if TYPE_CHECKING:
     from .app import App
@@ -99,10 +99,9 @@ class Task(Generic[P, R]):
         redact: Sequence[str] = (),
         key_retention: float | Literal["default"] | None = "default",
     ) -> None:
-        if lease <= 0:
-            raise ConfigurationError(f"task {name!r}: lease must be > 0 seconds, got {lease}")
-        if timeout is not None and timeout <= 0:
-            raise ConfigurationError(f"task {name!r}: timeout must be > 0 seconds, got {timeout}")
+        check_seconds(lease, f"task {name!r}: lease")
+        if timeout is not None:
+            check_seconds(timeout, f"task {name!r}: timeout")
         self.app = app
         self.fn = fn
         self.name = name

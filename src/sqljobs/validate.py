@@ -112,6 +112,15 @@ def seconds(value: float | timedelta | None, name: str) -> float | None:
     return out
 
 
+def check_seconds(value: float | timedelta, name: str) -> float:
+    """A duration that must be above zero: :func:`seconds`, and 0 refused too (a lease,
+    a timeout or an interval of no time at all)."""
+    out = seconds(value, name)
+    if out <= 0:
+        raise ConfigurationError(f"{name} must be > 0 seconds, got {value!r}")
+    return out
+
+
 QUEUE_NAME = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
 
 

@@ -20,10 +20,11 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from ..backends.base import Backend
+from ..enqueue import schedule_job
 from ..errors import SqljobsError
 from ..humanize import iso_local
 from ..rollup import Meter
-from ..schedules import ScheduleState, Tick, TickOutcome, TickResult, schedule_job, tick_key
+from ..schedules import ScheduleState, Tick, TickOutcome, TickResult, tick_key
 
 if TYPE_CHECKING:
     from ..app import App

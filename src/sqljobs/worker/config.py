@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigurationError
+from ..validate import is_whole
 
 
 @dataclass(frozen=True)
@@ -62,11 +63,11 @@ class WorkerConfig:
     cancel_grace: float = 30.0
 
     def __post_init__(self) -> None:
-        if self.concurrency < 1:
+        if not is_whole(self.concurrency, 1):
             raise ConfigurationError(f"concurrency must be >= 1, got {self.concurrency}")
-        if self.prefetch is not None and self.prefetch < 0:
+        if self.prefetch is not None and not is_whole(self.prefetch, 0):
             raise ConfigurationError(f"prefetch must be >= 0, got {self.prefetch}")
-        if self.claim_lanes is not None and self.claim_lanes < 1:
+        if self.claim_lanes is not None and not is_whole(self.claim_lanes, 1):
             raise ConfigurationError(f"claim_lanes must be >= 1, got {self.claim_lanes}")
         if self.poll_interval <= 0 or self.change_check_interval <= 0:
             raise ConfigurationError("poll_interval and change_check_interval must be > 0")
@@ -76,7 +77,7 @@ class WorkerConfig:
             raise ConfigurationError("schedule_interval must be > 0 and misfire_grace >= 0")
         if not self.cancel_grace > 0:
             raise ConfigurationError(f"cancel_grace must be > 0 seconds, got {self.cancel_grace}")
-        if self.max_crashes < 1:
+        if not is_whole(self.max_crashes, 1):
             raise ConfigurationError(f"max_crashes must be >= 1, got {self.max_crashes}")
 
     def checked_drain_timeout(self, shortest_lease: float) -> float:
