@@ -22,9 +22,7 @@ from sqljobs import App, ConfigurationError, JobContext, JobState, Retry
 from sqljobs.dashboard import create_app
 from sqljobs.dashboard.charts import bars
 from sqljobs.rollup import INF, MetricAmount, Series, minute_of
-from sqljobs.testing import stepped_worker
-
-from .conftest import wait_until
+from sqljobs.testing import Clock, stepped_worker
 
 LOOPBACK = "http://127.0.0.1"
 READ_ONLY = "read-only: this dashboard was started with --read-only"
@@ -405,10 +403,13 @@ def test_bad_page_parameters_say_what_is_wrong(app: App) -> None:
     assert client.get("/jobs/abc").status_code == 400
 
 
-def test_the_overview_colours_the_oldest_due_age_against_its_threshold(app: App) -> None:
+def test_the_overview_colours_the_oldest_due_age_against_its_threshold(url: str) -> None:
+    clock = Clock()
+    app = App(url, clock=clock)
     app.task(name="t")(lambda: None)
     app.enqueue("t")
-    wait_until(lambda: (app.stats().oldest_pending_age or 0) > 0.05, what="an age")
+    clock.advance(0.5)  # the job waits half a second, on the App's clock
+    assert (app.stats().oldest_pending_age or 0) > 0.05
     alarmed = _client(app, alert_age=0.01).get("/").text
     assert re.search(r'<b class="alert" title="alert above 10 ms">\d', alarmed)
     calm = _client(app).get("/").text
