@@ -14,7 +14,7 @@ from sqljobs import App, ConfigurationError, JobCount, JobFilter, JobState
 from sqljobs.backends.ops import browsing
 from sqljobs.testing import stepped_worker
 
-from .conftest import db_execute, wait_until, worker_thread
+from .conftest import db_execute
 
 
 def _populate(app: App) -> dict[str, list[int]]:
@@ -172,9 +172,9 @@ def test_workers_list_what_each_is_running(app: App) -> None:
         release.wait(10)
 
     handles = [hold.enqueue(n) for n in range(2)]
-    with worker_thread(app, concurrency=2, queues=["slow"]) as worker:
+    with stepped_worker(app, concurrency=2, queues=["slow"]) as worker:
         try:
-            statuses = wait_until(
+            statuses = worker.until(
                 lambda: [w for w in app.workers() if len(w.running) == 2], what="2 running"
             )
             (status,) = statuses

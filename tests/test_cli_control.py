@@ -18,9 +18,8 @@ from click.testing import CliRunner, Result
 from sqljobs import App, JobContext, JobState
 from sqljobs.cli import Ctx, cli
 from sqljobs.testing import stepped_worker
-from sqljobs.worker import EventLog
 
-from .conftest import db_execute, wait_until, worker_thread
+from .conftest import db_execute
 
 RAW_TIME = re.compile(r"\b1\d{9}(\.\d+)?\b")  # a Unix timestamp, as a person should not see
 RUNNING_CANCELLED = (
@@ -131,13 +130,13 @@ def test_a_paused_queue_shown_by_the_cli_is_one_workers_leave_alone(app: App) ->
 
     assert sqljobs(app.url, "queues", "pause", "mail").exit_code == 0
     held = send.enqueue(1)
-    with worker_thread(app, on_event=(log := EventLog())):
+    with stepped_worker(app) as worker:
         elsewhere = app.enqueue("send", [1], queue="other")
-        assert elsewhere.result(timeout=10) == 1, "the worker works"
+        assert worker.result(elsewhere) == 1, "the worker works"
         assert held.refresh().state is JobState.PENDING
         assert sqljobs(app.url, "queues", "resume", "mail").exit_code == 0
-        assert held.result(timeout=10) == 1
-        log.wait("finished", job_id=held.id, timeout=10)
+        assert worker.result(held) == 1
+        worker.until_event("finished", job_id=held.id)
 
 
 # -- results and progress ----------------------------------------------------------------
@@ -240,12 +239,12 @@ def test_cancelling_a_running_job_says_what_its_worker_does(app: App) -> None:
         return "finished anyway"
 
     handle = crawl.enqueue()
-    with worker_thread(app, on_event=(log := EventLog())):
-        assert started.wait(10)
+    with stepped_worker(app) as worker:
+        worker.until(started.is_set, what="the handler to start")
         out = sqljobs(app.url, "jobs", "cancel", str(handle.id))
         assert out.stdout == f"job {handle.id} {RUNNING_CANCELLED}\n"
-        log.wait("cancelled", job_id=handle.id, timeout=10)
-        log.wait("discarded", job_id=handle.id, timeout=10)
+        worker.until_event("cancelled", job_id=handle.id)
+        worker.until_event("discarded", job_id=handle.id)
     assert seen == ["cancelled"]
     job = handle.refresh()
     assert job.state is JobState.CANCELLED and job.result is None
@@ -409,9 +408,10 @@ def test_workers_shows_each_live_worker_and_what_it_runs(app: App) -> None:
 
     handle = hold.enqueue()
     assert sqljobs(app.url, "workers").stdout.strip() == "no live workers"
-    with worker_thread(app, concurrency=3, queues=["slow"]) as worker:
+    with stepped_worker(app, concurrency=3, queues=["slow"]) as stepper:
+        worker = stepper.worker
         try:
-            wait_until(lambda: app.workers() and app.workers()[0].running, what="running")
+            stepper.until(lambda: app.workers() and app.workers()[0].running, what="running")
             shown = sqljobs(app.url, "workers").stdout
             assert_fits(shown)
             row = _line(shown, worker.id[:10])

@@ -26,10 +26,9 @@ from starlette.testclient import TestClient
 from sqljobs import App, JobContext, JobState, Retry
 from sqljobs.dashboard import create_app, is_loopback
 from sqljobs.humanize import iso_local, iso_utc, preview
-from sqljobs.testing import stepped_worker
-from sqljobs.worker import EventLog
+from sqljobs.testing import Clock, stepped_worker
 
-from .conftest import wait_until, worker_thread
+from .conftest import wait_until
 
 READ_ONLY = (
     "read-only: this dashboard was started with --read-only and takes no actions "
@@ -121,10 +120,13 @@ def test_the_page_json_and_metrics_agree_with_stats(app: App) -> None:
     assert len(client.get("/api/jobs", params={"limit": "2"}).json()) == 2
 
 
-def test_the_oldest_due_age_is_a_gauge_to_alert_on(app: App) -> None:
+def test_the_oldest_due_age_is_a_gauge_to_alert_on(url: str) -> None:
+    clock = Clock()
+    app = App(url, clock=clock)
     app.task(name="t")(lambda: None)
     app.enqueue("t")
-    wait_until(lambda: (app.stats().oldest_pending_age or 0) > 0.2)
+    clock.advance(0.5)  # the job waits half a second, on the App's clock
+    assert (app.stats().oldest_pending_age or 0) > 0.2
     text = _client(create_app(app)).get("/metrics").text
     line = next(x for x in text.splitlines() if x.startswith("sqljobs_oldest_pending_age_seconds{"))
     assert float(line.split()[-1]) > 0.2
@@ -460,8 +462,8 @@ def test_cancelling_a_running_job_says_its_outcome_is_discarded(app: App) -> Non
 
     handle = crawl.enqueue()
     client = _client(create_app(app))
-    with worker_thread(app, on_event=(log := EventLog())):
-        assert started.wait(10)
+    with stepped_worker(app) as worker:
+        worker.until(started.is_set, what="the handler to start")
         assert _rows(client.get("/").text.split("<h2>Running jobs</h2>")[1], handle.id)
         form = _submit(client, f"/api/jobs/{handle.id}/cancel")
         said = _flash(form.headers["location"])["message"][0]
@@ -469,8 +471,8 @@ def test_cancelling_a_running_job_says_its_outcome_is_discarded(app: App) -> Non
             f"job {handle.id} cancelled while running: its worker is told to stop within a "
             "heartbeat (the handler sees ctx.cancelled), and its outcome will be discarded"
         )
-        log.wait("cancelled", job_id=handle.id, timeout=10)
-        log.wait("discarded", job_id=handle.id, timeout=10)
+        worker.until_event("cancelled", job_id=handle.id)
+        worker.until_event("discarded", job_id=handle.id)
     assert _state(app, handle.id) is JobState.CANCELLED
     again = client.post(f"/api/jobs/{handle.id}/cancel").json()
     assert again == {"ok": True, "note": "already cancelled"}

@@ -22,8 +22,7 @@ from sqljobs import App, ConfigurationError, JobContext, JobState, Retry
 from sqljobs.dashboard import create_app
 from sqljobs.dashboard.charts import bars
 from sqljobs.rollup import INF, MetricAmount, Series, minute_of
-
-from .conftest import wait_until, worker_thread
+from sqljobs.testing import Clock, stepped_worker
 
 LOOPBACK = "http://127.0.0.1"
 READ_ONLY = "read-only: this dashboard was started with --read-only"
@@ -87,9 +86,9 @@ def test_every_page_renders_real_jobs_and_hides_what_tasks_redact(app: App) -> N
     dead = boom.enqueue(SECRET).id
     running = charge.enqueue("acme", SECRET).id
     client = _client(app)
-    with worker_thread(app, concurrency=2) as worker:
-        wait_until(lambda: _state(app, dead) is JobState.DEAD, what="the dead job")
-        assert started.wait(10)
+    with stepped_worker(app, concurrency=2) as worker:
+        worker.until(lambda: _state(app, dead) is JobState.DEAD, what="the dead job")
+        worker.until(started.is_set, what="the running job's handler")
         try:
             pages = {path: client.get(path) for path in ("/", "/jobs", "/queues", "/schedules",
                      "/workers", f"/jobs/{dead}", f"/jobs/{running}")}  # fmt: skip
@@ -404,10 +403,13 @@ def test_bad_page_parameters_say_what_is_wrong(app: App) -> None:
     assert client.get("/jobs/abc").status_code == 400
 
 
-def test_the_overview_colours_the_oldest_due_age_against_its_threshold(app: App) -> None:
+def test_the_overview_colours_the_oldest_due_age_against_its_threshold(url: str) -> None:
+    clock = Clock()
+    app = App(url, clock=clock)
     app.task(name="t")(lambda: None)
     app.enqueue("t")
-    wait_until(lambda: (app.stats().oldest_pending_age or 0) > 0.05, what="an age")
+    clock.advance(0.5)  # the job waits half a second, on the App's clock
+    assert (app.stats().oldest_pending_age or 0) > 0.05
     alarmed = _client(app, alert_age=0.01).get("/").text
     assert re.search(r'<b class="alert" title="alert above 10 ms">\d', alarmed)
     calm = _client(app).get("/").text
@@ -559,8 +561,8 @@ def test_a_jobs_page_lists_every_attempt_with_its_worker_and_traceback(app: App)
         return "ok"
 
     handle = flaky.enqueue()
-    with worker_thread(app) as worker:
-        assert handle.result(timeout=10) == "ok"
+    with stepped_worker(app) as worker:
+        assert worker.result(handle) == "ok"
     job = app.get_job(handle.id)
     assert job is not None and job.history[0]["worker"] == worker.id
     assert "ValueError: first try fails" in job.history[0]["traceback"]

@@ -19,7 +19,6 @@ import sqljobs
 from sqljobs import App, JobState, payload
 from sqljobs.hooks import AttemptInfo, EnqueueInfo, JobEvent, WorkerLifecycle
 from sqljobs.testing import stepped_worker
-from tests.conftest import worker_thread
 
 
 class Recorder:
@@ -85,16 +84,16 @@ def test_each_event_is_told_once_with_what_happened(app: App) -> None:
     ids["ok"] = ok.enqueue(1).id
     assert ok.with_options(key="k").enqueue(2).created
     assert not ok.with_options(key="k").enqueue(2).created  # not a new job: not told
-    with worker_thread(app) as worker:
-        told.wait("job_done", ids["ok"])
-        told.wait("job_done", ids["flaky"])
-        told.wait("job_dead", ids["doomed"])
-        told.wait("job_dead", ids["hangs"])
+    with stepped_worker(app) as worker:  # hooks are told on their own thread
+        worker.until(lambda: told.of("job_done", ids["ok"]), what="job_done of ok")
+        worker.until(lambda: told.of("job_done", ids["flaky"]), what="job_done of flaky")
+        worker.until(lambda: told.of("job_dead", ids["doomed"]), what="job_dead of doomed")
+        worker.until(lambda: told.of("job_dead", ids["hangs"]), what="job_dead of hangs")
         release_hung.set()
         ids["cancel_me"] = cancel_me.enqueue().id
-        assert cancel_me_started.wait(10)
+        worker.until(cancel_me_started.is_set, what="cancel_me to start")
         app.cancel(ids["cancel_me"])
-        told.wait("job_cancelled", ids["cancel_me"])
+        worker.until(lambda: told.of("job_cancelled", ids["cancel_me"]), what="job_cancelled")
     told.wait("worker_stopped")
 
     enqueued = told.of("job_enqueued")

@@ -29,9 +29,10 @@ from sqljobs import (
     PayloadError,
     PayloadTooLarge,
 )
+from sqljobs.testing import stepped_worker
 from sqljobs.validate import NAME_LIMIT
 
-from .conftest import db_execute, worker_thread
+from .conftest import db_execute
 
 EXAMPLES = settings(
     max_examples=60,
@@ -129,18 +130,19 @@ def test_any_json_arguments_round_trip_exactly_through_a_worker(app: App) -> Non
     def echo(*args: Any, **kwargs: Any) -> Any:
         return [list(args), kwargs]
 
-    @given(
-        args=st.lists(json_values, max_size=3),
-        kwargs=st.dictionaries(json_text, json_values, max_size=3),
-    )
-    @EXAMPLES
-    def round_trip(args: list[Any], kwargs: dict[str, Any]) -> None:
-        handle = app.enqueue("echo", args=args, kwargs=kwargs)
-        assert handle.result(timeout=10) == [args, kwargs]
-        stored = app.job(handle.id).refresh()
-        assert stored.args == args and stored.kwargs == kwargs
+    with stepped_worker(app, concurrency=2) as worker:
 
-    with worker_thread(app, concurrency=2):
+        @given(
+            args=st.lists(json_values, max_size=3),
+            kwargs=st.dictionaries(json_text, json_values, max_size=3),
+        )
+        @EXAMPLES
+        def round_trip(args: list[Any], kwargs: dict[str, Any]) -> None:
+            handle = app.enqueue("echo", args=args, kwargs=kwargs)
+            assert worker.result(handle) == [args, kwargs]
+            stored = app.job(handle.id).refresh()
+            assert stored.args == args and stored.kwargs == kwargs
+
         round_trip()
 
 

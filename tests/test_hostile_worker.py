@@ -13,7 +13,7 @@ from typing import Any
 from sqljobs import App, Discard, JobContext, JobState, Retry
 from sqljobs.testing import stepped_worker
 
-from .conftest import db_execute, is_pg, worker_thread
+from .conftest import db_execute, is_pg
 
 CORRUPT_PAYLOADS = {
     "not JSON": "not json {",
@@ -177,9 +177,9 @@ def test_a_group_member_returning_nul_reaches_the_callback(app: App) -> None:
         return results
 
     group = app.group([member.s("a\x00b"), member.s("fine")], then=merge.s(), after_policy="always")
-    with worker_thread(app, concurrency=2):
+    with stepped_worker(app, concurrency=2) as worker:
         assert group.then is not None
-        assert group.then.result(timeout=15) == ["a\x00b", "fine"]
+        assert worker.result(group.then) == ["a\x00b", "fine"]
 
 
 def test_a_group_callback_gets_its_members_results_exactly(app: App) -> None:

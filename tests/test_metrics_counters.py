@@ -20,7 +20,7 @@ from sqljobs.maintenance import Pruner, Reaper, Scheduler
 from sqljobs.rollup import BUCKET_BOUNDS, INF, MINUTES_KEPT, Meter, MetricAmount, Series
 from sqljobs.testing import Clock, stepped_worker
 
-from .conftest import ROOT, expire_lease, wait_until, worker_thread
+from .conftest import ROOT, expire_lease
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -83,12 +83,13 @@ def test_a_workers_attempts_reach_the_scrape_and_the_minute_they_ended_in(url: s
         job = app.get_job(job_id)
         return None if job is None else job.state
 
-    with worker_thread(app, concurrency=4) as worker:
-        assert began.wait(10)
+    with stepped_worker(app, concurrency=4) as stepper:
+        stepper.until(began.is_set, what="the slow handler to begin")
         app.cancel(slow_id)
-        wait_until(lambda: state(flaky_id) is sqljobs.JobState.DEAD, what="flaky dead")
-        wait_until(lambda: state(ghost_id) is sqljobs.JobState.DONE, what="ghostly rerun")
-        wait_until(lambda: app.stats().counts["default"].get("done", 0) == 3, what="ok x3")
+        stepper.until(lambda: state(flaky_id) is sqljobs.JobState.DEAD, what="flaky dead")
+        stepper.until(lambda: state(ghost_id) is sqljobs.JobState.DONE, what="ghostly rerun")
+        stepper.until(lambda: app.stats().counts["default"].get("done", 0) == 3, what="ok x3")
+    worker = stepper.worker
     assert not worker._completer.metered, "every sample was tallied or dropped with its outcome"
     samples = scrape(app)
     attempts = {
@@ -390,7 +391,7 @@ def test_every_family_has_its_series_from_the_first_scrape(url: str) -> None:
         )
 
     assert not learnt(scrape(bare))
-    with worker_thread(app):  # it writes its catalogue and schedules as it starts
-        wait_until(lambda: learnt(scrape(bare)))
+    with stepped_worker(app) as worker:  # it writes its catalogue and schedules as it starts
+        worker.until(lambda: learnt(scrape(bare)))
     bare.close()
     app.close()

@@ -8,8 +8,7 @@ import pytest
 
 from sqljobs import App, JobContext, JobFailed, JobState, Retry
 from sqljobs.redaction import MASK, redact_job
-
-from .conftest import worker_thread
+from sqljobs.testing import stepped_worker
 
 
 def test_a_hidden_value_quoted_by_an_error_is_masked_everywhere(app: App) -> None:
@@ -24,8 +23,8 @@ def test_a_hidden_value_quoted_by_an_error_is_masked_everywhere(app: App) -> Non
         raise ValueError(f"card {card} declined (pin {pin})")
 
     handle = charge.enqueue("4111-1111-1111-1111", 12345)
-    with worker_thread(app), pytest.raises(JobFailed):
-        handle.result(timeout=10)
+    with stepped_worker(app) as worker, pytest.raises(JobFailed):
+        worker.result(handle)
     job = app.job(handle.id)
     raw = job.refresh()
     assert raw.state is JobState.DEAD and "4111-1111-1111-1111" in (raw.last_error or "")

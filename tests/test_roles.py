@@ -24,8 +24,9 @@ from sqljobs.cli import cli
 from sqljobs.dashboard import create_app
 from sqljobs.maintenance import Pruner, Reaper
 from sqljobs.roles import ROLES, grants, tables
+from sqljobs.testing import stepped_worker
 
-from .conftest import PG_ADMIN_URL, wait_until, worker_thread
+from .conftest import PG_ADMIN_URL, worker_thread
 
 pytestmark = pytest.mark.postgres
 LOOPBACK = "http://127.0.0.1"
@@ -204,11 +205,11 @@ def test_a_real_worker_runs_everything_and_may_not_change_the_schema(db: Databas
     handles = [producer.tasks["add"].enqueue(i, i) for i in range(5)]
     paid = producer.tasks["pay"].enqueue("o-7")
     worker = db.app("worker", retention=0.001)
-    with worker_thread(worker, concurrency=2) as running:
-        assert [h.result(timeout=10) for h in handles] == [0, 2, 4, 6, 8]
-        assert paid.result(timeout=10) is None and _state(worker, paid.id) is JobState.DONE
-        wait_until(lambda: worker.get_schedule("hourly"), what="the schedule synced")
-        assert worker.run_schedule_now("hourly").result(timeout=10) is None
+    with stepped_worker(worker, concurrency=2) as running:
+        assert [running.result(h) for h in handles] == [0, 2, 4, 6, 8]
+        assert running.result(paid) is None and _state(worker, paid.id) is JobState.DONE
+        running.until(lambda: worker.get_schedule("hourly"), what="the schedule synced")
+        assert running.result(worker.run_schedule_now("hourly")) is None
         assert running.id in {w.id for w in worker.workers()}
     backend = worker._open_backend()
     assert Reaper(backend).run_once() == []

@@ -31,7 +31,6 @@ from .conftest import (
     child_pythonpath,
     db_execute,
     fresh_pg_database,
-    worker_thread,
 )
 
 SRC = Path(sqljobs.__file__).parent
@@ -120,8 +119,8 @@ def test_a_stored_task_name_runs_only_a_registered_task(app: App, tmp_path: Path
         for name in ("os.system", "os:system", "subprocess.getoutput", "builtins.eval")
     ]
     handle = ok.enqueue()
-    with worker_thread(app, concurrency=2):
-        assert handle.result(timeout=10) == "fine"
+    with stepped_worker(app, concurrency=2) as worker:
+        assert worker.result(handle) == "fine"
     for job_id in forged:
         job = app.get_job(job_id)
         assert job is not None and job.state is JobState.PENDING and job.attempts == 0

@@ -19,7 +19,7 @@ import sqljobs
 from sqljobs import App, JobContext, PayloadError
 from sqljobs.model_args import Shape
 from sqljobs.testing import stepped_worker
-from tests.conftest import child_pythonpath, worker_thread
+from tests.conftest import child_pythonpath
 
 
 class Order(BaseModel):
@@ -180,9 +180,9 @@ def test_a_stored_result_that_no_longer_fits_is_a_clear_error(app: App) -> None:
     def quote(sku: str) -> dict[str, str]:
         return {"sku": sku}  # an older version, before it returned a Receipt
 
-    with worker_thread(app):
+    with stepped_worker(app) as worker:
         job_id = quote.enqueue("book").id
-        assert app.job(job_id).result(timeout=10) == {"sku": "book"}
+        assert worker.result(app.job(job_id)) == {"sku": "book"}
     newer = App(app.url)
 
     @newer.task(name="quote")

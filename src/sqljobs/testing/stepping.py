@@ -62,6 +62,11 @@ class Stepper:
         return self.worker.app
 
     @property
+    def id(self) -> str:
+        """The worker's id (as ``app.workers()`` and a job's history name it)."""
+        return self.worker.id
+
+    @property
     def counters(self) -> collections.Counter[str]:
         """The worker's counters (claims, claimed, finished, loops, ...)."""
         return self.worker.counters
