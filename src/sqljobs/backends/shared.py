@@ -9,13 +9,25 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
-from ..browse import JobCount, JobFilter, JobPage, WorkerStatus
-from ..jobs import ClaimedJob, Due, EnqueueResult, HeldJob, Job, NewJob, Outcome, SpentKey
+from ..jobs import (
+    ClaimedJob,
+    Due,
+    EnqueueResult,
+    HeldJob,
+    Job,
+    JobCount,
+    JobFilter,
+    JobPage,
+    NewJob,
+    Outcome,
+    SpentKey,
+    TaskInfo,
+    WorkerStatus,
+)
 from ..limits import QueueLimit
 from ..rollup import MetricAmount
 from ..schedules import Schedule, ScheduleState, Tick, TickResult
 from ..stats import Stats, WorkerScope
-from ..tasks import TaskInfo
 from .base import Decide, EffectRecord, WorkerInfo
 from .executor import Executor
 from .migrations import apply_migrations, up_to_date

@@ -14,8 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ...browse import COUNT_SCAN, ENDED, TEXT_SCAN, JobCount, JobFilter, JobPage, WorkerStatus
-from ...jobs import Job
+from ...jobs import COUNT_SCAN, ENDED, TEXT_SCAN, Job, JobCount, JobFilter, JobPage, WorkerStatus
 from ..executor import Executor
 from ..records import JobListing
 from ..rows import job, result

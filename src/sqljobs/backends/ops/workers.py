@@ -7,8 +7,8 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+from ...jobs import TaskInfo
 from ...stats import WorkerScope, worker_scope
-from ...tasks import TaskInfo
 from ..base import WorkerInfo
 from ..executor import Executor
 from ..rows import task_info as task_info_of
