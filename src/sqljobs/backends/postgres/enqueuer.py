@@ -4,7 +4,7 @@ A batch of jobs is one JSON parameter per statement, parsed by the server. Up to
 ``ENQUEUE_CHUNK`` jobs are one autocommit statement that also sends the NOTIFYs: one round
 trip. A bigger batch is one transaction of chunk statements in pipeline mode: the server
 inserts one chunk while Python builds the next (the arguments are checked and encoded as
-they are read), which measured about 1.45x faster for 10,000 jobs here than one statement
+they are read), faster for big batches than one statement
 built first. Any error, in Python or in the server, rolls the whole batch back.
 
 NOTIFY is sent in the enqueue's own statement (or, pipelined, as the last statement of its

@@ -102,10 +102,9 @@ def _with_now(query: Any, params: Any, clock: Callable[[], float]) -> Any:
 FIRST_CONNECTION_WAIT = 0.5
 """Seconds to wait for the pool's first connection before connecting once more, alone, to
 say why it fails (the pool only logs it). Connecting up front every time, beside the
-pool's own first connection, cost a worker's start-up 2.5 ms (0.84x, 15 alternating
-rounds of startup_probe.py): two connections at once on two cores. (A server that does
-not answer at all now fails after this, the closing pool's wait for its connecting
-thread, up to 5 s, and ``connect_timeout``.)"""
+pool's own first connection, slowed a worker's start-up (see docs/performance.md). A
+server that does not answer at all fails after this, the closing pool's wait for its
+connecting thread (up to 5 s), and ``connect_timeout``."""
 
 
 class PostgresPool(SharedBackend):
