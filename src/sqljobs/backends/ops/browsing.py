@@ -127,10 +127,6 @@ def find_jobs(ex: Executor, wanted: JobFilter, before: int | None, limit: int) -
     return JobPage(jobs, None)
 
 
-def _newest_id(ex: Executor) -> int:
-    return int(ex.query("newest_id").rows[0][0])
-
-
 def count_jobs(ex: Executor, wanted: JobFilter, cap: int) -> JobCount:
     where, params = _where(ex, wanted)
     whole = _range(ex, wanted)

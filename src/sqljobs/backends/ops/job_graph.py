@@ -12,6 +12,7 @@ from dataclasses import asdict, replace
 from typing import Any
 
 from ... import dependencies
+from ...errors import BackendError
 from ...jobs import EnqueueResult, NewJob
 from ..executor import Executor
 from ..records import JobGroup
@@ -93,7 +94,10 @@ def insert_dependent(ex: Executor, conn: Any, job: NewJob) -> EnqueueResult:
         if (kept := spent.first("job_id")) is not None:
             return EnqueueResult(int(kept[0]), False)
     else:
-        raise RuntimeError(f"could not enqueue the job keyed {job.key!r}: its key kept changing")
+        raise BackendError(
+            f"could not enqueue the job keyed {job.key!r}: its key kept changing hands "
+            "(pruned and reused meanwhile): retry the enqueue"
+        )
     child = int(inserted[0])
     kept = made.first("kept") if "kept" in made.names else None  # PostgreSQL's race
     if kept is not None and kept[0] is not None:  # its key was kept meanwhile: undone
