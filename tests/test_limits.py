@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from sqljobs import App, ConfigurationError, JobState, PayloadError
-from sqljobs.backends.base import Claim, WorkerInfo
+from sqljobs.backends.base import Claim, DueQuery, WorkerInfo
 from sqljobs.backends.ops import claims
 from sqljobs.jobs import Outcome
 from sqljobs.maintenance import Reaper
@@ -551,7 +551,7 @@ def test_a_key_at_its_limit_is_no_reason_to_look_again_soon(app: App) -> None:
 
     export.enqueue(1), export.enqueue(2)
     assert len(app.backend.claim_jobs(Claim("w", None, 5, limited=True))) == 1
-    assert app.backend.next_due(None, ["export"], limited=True).wait is None
+    assert app.backend.next_due(DueQuery(None, ["export"], limited=True)).wait is None
 
 
 def test_a_finished_job_hands_its_slot_to_its_key_s_next_job(

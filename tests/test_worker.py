@@ -15,7 +15,7 @@ import sqljobs
 import sqljobs.worker
 from sqljobs import App, ConfigurationError, JobState, Retry
 from sqljobs.backends import WorkerInfo
-from sqljobs.backends.base import Claim
+from sqljobs.backends.base import Claim, DueQuery
 from sqljobs.testing import stepped_worker
 from sqljobs.worker import EventLog
 
@@ -160,8 +160,10 @@ def test_a_worker_leaves_jobs_of_tasks_it_lacks_pending_and_charges_no_attempt(u
     with worker_thread(app, on_event=events):
         events.wait("finished", ran, state="done")
     assert not events.of("claimed", theirs)
-    assert app.backend.next_due(None, ["mine"]).wait is None  # nothing of its own: it sleeps
-    assert app.backend.next_due(None, None).wait is not None
+    assert (
+        app.backend.next_due(DueQuery(None, ["mine"])).wait is None
+    )  # nothing of its own: it sleeps
+    assert app.backend.next_due(DueQuery()).wait is not None
     job = app.get_job(theirs)
     assert job is not None and job.state is JobState.PENDING and job.attempts == 0
     assert job.history == []

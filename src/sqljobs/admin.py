@@ -20,7 +20,7 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, overload
 
-from .backends.records import JobListing
+from .backends.records import JobListing, JobSearch
 from .errors import ConfigurationError, JobNotFound
 from .jobs import (
     ENDED,
@@ -257,7 +257,7 @@ def find_jobs(
         raise ConfigurationError(f"find_jobs(limit={limit!r}): give 1 to 1000 jobs a page")
     if before is not None and not is_job_id(before):
         raise ConfigurationError(f"find_jobs(before={before!r}): give a job id")
-    return app.backend.find_jobs(_searchable(app, filter), before, limit)
+    return app.backend.find_jobs(JobSearch(_searchable(app, filter), before, limit))
 
 
 def _searchable(app: App, filter: JobFilter | None) -> JobFilter:

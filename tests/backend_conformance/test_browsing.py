@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sqljobs import JobState
 from sqljobs.backends import Backend
-from sqljobs.backends.base import JobListing
+from sqljobs.backends.base import JobListing, JobSearch
 from sqljobs.jobs import JobFilter
 
 from .conftest import claim, new_job
@@ -30,10 +30,10 @@ def test_a_filter_pages_newest_first_and_counts_up_to_a_cap(backend: Backend) ->
     made = backend.enqueue_jobs([new_job(backend, "t", i) for i in range(5)])
     backend.enqueue_jobs([new_job(backend, "u")])
     ids = [r.id for r in made]
-    page = backend.find_jobs(JobFilter(task="t"), None, 3)
+    page = backend.find_jobs(JobSearch(JobFilter(task="t"), None, 3))
     assert [j.id for j in page.jobs] == ids[::-1][:3]
     assert page.next_before is not None
-    rest = backend.find_jobs(JobFilter(task="t"), page.next_before, 3)
+    rest = backend.find_jobs(JobSearch(JobFilter(task="t"), page.next_before, 3))
     assert [j.id for j in rest.jobs] == ids[::-1][3:]
     count = backend.count_jobs(JobFilter(task="t"), 100)
     assert (count.n, count.capped) == (5, False)

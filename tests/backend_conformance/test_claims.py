@@ -11,7 +11,7 @@ import pytest
 import sqljobs
 from sqljobs import App, JobState
 from sqljobs.backends import WorkerInfo
-from sqljobs.backends.base import Claim
+from sqljobs.backends.base import Claim, DueQuery
 from sqljobs.jobs import Due, HeldJob, Outcome
 from sqljobs.maintenance import Reaper
 
@@ -265,25 +265,25 @@ def test_a_job_of_two_crashed_workers_is_claimed_only_alone(app: App) -> None:
     crashed = Outcome(suspect.id, suspect.token, JobState.PENDING, crashes=2)
     backend.finish_jobs([crashed, Outcome(innocent.id, innocent.token, JobState.DONE)])
     assert backend.claim_jobs(Claim("w", None, 5)) == []
-    assert backend.next_due(None).suspects
-    assert backend.claim_suspect("other", ["elsewhere"]) is None
-    alone = backend.claim_suspect("w", None, {"t": 45.0})
+    assert backend.next_due(DueQuery()).suspects
+    assert backend.claim_suspect(Claim("other", ["elsewhere"])) is None
+    alone = backend.claim_suspect(Claim("w", leases={"t": 45.0}))
     assert alone is not None and alone.id == made[0].id and alone.lease == 45.0
-    assert backend.claim_suspect("w", None) is None
+    assert backend.claim_suspect(Claim("w")) is None
 
 
 def test_next_due_says_when_a_delayed_job_of_the_workers_tasks_falls_due(app: App) -> None:
     backend = app.backend
-    assert backend.next_due(None) == Due(None, False, None)
+    assert backend.next_due(DueQuery()) == Due(None, False, None)
     later = backend.now() + 30
     backend.enqueue_jobs([new_job(backend, "t", 1, run_at=later)])
     backend.enqueue_jobs([new_job(backend, "u", 2, run_at=later - 20, queue="other")])
-    due = backend.next_due(["default"], ["t"])
+    due = backend.next_due(DueQuery(["default"], ["t"]))
     assert due.wait is not None and 25 < due.wait <= 30 and not due.suspects
-    sooner = backend.next_due(None)
+    sooner = backend.next_due(DueQuery())
     assert sooner.wait is not None and sooner.wait <= 10
-    assert backend.next_due(["default"], ["u"]).wait is None, "no job of its tasks"
+    assert backend.next_due(DueQuery(["default"], ["u"])).wait is None, "no job of its tasks"
     limited = new_job(backend, "t", 3, run_at=later - 10, limit_key="k", limit_max=1)
     backend.enqueue_jobs([limited])
-    wait = backend.next_due(["default"], ["t"], limited=True).wait
+    wait = backend.next_due(DueQuery(["default"], ["t"], limited=True)).wait
     assert wait is not None and wait <= 20, "a delayed limited job counts when asked"

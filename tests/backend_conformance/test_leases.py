@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sqljobs import App, JobState
 from sqljobs.backends import Backend, WorkerInfo
+from sqljobs.backends.base import Rescue
 from sqljobs.jobs import ExpiredJob, HeldJob, Outcome
 
 from ..conftest import expire_lease
@@ -58,10 +59,10 @@ def test_rescue_jobs_hands_back_expired_leases_and_a_dead_workers_jobs(
     (other,) = claim(backend, "crashed")
     for held in expired:
         expire_lease(app, held.id)
-    rescued = backend.rescue_jobs(_give_back)
+    rescued = backend.rescue_jobs(Rescue(_give_back))
     assert sorted(o.job_id for o in rescued) == sorted(j.id for j in expired)
-    assert backend.rescue_jobs(_give_back) == [], "each is rescued once"
-    (taken,) = backend.rescue_jobs(_give_back, worker="crashed")
+    assert backend.rescue_jobs(Rescue(_give_back)) == [], "each is rescued once"
+    (taken,) = backend.rescue_jobs(Rescue(_give_back, worker="crashed"))
     assert taken.job_id == other.id
     job = backend.get_job(other.id)
     assert job is not None and job.state is JobState.PENDING

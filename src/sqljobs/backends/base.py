@@ -8,7 +8,7 @@ overwrite anything. The protocol is synchronous; the worker runs async tasks on 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -17,7 +17,6 @@ from ..jobs import (
     ClaimedJob,
     Due,
     EnqueueResult,
-    ExpiredJob,
     HeldJob,
     Job,
     JobCount,
@@ -34,19 +33,33 @@ from ..notifiers.base import Notifier
 from ..rollup import MetricAmount
 from ..schedules import Schedule, ScheduleState, Tick, TickResult
 from ..stats import Stats, WorkerScope
-from .records import Claim, EffectEnd, EffectIntent, JobGroup, JobListing, PruneFinished
+from .records import (
+    Claim,
+    Decide,
+    DueQuery,
+    EffectEnd,
+    EffectIntent,
+    JobGroup,
+    JobListing,
+    JobSearch,
+    PruneFinished,
+    Rescue,
+)
 
 __all__ = [
     "MISSING_SCHEMA",
     "Backend",
     "Claim",
     "Decide",
+    "DueQuery",
     "EffectEnd",
     "EffectIntent",
     "EffectRecord",
     "JobGroup",
     "JobListing",
+    "JobSearch",
     "PruneFinished",
+    "Rescue",
     "WorkerInfo",
 ]
 
@@ -85,9 +98,6 @@ MISSING_SCHEMA = (
     "(or open it with App(migrate=True), the default)"
 )
 """Said with a database error whose cause is a schema that was never migrated."""
-
-Decide = Callable[[ExpiredJob, float], Outcome]
-"""Maps an expired or orphaned job (and the current time) to what should happen to it."""
 
 
 class Backend(Protocol):
@@ -143,22 +153,17 @@ class Backend(Protocol):
         """``finish_jobs`` then ``claim_jobs`` in one commit where the backend can: the
         worker's hot path, one round trip per batch instead of two."""
 
-    def claim_suspect(
-        self, worker: str, queues: Sequence[str] | None, leases: Mapping[str, float] | None = None
-    ) -> ClaimedJob | None:
+    def claim_suspect(self, claim: Claim) -> ClaimedJob | None:
         """Take one job that was held by a worker that crashed (normal claims skip these),
-        to be run alone: if it crashes its worker again, it alone is blamed."""
+        to be run alone: if it crashes its worker again, it alone is blamed. Of
+        ``claim.queues`` and ``claim.leases``' tasks, as for :meth:`claim_jobs`; the
+        claim's limit and buffer are not used."""
 
-    def next_due(
-        self,
-        queues: Sequence[str] | None,
-        tasks: Collection[str] | None = None,
-        limited: bool = False,
-    ) -> Due:
-        """The earliest ``run_at`` among pending jobs of these queues (and, given, of these
-        tasks), whether jobs from crashed workers wait, and when the earliest schedule
+    def next_due(self, query: DueQuery) -> Due:
+        """The earliest ``run_at`` among pending jobs of ``query.queues`` (and, given, of
+        its tasks), whether jobs from crashed workers wait, and when the earliest schedule
         that is not paused falls due (one cheap statement). With
-        ``limited``, also the next delayed job under a concurrency limit (one that is due
+        ``query.limited``, also the next delayed job under a concurrency limit (one that is due
         already waits for a slot: a completion announces that, not the clock)."""
 
     def finish_jobs(
@@ -177,11 +182,9 @@ class Backend(Protocol):
         those in ``end``, whose handlers have ended (fenced by token; rare: its own
         transaction)."""
 
-    def rescue_jobs(
-        self, decide: Decide, worker: str | None = None, limit: int = 500
-    ) -> list[Outcome]:
-        """Apply ``decide`` to running jobs whose lease expired (or, given ``worker``,
-        to every job that worker held); return the outcomes written."""
+    def rescue_jobs(self, rescue: Rescue) -> list[Outcome]:
+        """Apply ``rescue.decide`` to running jobs whose lease expired (or, given
+        ``rescue.worker``, to every job that worker held); return the outcomes written."""
 
     def register_worker(self, info: WorkerInfo) -> None: ...
 
@@ -279,8 +282,9 @@ class Backend(Protocol):
 
     # -- browsing and bulk actions (sqljobs.jobs) -------------------------------------
 
-    def find_jobs(self, wanted: JobFilter, before: int | None, limit: int) -> JobPage:
-        """A page of matching jobs, newest first, below ``before`` (an id)."""
+    def find_jobs(self, search: JobSearch) -> JobPage:
+        """A page of jobs matching ``search.wanted``, newest first, below ``search.before``
+        (an id)."""
 
     def count_jobs(self, wanted: JobFilter, cap: int) -> JobCount:
         """How many jobs match, counted up to ``cap``."""

@@ -4,10 +4,10 @@ without touching every caller."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..jobs import HeldJob, NewJob
+from ..jobs import ExpiredJob, HeldJob, JobFilter, NewJob, Outcome
 from ..retention import KEY_RETENTION
 
 
@@ -37,6 +37,41 @@ class Claim:
     def at_once(self) -> int:
         """How many of the claimed jobs start at once."""
         return self.limit if self.start_now is None else self.start_now
+
+
+@dataclass(frozen=True, slots=True)
+class DueQuery:
+    """What ``Backend.next_due`` looks ahead for: pending jobs of ``queues`` (None: all)
+    and, given, of ``tasks``; with ``limited``, delayed jobs under a concurrency limit and
+    rate windows that reopen."""
+
+    queues: Sequence[str] | None = None
+    tasks: Collection[str] | None = None
+    limited: bool = False
+
+
+Decide = Callable[[ExpiredJob, float], Outcome]
+"""Maps an expired or orphaned job (and the current time) to what should happen to it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rescue:
+    """One batch of ``Backend.rescue_jobs``: ``decide`` applied to up to ``limit`` running
+    jobs whose lease expired or, given ``worker``, to every job that worker held."""
+
+    decide: Decide
+    worker: str | None = None
+    limit: int = 500
+
+
+@dataclass(frozen=True, slots=True)
+class JobSearch:
+    """One page of ``Backend.find_jobs``: up to ``limit`` jobs matching ``wanted``, newest
+    first, below the id ``before`` (None: from the newest)."""
+
+    wanted: JobFilter
+    before: int | None = None
+    limit: int = 50
 
 
 @dataclass(frozen=True, slots=True)

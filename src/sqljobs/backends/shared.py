@@ -6,7 +6,7 @@ transactions, the claim, the batch writes of outcomes and leases, and the enqueu
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from ..jobs import (
@@ -28,7 +28,7 @@ from ..limits import QueueLimit
 from ..rollup import MetricAmount
 from ..schedules import Schedule, ScheduleState, Tick, TickResult
 from ..stats import Stats, WorkerScope
-from .base import Decide, EffectRecord, WorkerInfo
+from .base import EffectRecord, WorkerInfo
 from .executor import Executor
 from .migrations import apply_migrations, up_to_date
 from .ops import (
@@ -43,7 +43,17 @@ from .ops import (
     workers,
 )
 from .ops.claims import LimitedScans
-from .records import Claim, EffectEnd, EffectIntent, JobGroup, JobListing, PruneFinished
+from .records import (
+    Claim,
+    DueQuery,
+    EffectEnd,
+    EffectIntent,
+    JobGroup,
+    JobListing,
+    JobSearch,
+    PruneFinished,
+    Rescue,
+)
 
 
 class SharedBackend(Executor):
@@ -72,18 +82,11 @@ class SharedBackend(Executor):
             return self.finish_jobs(outcomes, claim.started), []
         return self._finish_and_claim(outcomes, claim)
 
-    def claim_suspect(
-        self, worker: str, queues: Sequence[str] | None, leases: Mapping[str, float] | None = None
-    ) -> ClaimedJob | None:
-        return claims.claim_suspect(self, worker, queues, leases)
+    def claim_suspect(self, claim: Claim) -> ClaimedJob | None:
+        return claims.claim_suspect(self, claim)
 
-    def next_due(
-        self,
-        queues: Sequence[str] | None,
-        tasks: Collection[str] | None = None,
-        limited: bool = False,
-    ) -> Due:
-        return claims.next_due(self, queues, tasks, limited)
+    def next_due(self, query: DueQuery) -> Due:
+        return claims.next_due(self, query)
 
     def finish_jobs(
         self, outcomes: Sequence[Outcome], started: Sequence[HeldJob] = ()
@@ -96,10 +99,8 @@ class SharedBackend(Executor):
     def amend_done_job(self, outcome: Outcome) -> bool:
         return claims.amend_done_job(self, outcome)
 
-    def rescue_jobs(
-        self, decide: Decide, worker: str | None = None, limit: int = 500
-    ) -> list[Outcome]:
-        return claims.rescue_jobs(self, decide, worker, limit)
+    def rescue_jobs(self, rescue: Rescue) -> list[Outcome]:
+        return claims.rescue_jobs(self, rescue)
 
     def register_worker(self, info: WorkerInfo) -> None:
         workers.register_worker(self, info)
@@ -145,8 +146,8 @@ class SharedBackend(Executor):
     def list_jobs(self, listing: JobListing) -> list[Job]:
         return browsing.list_jobs(self, listing)
 
-    def find_jobs(self, wanted: JobFilter, before: int | None, limit: int) -> JobPage:
-        return browsing.find_jobs(self, wanted, before, limit)
+    def find_jobs(self, search: JobSearch) -> JobPage:
+        return browsing.find_jobs(self, search)
 
     def count_jobs(self, wanted: JobFilter, cap: int) -> JobCount:
         return browsing.count_jobs(self, wanted, cap)

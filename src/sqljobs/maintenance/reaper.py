@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from ..backends.base import Backend
+from ..backends.base import Backend, Rescue
 from ..jobs import ExpiredJob, JobState, Outcome
 from ..rollup import AttemptOutcome, Meter
 
@@ -131,7 +131,7 @@ class Reaper:
             seen[job.id] = job, now
             return self.decide(job, now)
 
-        written = self.backend.rescue_jobs(decide, worker=worker)
+        written = self.backend.rescue_jobs(Rescue(decide, worker))
         at = self.backend.now()  # the minute counted in, by the clock every tally reads
         for o in written:
             # a buffered job its worker never started carries no error: say what happened

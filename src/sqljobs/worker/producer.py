@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from ..backends.base import Backend, Claim
+from ..backends.base import Backend, Claim, DueQuery
 from ..jobs import HeldJob
 from .completer import Completer
 from .config import WorkerConfig
@@ -250,7 +250,7 @@ class Producer:
             return
         trip.written = backend.finish_jobs(trip.outcomes, trip.started)
         if trip.ask_due:
-            trip.due = backend.next_due(cfg.queues, self._leases, self._limited)
+            trip.due = backend.next_due(DueQuery(cfg.queues, self._leases, self._limited))
 
     def take_trips(self, backend: Backend, claiming: bool = True) -> None:
         """Account for the round trips that came back and start the jobs they claimed
@@ -352,7 +352,9 @@ class Producer:
         blame it, and one while it runs does."""
         held = self._held
         if look and held.suspect is None and self._solo not in self.inflight:
-            held.suspect = backend.claim_suspect(self.id, self.config.queues, self._leases)
+            held.suspect = backend.claim_suspect(
+                Claim(self.id, self.config.queues, 1, self._leases)
+            )
         if held.suspect is not None and not self.inflight and not self.lanes_busy:
             job = held.suspect  # (if this write fails, it stays held, to try again)
             backend.finish_jobs((), [HeldJob(job.id, job.token)])  # rare: its own statement

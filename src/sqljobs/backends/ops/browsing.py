@@ -16,7 +16,7 @@ from typing import Any
 
 from ...jobs import COUNT_SCAN, ENDED, TEXT_SCAN, Job, JobCount, JobFilter, JobPage, WorkerStatus
 from ..executor import Executor
-from ..records import JobListing
+from ..records import JobListing, JobSearch
 from ..rows import job, result
 from . import job_graph
 
@@ -112,7 +112,8 @@ def _first_id_at(ex: Executor, conn: Any, moment: float, low: int, high: int) ->
     return low
 
 
-def find_jobs(ex: Executor, wanted: JobFilter, before: int | None, limit: int) -> JobPage:
+def find_jobs(ex: Executor, search: JobSearch) -> JobPage:
+    wanted, before, limit = search.wanted, search.before, search.limit
     where, params = _where(ex, wanted)
     whole = _range(ex, wanted, before)
     read = whole.share(TEXT_SCAN) if wanted.text is not None and wanted.ids is None else whole

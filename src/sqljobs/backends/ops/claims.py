@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from ...jobs import ClaimedJob, Due, HeldJob, JobState, Outcome
-from ..base import Decide
 from ..executor import Executor
+from ..records import Claim, DueQuery, Rescue
 from ..rows import claimed_jobs, expired_job, result
 
 LIMITED_SCAN_PAUSE = 0.25
@@ -63,14 +63,10 @@ class LimitedScans:
             self._skip_until = 0.0
 
 
-def claim_suspect(
-    ex: Executor,
-    worker: str,
-    queues: Sequence[str] | None,
-    leases: Mapping[str, float] | None = None,
-) -> ClaimedJob | None:
+def claim_suspect(ex: Executor, claim: Claim) -> ClaimedJob | None:
+    queues, leases = claim.queues, claim.leases
     params = {
-        "worker": worker,
+        "worker": claim.worker,
         "now": ex.now(),
         "leases": json.dumps(dict(leases or {})),
         "queues": ex.array(queues) if queues else None,
@@ -81,18 +77,14 @@ def claim_suspect(
     return jobs[0] if jobs else None
 
 
-def next_due(
-    ex: Executor,
-    queues: Sequence[str] | None,
-    tasks: Collection[str] | None = None,
-    limited: bool = False,
-) -> Due:
+def next_due(ex: Executor, query: DueQuery) -> Due:
+    queues, tasks = query.queues, query.tasks
     sql, params = ex.filtered("next_due", queues, tasks)
     params["now"] = ex.now()
     due = ex.read(lambda conn: result(conn.execute(sql, params)))
     first = due.first("wait", "suspects", "schedule_at")
     wait, suspects, schedule_at = first or (None, False, None)
-    if limited:  # a delayed limited job: its slot may be free when it falls due
+    if query.limited:  # a delayed limited job: its slot may be free when it falls due
         sql, params = ex.filtered("next_limited_due", queues, tasks)
         params["now"] = ex.now()
         later = ex.read(lambda conn: result(conn.execute(sql, params))).first("wait")
@@ -132,9 +124,8 @@ def amend_done_job(ex: Executor, outcome: Outcome) -> bool:
     return bool(ex.change("amend_done_job", params).rows)
 
 
-def rescue_jobs(
-    ex: Executor, decide: Decide, worker: str | None = None, limit: int = 500
-) -> list[Outcome]:
+def rescue_jobs(ex: Executor, rescue: Rescue) -> list[Outcome]:
+    decide, worker, limit = rescue.decide, rescue.worker, rescue.limit
     if worker is None and ex.one_writer and not any_expired(ex):
         return []
 
