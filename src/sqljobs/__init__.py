@@ -22,12 +22,24 @@ from .errors import (
     RetryLater,
     ScheduleNotFound,
     SqljobsError,
+    StepFailed,
     UnknownTask,
+    WorkflowChanged,
 )
 from .handles import JobHandle
 from .hooks import AttemptInfo, EnqueueInfo, JobEvent, WorkerLifecycle
 from .idempotency import idempotent
-from .jobs import Job, JobCount, JobFilter, JobPage, JobState, Progress, QueueInfo, WorkerStatus
+from .jobs import (
+    Job,
+    JobCount,
+    JobFilter,
+    JobPage,
+    JobState,
+    Progress,
+    QueueInfo,
+    WorkerStatus,
+    WorkflowStep,
+)
 from .retention import Retention
 from .retry import Retry
 from .rollup import MetricAmount, MinuteCounts
@@ -35,6 +47,8 @@ from .schedules import Schedule, ScheduleState
 from .stats import Stats
 from .tasks import BoundTask, Signature, Task
 from .worker import Worker, WorkerConfig
+from .workflow_ops import WorkflowRun
+from .workflows import Workflow
 
 __all__ = [
     "App",
@@ -77,12 +91,17 @@ __all__ = [
     "Signature",
     "SqljobsError",
     "Stats",
+    "StepFailed",
     "Task",
     "UnknownTask",
     "Worker",
     "WorkerConfig",
     "WorkerLifecycle",
     "WorkerStatus",
+    "Workflow",
+    "WorkflowChanged",
+    "WorkflowRun",
+    "WorkflowStep",
     "idempotent",
     "perform_once",
 ]

@@ -20,6 +20,7 @@ import logging
 from dataclasses import replace
 from typing import TYPE_CHECKING, overload
 
+from . import workflow_ops
 from .backends.records import JobListing, JobSearch
 from .errors import ConfigurationError, JobNotFound
 from .jobs import (
@@ -200,6 +201,8 @@ def waiting_reason(app: App, job: Job) -> str | None:
     live worker has its task, or none that has it serves its queue, or its time has
     not come, or its queue is paused, or its limit is reached; or which parents a
     waiting job waits for."""
+    if job.state is JobState.WAITING and not job.parents:
+        return workflow_ops.parked_reason(app, job)
     if job.state is JobState.WAITING:
         open_parents = app.backend.open_parents(job.id, job.parents)
         ids = ", ".join(map(str, open_parents))

@@ -14,7 +14,7 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, overload
 
-from . import admin, enqueue, hooks, tracing
+from . import admin, enqueue, hooks, tracing, workflow_ops
 from . import periodic as stored  # in the class body, "periodic" is App.periodic
 from .backends import Backend, open_backend
 from .context import JobContext
@@ -229,6 +229,13 @@ class App:
             kwargs=kwargs, name=name, queue=queue, priority=priority, retry=retry, lease=lease,
             timeout=timeout,
         )
+
+    # -- durable workflows (sqljobs.workflow_ops; the runtime is sqljobs.workflows) ----
+
+    workflow = workflow_ops.define_workflow
+    emit = workflow_ops.emit
+    workflow_history = workflow_ops.workflow_history
+    workflows = workflow_ops.list_workflows
 
     # -- enqueue (sqljobs.enqueue) -----------------------------------------------------
 

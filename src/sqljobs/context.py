@@ -62,6 +62,9 @@ class JobContext:
         self.shutting_down = False
         self.timed_out = False
         self.completed_in_transaction = False
+        self.parked = False
+        """True once a workflow parked this job (waiting, its attempt given back): the
+        worker writes no outcome for the attempt."""
         self.completing = False
         """True while a ``ctx.transaction()`` writes the job's completion: a heartbeat
         that finds the job no longer ``running`` then sees the job's own success, not a

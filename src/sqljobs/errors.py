@@ -141,3 +141,33 @@ class LeaseLost(SqljobsError):
 class EffectUncertain(Discard):
     """The effect may already have happened and nothing can tell: the job ends ``dead``
     instead of being retried into a second charge (see :func:`sqljobs.perform_once`)."""
+
+
+class WorkflowChanged(SqljobsError):
+    """A workflow's replay met a different step than its history holds at the same
+    position: its code changed under a running workflow. The attempt fails and the job
+    keeps its history, for an operator to decide (retry with the new code, or cancel).
+    ``position`` is the step's place; ``recorded`` and ``found`` the two names."""
+
+    def __init__(self, job_id: int, position: int, recorded: str, found: str) -> None:
+        super().__init__(
+            f"workflow {job_id} changed: its history holds step {recorded!r} at position "
+            f"{position}, where the code now takes {found!r}; deterministic replay needs the "
+            "steps in the same order (see docs/workflows.md on changing a running workflow)"
+        )
+        self.job_id = job_id
+        self.position = position
+        self.recorded = recorded
+        self.found = found
+
+
+class StepFailed(Discard):
+    """A workflow step with its own ``retry=`` failed on every attempt it was given: the
+    workflow ends ``dead`` (its own retries would only replay the failure), unless it
+    catches this. ``step`` is the step's name, ``error`` its last error."""
+
+    def __init__(self, step: str, attempts: int, error: str) -> None:
+        super().__init__(f"step {step!r} failed {attempts} time(s): {error}")
+        self.step = step
+        self.attempts = attempts
+        self.error = error

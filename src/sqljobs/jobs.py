@@ -13,6 +13,7 @@ instructions (benchmarks/drain_instructions.py). Nothing changes them once made.
 from __future__ import annotations
 
 import enum
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from datetime import timedelta
@@ -30,7 +31,8 @@ class JobState(enum.StrEnum):
 
     PENDING = "pending"
     WAITING = "waiting"
-    """For its parents (``with_options(after=...)``): not claimable until they are done."""
+    """For its parents (``with_options(after=...)``), or a workflow parked until a time,
+    an event or its children: not claimable until then."""
     RUNNING = "running"
     DONE = "done"
     DEAD = "dead"
@@ -159,8 +161,9 @@ class Due:
     """What a worker needs to know to sleep well: in how many seconds the next delayed job
     falls due (by the database's clock, the one claims read: a worker whose own clock is
     off still wakes on time), whether jobs from crashed workers wait to be run alone, and
-    when the earliest schedule falls due (``schedule_at``, Unix seconds as the scheduler
-    wrote it: its own clock rules schedules), so its scheduler need not look before then."""
+    when the earliest schedule or parked workflow falls due (``schedule_at``, Unix seconds
+    as the scheduler wrote it: its own clock rules them), so its scheduler need not look
+    before then."""
 
     wait: float | None
     suspects: bool = False
@@ -511,3 +514,35 @@ class WorkerStatus:
     heartbeat_interval: float
     tasks: list[str]
     running: list[Job]
+
+
+@dataclass(frozen=True)
+class WorkflowStep:
+    """One checkpointed position of a workflow (``app.workflow_history``): a step's
+    ``name`` and ``kind`` (``step``, ``transaction``, ``sleep``, ``wait``, ``run``,
+    ``gather``, ``now``, ``uuid``, ``random``), its ``state`` (``running``, ``waiting``,
+    ``done``, ``failed``), its ``result`` as stored JSON text (``value`` decodes it) or
+    ``error``, what it waits for or started (``detail``: a wake-up time, an event and the
+    event taken, child job ids), the attempt that wrote it and when it started and ended
+    (Unix seconds)."""
+
+    position: int
+    name: str
+    kind: str
+    state: str
+    result: str | None = None
+    error: str | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+    attempt: int = 0
+    started_at: float | None = None
+    ended_at: float | None = None
+
+    @property
+    def value(self) -> Any:
+        """The step's result, decoded (None: none)."""
+        return None if self.result is None else json.loads(self.result)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["value"] = self.value
+        return out

@@ -98,6 +98,7 @@ class Task(Generic[P, R]):
         limit: Limit | None = None,
         redact: Sequence[str] = (),
         key_retention: float | Literal["default"] | None = "default",
+        workflow: bool = False,
     ) -> None:
         check_seconds(lease, f"task {name!r}: lease")
         if timeout is not None:
@@ -116,7 +117,10 @@ class Task(Generic[P, R]):
         """Seconds a key of its jobs outlives the job's row (None: for ever; "default": as
         the App that prunes it says, ``Retention.keys``)."""
         self.is_async = inspect.iscoroutinefunction(fn)
-        self.takes_context = _first_param_is_context(fn)
+        self.is_workflow = workflow
+        """A workflow (``@app.workflow``): ``fn`` takes a Workflow first, and the worker
+        calls the runner that replays it."""
+        self.takes_context = workflow or _first_param_is_context(fn)
         sig = inspect.signature(fn)
         params = list(sig.parameters.values())
         self.signature = sig.replace(parameters=params[1:] if self.takes_context else params)
@@ -131,6 +135,10 @@ class Task(Generic[P, R]):
         """Its model parameters and model result, found once; None for a task without."""
         self.__doc__ = fn.__doc__
         self.__name__ = getattr(fn, "__name__", name)
+        if workflow:
+            from .workflows import workflow_runner
+
+            self.fn = workflow_runner(self, fn)
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.queue}>"
@@ -375,9 +383,11 @@ def define_task(
     rate: str | None = None,
     redact: Sequence[str] = (),
     key_retention: KeyRetention = "default",
+    workflow: bool = False,
 ) -> Task[..., Any] | TaskDecorator:
     """``@app.task``: register ``fn`` with ``app`` (or return the decorator that will),
-    with the App's defaults for what is not given. Options as for ``App.task``."""
+    with the App's defaults for what is not given. Options as for ``App.task``;
+    ``workflow``: ``@app.workflow``, whose ``fn`` takes a Workflow first."""
     kept = key_retention
     if not (isinstance(kept, str) and kept == "default"):
         kept = key_retention_of(kept, "@app.task(key_retention=...)")
@@ -388,6 +398,14 @@ def define_task(
         task_name = check_text(name or func.__name__, "task name")
         if task_name in app.tasks:
             raise ConfigurationError(f"a task named {task_name!r} is already registered")
+        if workflow:
+            from .workflows import first_param_is_workflow
+
+            if not first_param_is_workflow(func):
+                raise ConfigurationError(
+                    f"workflow {task_name!r}: its first parameter must be annotated "
+                    "sqljobs.Workflow (def fn(wf: sqljobs.Workflow, ...))"
+                )
         task = Task(
             app,
             func,
@@ -401,6 +419,7 @@ def define_task(
             limit=define_limit(concurrency, concurrency_key, rate, task_name),
             redact=redact,
             key_retention=kept,
+            workflow=workflow,
         )
         app.tasks[task_name] = task
         return task

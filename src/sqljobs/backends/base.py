@@ -27,6 +27,7 @@ from ..jobs import (
     SpentKey,
     TaskInfo,
     WorkerStatus,
+    WorkflowStep,
 )
 from ..limits import QueueLimit
 from ..notifiers.base import Notifier
@@ -34,14 +35,18 @@ from ..rollup import MetricAmount
 from ..schedules import Schedule, ScheduleState, Tick, TickResult
 from ..stats import Stats, WorkerScope
 from .records import (
+    Checkpoint,
+    ChildState,
     Claim,
     Decide,
     DueQuery,
     EffectEnd,
     EffectIntent,
+    Event,
     JobGroup,
     JobListing,
     JobSearch,
+    Park,
     PruneFinished,
     Rescue,
 )
@@ -49,15 +54,19 @@ from .records import (
 __all__ = [
     "MISSING_SCHEMA",
     "Backend",
+    "Checkpoint",
+    "ChildState",
     "Claim",
     "Decide",
     "DueQuery",
     "EffectEnd",
     "EffectIntent",
     "EffectRecord",
+    "Event",
     "JobGroup",
     "JobListing",
     "JobSearch",
+    "Park",
     "PruneFinished",
     "Rescue",
     "WorkerInfo",
@@ -402,5 +411,46 @@ class Backend(Protocol):
 
     def effect_forget(self, key: str, holder: str) -> None:
         """Drop a pending intent whose call failed for certain, so a retry may call again."""
+
+    # -- durable workflows (see sqljobs.workflows) -------------------------------------
+
+    def workflow_steps(self, job_id: int) -> list[WorkflowStep]:
+        """A workflow's checkpoints, by position."""
+
+    def save_step(self, checkpoint: Checkpoint, connection: Any | None = None) -> bool:
+        """Insert or move on a step's checkpoint, only while ``checkpoint.held`` holds the
+        workflow (its row locked until the commit); on ``connection``, in the caller's
+        transaction (never committing it). True if it was written."""
+
+    def park_workflow(self, park: Park) -> str | None:
+        """End the workflow's attempt, given back, and leave it ``waiting`` for what
+        ``park`` names (or ``pending`` at once if that has happened); fenced by the
+        claim's token. The state it left the job in; None if the claim no longer held it."""
+
+    def wake_workflows(self, now: float, limit: int = 500) -> int:
+        """Make due the parked workflows whose ``wake_at`` has come; how many."""
+
+    def next_wake(self) -> float | None:
+        """The earliest ``wake_at`` of a parked workflow (Unix seconds)."""
+
+    def emit_event(self, name: str, payload: str | None, connection: Any = None) -> int:
+        """Store an event (``payload`` as JSON text) and make due every workflow waiting
+        for ``name``, in one transaction (or the caller's, on ``connection``); its id.
+        Emits and parks of one name are ordered: none is missed between them."""
+
+    def first_event(self, name: str, after: int) -> Event | None:
+        """The first event named ``name`` with an id above ``after``."""
+
+    def child_states(self, job_ids: Collection[int]) -> list[ChildState]:
+        """The state, result and last error of these jobs (a pruned one is missing)."""
+
+    def workflow_jobs(
+        self, tasks: Sequence[str], state: str | None, limit: int
+    ) -> list[dict[str, Any]]:
+        """Jobs of these (workflow) tasks, newest first, with their step counts and what
+        each waits for."""
+
+    def prune_events(self, before: float, limit: int = 1000) -> int:
+        """Delete up to ``limit`` events emitted before ``before``; how many."""
 
     def close(self) -> None: ...

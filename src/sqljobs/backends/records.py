@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 
-from ..jobs import ExpiredJob, HeldJob, JobFilter, NewJob, Outcome
+from ..jobs import ExpiredJob, HeldJob, JobFilter, NewJob, Outcome, WorkflowStep
 from ..retention import KEY_RETENTION
 
 
@@ -126,3 +126,46 @@ class EffectEnd:
     state: str
     result: str | None = None
     error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A workflow step as ``Backend.save_step`` writes it: ``step`` of the workflow that
+    ``held`` names, written only while that claim holds it."""
+
+    held: HeldJob
+    step: WorkflowStep
+
+
+@dataclass(frozen=True, slots=True)
+class Park:
+    """A workflow's attempt ending to wait (``Backend.park_workflow``): until ``wake_at``
+    (Unix seconds, the App's clock), for an event named ``event`` later than the one with
+    id ``after_event``, or for ``children`` (job ids) to end; due at once if that has
+    happened already."""
+
+    held: HeldJob
+    wake_at: float | None = None
+    event: str | None = None
+    after_event: int = 0
+    children: Sequence[int] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """An event as ``Backend.first_event`` finds it: its id (the order events of one name
+    committed in), its payload (JSON text) and when it was emitted."""
+
+    id: int
+    payload: str | None
+    emitted_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class ChildState:
+    """A workflow's child job as ``Backend.child_states`` reads it."""
+
+    id: int
+    state: str
+    result: str | None
+    error: str | None

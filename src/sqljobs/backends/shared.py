@@ -23,6 +23,7 @@ from ..jobs import (
     SpentKey,
     TaskInfo,
     WorkerStatus,
+    WorkflowStep,
 )
 from ..limits import QueueLimit
 from ..rollup import MetricAmount
@@ -41,16 +42,21 @@ from .ops import (
     pruning,
     schedule_store,
     workers,
+    workflows,
 )
 from .ops.claims import LimitedScans
 from .records import (
+    Checkpoint,
+    ChildState,
     Claim,
     DueQuery,
     EffectEnd,
     EffectIntent,
+    Event,
     JobGroup,
     JobListing,
     JobSearch,
+    Park,
     PruneFinished,
     Rescue,
 )
@@ -264,6 +270,40 @@ class SharedBackend(Executor):
     def settle_children(self, conn: Any, ended: Sequence[tuple[int, str]]) -> None:
         """Settle the children of parents that ended in the caller's transaction."""
         job_graph.settle_children(self, conn, ended)
+
+    # -- durable workflows (ops/workflows.py) ----------------------------------------
+
+    def workflow_steps(self, job_id: int) -> list[WorkflowStep]:
+        return workflows.workflow_steps(self, job_id)
+
+    def save_step(self, checkpoint: Checkpoint, connection: Any | None = None) -> bool:
+        return workflows.save_step(self, checkpoint, connection)
+
+    def park_workflow(self, park: Park) -> str | None:
+        return workflows.park_workflow(self, park)
+
+    def wake_workflows(self, now: float, limit: int = 500) -> int:
+        return workflows.wake_workflows(self, now, limit)
+
+    def next_wake(self) -> float | None:
+        return workflows.next_wake(self)
+
+    def emit_event(self, name: str, payload: str | None, connection: Any = None) -> int:
+        return workflows.emit_event(self, name, payload, connection)
+
+    def first_event(self, name: str, after: int) -> Event | None:
+        return workflows.first_event(self, name, after)
+
+    def child_states(self, job_ids: Collection[int]) -> list[ChildState]:
+        return workflows.child_states(self, job_ids)
+
+    def workflow_jobs(
+        self, tasks: Sequence[str], state: str | None, limit: int
+    ) -> list[dict[str, Any]]:
+        return workflows.workflow_jobs(self, tasks, state, limit)
+
+    def prune_events(self, before: float, limit: int = 1000) -> int:
+        return workflows.prune_events(self, before, limit)
 
     def _insert_dependent(self, conn: Any, job: NewJob) -> EnqueueResult:
         return job_graph.insert_dependent(self, conn, job)

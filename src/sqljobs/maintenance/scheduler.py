@@ -1,4 +1,6 @@
-"""The scheduler: every worker runs it, so there is no singleton "beat" process.
+"""The scheduler: every worker runs it, so there is no singleton "beat" process. It fires
+the timers kept in the database: schedule ticks, and the wake-ups of parked workflows
+(a sleep's end, a wait's timeout), which it makes due.
 
 Each pass reads the due schedules and fires each tick with one conditional update of the
 schedule row, in the same transaction as the job it enqueues (keyed
@@ -44,22 +46,32 @@ _MAX_STEPS = 1000  # ticks one schedule may fire in one pass (a backlog within t
 
 @dataclass(frozen=True)
 class SchedulerPass:
-    """What one ``run_once`` did, and when the next schedule falls due (wall clock)."""
+    """What one ``run_once`` did, and when the next schedule and the next parked
+    workflow fall due (wall clock)."""
 
     fired: list[TickResult]
     next_run_at: float | None
+    woken: int = 0
+    """Parked workflows made due (a sleep's end, a wait's timeout)."""
+    next_wake_at: float | None = None
 
     @property
     def enqueued(self) -> int:
         """Jobs this pass created."""
         return sum(1 for r in self.fired if r.created)
 
+    @property
+    def made_work(self) -> bool:
+        """Whether this pass made jobs due (ticks enqueued, workflows woken)."""
+        return bool(self.woken) or any(r.created for r in self.fired)
+
     def wait(self, now: float, longest: float) -> float:
-        """Seconds until the next pass: when the next tick falls due, but at least every
-        ``longest`` seconds, to notice schedules added or changed elsewhere."""
-        if self.next_run_at is None:
+        """Seconds until the next pass: when the next tick or wake-up falls due, but at
+        least every ``longest`` seconds, to notice schedules added or changed elsewhere."""
+        times = [t for t in (self.next_run_at, self.next_wake_at) if t is not None]
+        if not times:
             return longest
-        return max(0.0, min(longest, self.next_run_at - now))
+        return max(0.0, min(longest, min(times) - now))
 
 
 class Scheduler:
@@ -115,8 +127,11 @@ class Scheduler:
                 upcoming.append(next_run_at)
             if len(due) < self.batch:
                 break
+        woken = self.backend.wake_workflows(now)
+        if woken:
+            log.info("woke %d parked workflow(s) whose time had come", woken)
         self.passes += 1
-        return SchedulerPass(fired, min(upcoming, default=None))
+        return SchedulerPass(fired, min(upcoming, default=None), woken, self.backend.next_wake())
 
     def _fire(self, state: ScheduleState, now: float) -> tuple[list[TickResult], float]:
         """Fire one schedule's due ticks, one transaction each, until it is in the future

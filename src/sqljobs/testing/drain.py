@@ -141,7 +141,7 @@ class _Drain:
         with worker:
             while True:
                 ticks = self.scheduler.run_once()
-                if ticks.enqueued:
+                if ticks.made_work:
                     self.app._wakeups.announce()
                 left = self.deadline - time.monotonic()
                 try:
@@ -164,10 +164,16 @@ class _Drain:
                 worker.request_heartbeat()  # its last_seen and leases, at the new time
 
     def next_time(self, next_tick: float | None) -> bool:
-        """Move the clock to what falls due next (without one: pick the next job to wait
-        for in real time); False when nothing more is within reach."""
+        """Move the clock to what falls due next: a job, a parked workflow's wake-up, and
+        with ``until`` a schedule's tick (without a clock: pick the next job to wait for in
+        real time); False when nothing more is within reach."""
         waiting = self.claimable()
         later = [j.run_at for j in waiting]
+        next_wake = self.app.backend.next_wake()  # (read now: the round may have parked one)
+        if next_wake is not None:
+            if next_wake <= self.app.clock():
+                return True  # due already: the next pass of the scheduler wakes it
+            later.append(next_wake)
         clock, until = self.clock, self.until
         if clock is None:
             reach = self.app.clock() + self.deadline - time.monotonic()

@@ -117,6 +117,10 @@ class Completer:
                 taken: Sample = job, took, run.started_wall + (begun - run.started) - due
             else:
                 taken = job, None, None
+            if run.ctx.parked:  # a workflow wrote its own park
+                self.counters["parked"] += 1
+                self._emit("parked", run.job, JobState.WAITING.value)
+                continue
             if run.ctx.completed_in_transaction:
                 self.counters[JobState.DONE.value] += 1
                 tally(self._meter, taken, AttemptOutcome.DONE, self._clock())

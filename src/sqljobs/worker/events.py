@@ -24,6 +24,7 @@ EventKind = Literal[
     "claimed",
     "started",
     "finished",
+    "parked",
     "released",
     "lease_lost",
     "timed_out",

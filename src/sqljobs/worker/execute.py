@@ -168,6 +168,12 @@ def unstorable(run: Running, exc: Exception, now: float) -> Outcome:
     )
 
 
+def parked(run: Running) -> Outcome:
+    """A workflow parked its job (written already, with the attempt given back): nothing
+    more to write for this attempt."""
+    return Outcome(run.job.id, run.job.token, JobState.WAITING, uncharge=True)
+
+
 AFTER_COMMIT = "raised after its transaction committed"
 """How the history, the last error and the log name an exception a handler raised once
 its ``ctx.transaction()`` had committed the job's completion."""
@@ -309,6 +315,8 @@ def run_sync(
         fn = run.task.fn
         value = fn(*run.call_args(), **run.kwargs) if hooks is None else hooks.call(run)
     except BaseException as exc:
+        if run.ctx.parked:
+            return parked(run)
         if run.ctx.completed_in_transaction:
             return after_commit(run, clock(), exc=exc)
         return failure(run, exc, clock())
@@ -330,6 +338,8 @@ async def run_async(
     except asyncio.CancelledError:
         raise
     except BaseException as exc:
+        if run.ctx.parked:
+            return parked(run)
         if run.ctx.completed_in_transaction:  # its record is a write: off the loop
             return await asyncio.to_thread(after_commit, run, clock(), exc=exc)
         return failure(run, exc, clock())

@@ -197,7 +197,7 @@ class Upkeep:
             if now >= self.next_schedule:
                 self.schedule_marker, self.schedule_last = marker, now
                 ticks = self.scheduler.run_once()
-                if ticks.enqueued:
+                if ticks.made_work:
                     self._claim_soon(None)
                 # next: when the next tick falls due, or the fallback poll
                 self.next_schedule = now + ticks.wait(self.app.clock(), cfg.poll_interval)

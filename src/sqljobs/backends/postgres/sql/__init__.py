@@ -16,6 +16,7 @@ _FILES = (
     "dependencies.sql",
     "browse.sql",
     "rollup.sql",
+    "workflows.sql",
 )
 
 

@@ -212,8 +212,10 @@ SELECT (SELECT extract(epoch FROM min(f.run_at) - now())::float8
                WHERE state = 'pending' AND crashes >= 2 {queue_filter}
                  AND queue NOT IN (SELECT name FROM {schema}.sqljobs_queues WHERE paused))
            AS suspects,
-       (SELECT extract(epoch FROM min(next_run_at))::float8 FROM {schema}.sqljobs_schedules
-        WHERE NOT paused) AS schedule_at
+       least((SELECT extract(epoch FROM min(next_run_at))::float8
+              FROM {schema}.sqljobs_schedules WHERE NOT paused),
+             (SELECT extract(epoch FROM min(wake_at))::float8 FROM {schema}.sqljobs_jobs
+              WHERE state = 'waiting' AND wake_at IS NOT NULL)) AS schedule_at
 
 -- name: complete_jobs
 WITH began AS (

@@ -14,5 +14,6 @@ Q = load_statements(
     "dependencies.sql",
     "browse.sql",
     "rollup.sql",
+    "workflows.sql",
 )
 MIGRATIONS = load_migrations(__name__ + ".migrations")

@@ -95,8 +95,12 @@ SELECT (SELECT min((SELECT run_at FROM sqljobs_jobs
                WHERE state = 'pending' AND crashes >= 2 {queue_filter}
                  AND queue NOT IN (SELECT name FROM sqljobs_queues WHERE paused = 1))
            AS suspects,
-       (SELECT min(next_run_at) FROM sqljobs_schedules INDEXED BY sqljobs_schedules_due
-        WHERE paused = 0) AS schedule_at
+       (SELECT min(at) FROM (
+            SELECT min(next_run_at) AS at FROM sqljobs_schedules INDEXED BY sqljobs_schedules_due
+            WHERE paused = 0
+            UNION ALL
+            SELECT min(wake_at) FROM sqljobs_jobs INDEXED BY sqljobs_jobs_wake
+            WHERE state = 'waiting' AND wake_at IS NOT NULL)) AS schedule_at
 
 -- name: complete_jobs
 -- The hot path: a batch of plain completions, [[id, token], ...], in one statement

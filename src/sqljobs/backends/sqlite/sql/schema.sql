@@ -40,7 +40,9 @@ CREATE TABLE sqljobs_jobs (
     waiting_on      INTEGER NOT NULL DEFAULT 0, -- how many parents have not ended
     children        INTEGER NOT NULL DEFAULT 0, -- how many jobs were enqueued after it
     collected       TEXT,                       -- a group callback's parents' results
-    key_retention   REAL                        -- seconds its key outlives the row (0016)
+    key_retention   REAL,                       -- seconds its key outlives the row (0016)
+    wake_at         REAL,                       -- a parked workflow is due again then (0019)
+    wait_event      TEXT                        -- the event a parked workflow waits for (0019)
 );
 
 -- A business key names one job (sqljobs enqueue keys); unkeyed jobs cost no index entry.
@@ -220,3 +222,37 @@ CREATE TABLE sqljobs_spent_keys (
 ) WITHOUT ROWID;
 CREATE INDEX sqljobs_spent_keys_expiry ON sqljobs_spent_keys (expires_at);
 CREATE INDEX sqljobs_spent_keys_job ON sqljobs_spent_keys (job_id);
+-- 0019: durable workflows: parked workflows, their checkpointed steps, events.
+CREATE INDEX sqljobs_jobs_wake ON sqljobs_jobs (wake_at)
+    WHERE state = 'waiting' AND wake_at IS NOT NULL;
+CREATE INDEX sqljobs_jobs_wait_event ON sqljobs_jobs (wait_event)
+    WHERE state = 'waiting' AND wait_event IS NOT NULL;
+
+CREATE TABLE sqljobs_workflow_steps (
+    job_id      INTEGER NOT NULL,
+    position    INTEGER NOT NULL,
+    name        TEXT    NOT NULL,
+    kind        TEXT    NOT NULL,
+    state       TEXT    NOT NULL CHECK (state IN ('running', 'waiting', 'done', 'failed')),
+    result      TEXT,
+    error       TEXT,
+    detail      TEXT    NOT NULL DEFAULT '{}',
+    attempt     INTEGER NOT NULL,
+    started_at  REAL    NOT NULL,
+    ended_at    REAL,
+    PRIMARY KEY (job_id, position)
+) WITHOUT ROWID;
+-- A job's steps go with its row (pruned, or deleted by an operator).
+CREATE TRIGGER sqljobs_workflow_steps_pruned AFTER DELETE ON sqljobs_jobs
+BEGIN
+    DELETE FROM sqljobs_workflow_steps WHERE job_id = old.id;
+END;
+
+CREATE TABLE sqljobs_events (
+    id          INTEGER PRIMARY KEY AUTOINCREMENT,
+    name        TEXT    NOT NULL,
+    payload     TEXT,
+    emitted_at  REAL    NOT NULL
+);
+CREATE INDEX sqljobs_events_name ON sqljobs_events (name, id);
+CREATE INDEX sqljobs_events_emitted ON sqljobs_events (emitted_at);

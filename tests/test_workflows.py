@@ -1,0 +1,334 @@
+"""Durable workflows on every engine, through real workers driven by the test clock:
+replayed steps, durable sleeps and waits, events, child jobs, step retries, values that
+replay the same, changed code detected, and what is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+import sqljobs
+from sqljobs import App, ConfigurationError, JobFailed, JobState, Retry, Workflow
+from sqljobs.testing import Clock
+from sqljobs.url import url_options
+
+from .conftest import is_pg
+
+START = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
+
+
+def clocked(url: str) -> tuple[App, Clock]:
+    clock = Clock(START)
+    return App(url, clock=clock), clock
+
+
+def state(app: App, job_id: int) -> JobState:
+    job = app.get_job(job_id)
+    assert job is not None
+    return job.state
+
+
+def test_a_workflow_runs_each_finished_step_once_across_sleeps_and_waits(url: str) -> None:
+    app, clock = clocked(url)
+    ran: list[str] = []
+
+    @app.task
+    def ship(order: str) -> str:
+        ran.append(f"ship {order}")
+        return f"label-{order}"
+
+    @app.task
+    def size(photo: str) -> int:
+        return len(photo)
+
+    @app.workflow(queue="orders")
+    def fulfil(wf: Workflow, order: str) -> dict[str, Any]:
+        charge = wf.step("charge", _charge, ran)
+        wf.sleep(timedelta(days=1))
+        answer = wf.wait_for(f"approved:{order}", timeout=timedelta(days=7))
+        label = wf.run(ship.s(order))
+        sizes = wf.gather([size.s(p) for p in ("a", "bb", "ccc")])
+        return {"charge": charge, "answer": answer, "label": label, "sizes": sizes}
+
+    handle = fulfil.enqueue("o-17")
+    app.run_until_empty(clock=clock, until=clock() + 3600)
+    job = app.get_job(handle.id)
+    assert job is not None and job.state is JobState.WAITING and job.attempts == 0
+    assert app.waiting_reason(job) == "workflow sleeps until 2026-12-02T09:00:00+00:00"
+    clock.advance(timedelta(days=1).total_seconds())
+    app.run_until_empty(clock=clock, until=clock() + 3600)
+    assert "waits for event 'approved:o-17'" in (app.waiting_reason(app.get_job(handle.id)) or "")  # type: ignore[arg-type]
+    app.emit("approved:o-17", {"by": "ada"})
+    app.run_until_empty(clock=clock)
+    assert handle.result(timeout=1) == {
+        "charge": 42, "answer": {"by": "ada"}, "label": "label-o-17", "sizes": [1, 2, 3],
+    }  # fmt: skip
+    assert ran == ["charge", "ship o-17"], "no finished step ran again"
+    history = app.workflow_history(handle.id)
+    assert [(s.kind, s.name, s.state) for s in history] == [
+        ("step", "charge", "done"),
+        ("sleep", "sleep", "done"),
+        ("wait", "approved:o-17", "done"),
+        ("run", "run:ship", "done"),
+        ("gather", "gather:size", "done"),
+    ]
+    assert history[0].value == 42 and history[2].value == {"by": "ada"}
+    assert all(s.started_at is not None and s.ended_at is not None for s in history)
+    (listed,) = app.workflows()
+    assert (listed.id, listed.state, listed.steps) == (handle.id, "done", 5)
+
+
+def _charge(ran: list[str]) -> int:
+    ran.append("charge")
+    return 42
+
+
+def test_a_wait_times_out_with_none_and_an_early_event_is_not_lost(url: str) -> None:
+    app, clock = clocked(url)
+
+    @app.workflow
+    def approve(wf: Workflow, name: str) -> list[Any]:
+        return [wf.wait_for(name, timeout=3600), wf.wait_for(name, timeout=60)]
+
+    app.emit("early", "first")  # before the workflow even starts
+    early = approve.enqueue("early")
+    late = approve.enqueue("late")
+    app.run_until_empty(clock=clock)
+    assert early.result(timeout=1) == ["first", None], "the second wait timed out"
+    assert late.result(timeout=1) == [None, None]
+    assert clock() == START.timestamp() + 3600 + 60, "the drain moved to each timeout"
+
+
+def test_one_name_s_events_are_taken_in_order_each_once(url: str) -> None:
+    app, clock = clocked(url)
+
+    @app.workflow
+    def collect(wf: Workflow) -> list[Any]:
+        return [wf.wait_for("tick") for _ in range(3)]
+
+    handle = collect.enqueue()
+    app.run_until_empty(clock=clock)
+    for i in range(3):
+        app.emit("tick", i)
+    app.run_until_empty(clock=clock)
+    assert handle.result(timeout=1) == [0, 1, 2]
+
+
+def test_an_event_emitted_in_a_transaction_that_rolls_back_never_arrives(url: str) -> None:
+    app, clock = clocked(url)
+
+    @app.workflow
+    def wait(wf: Workflow) -> Any:
+        return wf.wait_for("go")
+
+    handle = wait.enqueue()
+    app.run_until_empty(clock=clock)
+    conn = _connect(url)
+    try:
+        app.emit("go", "never", connection=conn)
+        conn.rollback()
+        app.run_until_empty(clock=clock)
+        assert state(app, handle.id) is JobState.WAITING
+        app.emit("go", "once", connection=conn)
+        conn.commit()
+    finally:
+        conn.close()
+    app.run_until_empty(clock=clock)
+    assert handle.result(timeout=1) == "once"
+
+
+def _connect(url: str) -> Any:
+    """A connection of the caller's own on the queue's database, in a transaction."""
+    if is_pg(url):
+        import psycopg
+
+        return psycopg.connect(url_options(url)[0])
+    return sqlite3.connect(url.removeprefix("sqlite:///"))
+
+
+def test_a_transaction_step_commits_once_though_the_workflow_retries(url: str) -> None:
+    app, clock = clocked(url)
+    fails = [1]
+    mark = "?" if not is_pg(url) else "%s"
+
+    @app.workflow(retry=Retry(max_attempts=3, base=0))
+    def book(wf: Workflow) -> int:
+        with wf.transaction("reserve") as tx:
+            tx.execute("CREATE TABLE IF NOT EXISTS held (sku TEXT)")
+            tx.execute(f"INSERT INTO held VALUES ({mark})", ("sku-1",))
+        if fails:
+            fails.pop()
+            raise RuntimeError("after the transaction")
+        with wf.transaction("count") as tx:
+            (n,) = tx.execute("SELECT count(*) FROM held").fetchone()
+        return int(wf.step("n", lambda: n))
+
+    handle = book.enqueue()
+    app.run_until_empty(clock=clock)
+    assert handle.result(timeout=1) == 1, "the replayed block's insert was rolled back"
+    job = app.get_job(handle.id)
+    assert job is not None and job.attempts == 2
+
+
+def test_a_step_retries_on_its_own_schedule_without_repeating_earlier_steps(url: str) -> None:
+    app, clock = clocked(url)
+    calls: list[str] = []
+
+    def flaky() -> str:
+        calls.append("flaky")
+        if len([c for c in calls if c == "flaky"]) < 3:
+            raise ConnectionError("warehouse down")
+        return "ok"
+
+    @app.workflow
+    def order(wf: Workflow) -> str:
+        wf.step("first", lambda: calls.append("first"))
+        return wf.step("flaky", flaky, retry=Retry(max_attempts=5, base=60, jitter=False))
+
+    handle = order.enqueue()
+    report = app.run_until_empty(clock=clock)
+    assert handle.result(timeout=1) == "ok"
+    assert calls == ["first", "flaky", "flaky", "flaky"]
+    assert clock() > START.timestamp() + 60, "each retry waited durably"
+    assert report.dead == 0
+
+    @app.workflow
+    def hopeless(wf: Workflow) -> None:
+        wf.step("never", _raise, retry=Retry(max_attempts=2, base=1))
+
+    dead = hopeless.enqueue()
+    app.run_until_empty(clock=clock)
+    job = app.get_job(dead.id)
+    assert job is not None and job.state is JobState.DEAD
+    assert "step 'never' failed 2 time(s): ValueError: no" in (job.last_error or "")
+    with pytest.raises(JobFailed):
+        dead.result(timeout=1)
+
+
+def _raise() -> None:
+    raise ValueError("no")
+
+
+def test_a_failed_child_raises_in_the_workflow_which_may_catch_it(url: str) -> None:
+    app, clock = clocked(url)
+
+    @app.task(retry=Retry(max_attempts=1))
+    def broken() -> None:
+        raise ValueError("child broke")
+
+    @app.workflow
+    def parent(wf: Workflow) -> str:
+        try:
+            wf.run(broken.s())
+        except JobFailed as exc:
+            return f"caught: {exc}"
+        return "not raised"
+
+    handle = parent.enqueue()
+    app.run_until_empty(clock=clock)
+    assert "caught: job" in handle.result(timeout=1)
+    assert "child broke" in handle.result(timeout=1)
+
+
+def test_now_uuid_and_random_replay_the_same(url: str) -> None:
+    app, clock = clocked(url)
+    seen: list[tuple[Any, ...]] = []
+
+    @app.workflow
+    def values(wf: Workflow) -> list[str]:
+        got = (wf.now(), wf.uuid(), wf.random())
+        seen.append(got)
+        wf.sleep(30)
+        return [str(v) for v in got]
+
+    handle = values.enqueue()
+    app.run_until_empty(clock=clock)
+    assert len(seen) == 2 and seen[0] == seen[1], "the replay saw the first run's values"
+    assert seen[0][0] == START and 0 <= seen[0][2] < 1
+    assert handle.result(timeout=1) == [str(v) for v in seen[0]]
+
+
+def test_changed_code_fails_the_attempt_and_keeps_the_history(url: str) -> None:
+    app, clock = clocked(url)
+    version = ["v1"]
+
+    @app.workflow(retry=Retry(max_attempts=1))
+    def evolving(wf: Workflow) -> None:
+        wf.step(f"first-{version[0]}", lambda: 1)
+        wf.sleep(60)
+
+    handle = evolving.enqueue()
+    app.run_until_empty(clock=clock, until=clock() + 1)
+    version[0] = "v2"
+    app.run_until_empty(clock=clock)
+    job = app.get_job(handle.id)
+    assert job is not None and job.state is JobState.DEAD
+    assert "WorkflowChanged" in (job.last_error or "")
+    assert "step first-v1" in (job.last_error or "") and "step first-v2" in (job.last_error or "")
+    assert [s.name for s in app.workflow_history(handle.id)] == ["first-v1", "sleep"]
+
+
+def test_an_async_workflow_runs_on_the_loop(url: str) -> None:
+    app, clock = clocked(url)
+
+    @app.task
+    async def double(x: int) -> int:
+        return 2 * x
+
+    async def fetch(x: int) -> int:
+        await asyncio.sleep(0)
+        return x + 1
+
+    @app.workflow
+    async def pipeline(wf: Workflow, x: int) -> int:
+        y = await wf.step_async("fetch", fetch, x)
+        wf.sleep(10)
+        return int(wf.run(double.s(y)))
+
+    handle = pipeline.enqueue(20)
+    app.run_until_empty(clock=clock)
+    assert handle.result(timeout=1) == 42
+
+
+def test_a_parked_workflow_can_be_cancelled(url: str) -> None:
+    app, clock = clocked(url)
+
+    @app.workflow
+    def waits(wf: Workflow) -> None:
+        wf.wait_for("never")
+
+    handle = waits.enqueue()
+    app.run_until_empty(clock=clock)
+    assert state(app, handle.id) is JobState.WAITING
+    assert app.cancel(handle.id)
+    assert state(app, handle.id) is JobState.CANCELLED
+    app.emit("never", None)
+    assert state(app, handle.id) is JobState.CANCELLED, "an event wakes no cancelled job"
+
+
+def _not_a_workflow(order: str) -> None: ...
+
+
+def test_bad_workflow_input_is_refused_by_name(url: str) -> None:
+    app, clock = clocked(url)
+    with pytest.raises(ConfigurationError, match=r"first parameter must be annotated sqljobs"):
+        app.workflow(_not_a_workflow)  # type: ignore[arg-type]
+
+    @app.workflow(retry=Retry(max_attempts=1))
+    def negative(wf: Workflow) -> None:
+        wf.sleep(-1)
+
+    handle = negative.enqueue()
+    app.run_until_empty(clock=clock)
+    job = app.get_job(handle.id)
+    assert job is not None and "wf.sleep(duration) must be >= 0 seconds" in (job.last_error or "")
+    with pytest.raises(ConfigurationError, match=r"app.emit\(event\)"):
+        app.emit("")
+    with pytest.raises(sqljobs.PayloadError):
+        app.emit("x", object())
+    with pytest.raises(ConfigurationError, match="state must be one of"):
+        app.workflows(state="sleeping")
