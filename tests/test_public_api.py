@@ -158,6 +158,11 @@ INTERNAL_ERRORS = {
     "sqljobs.dashboard.api.BadParameter": "answered inside the dashboard as a 400 with its text",
     "sqljobs.backends.postgres.pool.EndedWhileIdle": "a psycopg error the backend raises and "
     "replays itself (at most a BackendError's cause, like any psycopg error)",
+    "sqljobs.backends.ops.workflows._Stale": "rolls a park back inside the backend, which "
+    "answers None",
+    "sqljobs.workflows.Suspended": "unwinds a workflow's function when it parks; the worker "
+    "takes it as the attempt's end (a BaseException, past a user's except Exception)",
+    "sqljobs.workflows._Replayed": "rolls a replayed wf.transaction() block back inside it",
 }
 
 

@@ -286,8 +286,8 @@ def test_an_async_workflow_runs_on_the_loop(url: str) -> None:
     @app.workflow
     async def pipeline(wf: Workflow, x: int) -> int:
         y = await wf.step_async("fetch", fetch, x)
-        wf.sleep(10)
-        return int(wf.run(double.s(y)))
+        await wf.sleep_async(10)
+        return int(await wf.run_async(double.s(y)))
 
     handle = pipeline.enqueue(20)
     app.run_until_empty(clock=clock)

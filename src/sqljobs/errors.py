@@ -11,6 +11,7 @@ SqljobsError
  ├── ResultTimeout           ``handle.result(timeout=...)`` ran out first (a TimeoutError)
  ├── ScheduleNotFound        no schedule with that name
  ├── LeaseLost               this worker no longer holds the job; its writes were rolled back
+ ├── WorkflowChanged         a workflow's replay met another step than its history holds
  ├── BackendError            the database refused or could not be reached (``__cause__`` kept)
  └── DrainIncomplete         a test's ``run_until_empty()`` timed out or hit ``max_jobs`` (an
                              AssertionError: a test fails on it)
@@ -18,8 +19,9 @@ SqljobsError
 JobSignal                    raised by a task to choose its outcome; not an error
  ├── RetryLater              run again after ``delay`` seconds (counts as an attempt)
  └── Discard                 give up now: the job ends ``dead`` with the reason
-      └── EffectUncertain     an external effect may have happened: never called blindly
-                              again (see sqljobs.perform_once)
+      ├── EffectUncertain     an external effect may have happened: never called blindly
+      │                       again (see sqljobs.perform_once)
+      └── StepFailed          a workflow step failed on every attempt its ``retry=`` gave it
 """
 
 from __future__ import annotations

@@ -316,6 +316,28 @@ class Workflow:
                 raise JobFailed(child["id"], step.name, child["state"], child["error"])
         return [child["result"] for child in outcome]
 
+    # -- the same, awaitable: the database calls run off the event loop ---------------------
+
+    async def sleep_async(self, duration: float | timedelta) -> None:
+        """:meth:`sleep`, awaitable."""
+        await asyncio.to_thread(self.sleep, duration)
+
+    async def sleep_until_async(self, when: datetime | float) -> None:
+        """:meth:`sleep_until`, awaitable."""
+        await asyncio.to_thread(self.sleep_until, when)
+
+    async def wait_for_async(self, event: str, timeout: float | timedelta | None = None) -> Any:
+        """:meth:`wait_for`, awaitable."""
+        return await asyncio.to_thread(self.wait_for, event, timeout)
+
+    async def run_async(self, signature: Signature) -> Any:
+        """:meth:`run`, awaitable."""
+        return await asyncio.to_thread(self.run, signature)
+
+    async def gather_async(self, signatures: Sequence[Signature]) -> list[Any]:
+        """:meth:`gather`, awaitable."""
+        return await asyncio.to_thread(self.gather, signatures)
+
     # -- values that replay the same ------------------------------------------------------
 
     def now(self) -> datetime:

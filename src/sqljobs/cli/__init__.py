@@ -27,6 +27,7 @@ from .cmd_queues import queues
 from .cmd_schedules import schedules
 from .cmd_stats import stats, workers
 from .cmd_worker import worker
+from .cmd_workflows import workflows
 from .group import Deferred, DeferringGroup
 from .options import Ctx, load_app
 
@@ -86,6 +87,7 @@ cli.add_command(migrate)
 cli.add_command(grants)
 cli.add_command(dashboard)
 cli.add_command(metrics)
+cli.add_command(workflows)
 
 # the lab (experiments, rich tables, charts) is the largest part: loaded only when it runs
 cli.add_command(
