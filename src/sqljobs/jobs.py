@@ -6,8 +6,8 @@ ClaimedJob, Outcome, Job), what an enqueue asks and what it knows of a task
 (EnqueueOptions, TaskInfo), and what finding jobs asks and answers (JobFilter, JobPage,
 JobCount, WorkerStatus). Those made per job on the worker's hot path (ClaimedJob,
 Outcome, HeldJob) have slots and are not frozen: a frozen dataclass's ``__init__`` sets
-each field through ``object.__setattr__``, which cost about 6% of a no-op drain's
-instructions (benchmarks/drain_instructions.py). Nothing changes them once made.
+each field through ``object.__setattr__``, one call a field of records made for every
+job (docs/performance.md). Nothing changes them once made.
 """
 
 from __future__ import annotations

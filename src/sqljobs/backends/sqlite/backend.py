@@ -344,8 +344,8 @@ class SqliteBackend(SqliteConnections, SqliteEnqueuer):
 
 def _plain(outcome: Outcome) -> bool:
     """A plain completion with nothing to store but its end: the hot path's statement
-    (one that stores a result or progress too measured 3.5 % more instructions a drained
-    job, every job paying for the few that store one)."""
+    (one that stores a result or progress too costs more for every job, each paying for
+    the few that store one)."""
     return outcome.plain and outcome.result is None and outcome.progress is None
 
 

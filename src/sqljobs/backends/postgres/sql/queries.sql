@@ -13,7 +13,8 @@
 -- unnest(ids, tokens): as a join, on the table statistics a queue has (few running rows),
 -- the planner's generic plan was a nested loop that walked every running row and, for
 -- each, the whole unnest, building a whole-row copy of every pair for EvalPlanQual:
--- running x batch rows a statement, a third of the server's work per job in a drain.
+-- running x batch rows a statement, so each job's share of the server's work grew with
+-- the jobs in flight.
 
 -- name: insert_jobs
 -- A batch arrives as one JSON array of [queue, task, payload, key, priority, run_at,
@@ -196,7 +197,7 @@ RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts AS attempt, j
 -- read), and whether jobs from crashed workers wait: the earliest head of the claim's
 -- levels, one index probe a level, however many jobs other queues hold (reading the
 -- pending jobs in run_at order and filtering by queue walked a backlog of another queue
--- whole: 120-170 ms at 1M).
+-- whole, its time growing with that backlog).
 -- A paused queue's jobs count for neither: they wait for its resume.
 -- Also when the earliest schedule that is not paused falls due (Unix seconds, as the
 -- scheduler writes them; one probe of its index): the scheduler of a worker that asks
@@ -667,13 +668,13 @@ ON CONFLICT (key) DO NOTHING
 -- the index, (queue, priority, run_at, id), so the scan ends at the first job not yet due:
 -- read in claim order across levels, as one scan, the jobs due in a day stood between
 -- each priority's due jobs and the next priority's, and a claim that found fewer due jobs
--- than its limit walked all of them (15-30 ms at 1M, and 400 ms on a queue = ANY(...)
--- that cannot be read in index order). The claim's limit and the queues and tasks are read
--- through (SELECT ...), so the plan does not depend on their values and the generic plan,
--- made once, is used: planned with their values, each claim was planned anew, 0.4-0.7 ms
--- of server time a round trip. The planner then guesses a tenth of the table picked, so
--- the claimed rows are updated by key from an array (`chosen`), never by a join it would
--- choose for that guess (a merge join along the whole primary key).
+-- than its limit walked all of them, the more slowly on a queue = ANY(...), which cannot
+-- be read in index order. The claim's limit and the queues and tasks are read through
+-- (SELECT ...), so the plan does not depend on their values and the generic plan, made
+-- once, is used: planned with their values, each claim was planned anew, the planner's
+-- time paid again at every round trip. The planner then guesses a tenth of the table
+-- picked, so the claimed rows are updated by key from an array (`chosen`), never by a
+-- join it would choose for that guess (a merge join along the whole primary key).
 levels (queue, priority) AS (
     SELECT q.name, (SELECT max(priority) FROM {schema}.sqljobs_jobs
                     WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL

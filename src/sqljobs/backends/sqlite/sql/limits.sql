@@ -30,9 +30,10 @@ GROUP BY key
 -- The first due jobs of each key in :keys, in claim order (the caller keeps as many as
 -- the key has free slots and starts left in its rate's window), with the key's limits:
 -- one statement, each level of each key (see levels_of_keys) one seek into the limited
--- index, up to :most rows a level (ten statements of one key each cost twice as much; a
--- UNION ALL of them, ten times). The index is named: its run_at twin covers finished
--- jobs too, and a level read from it would read every due limited job.
+-- index, up to :most rows a level (a statement a key pays a statement's own cost for
+-- every key, and a UNION ALL of them cost more still). The index is named: its run_at
+-- twin covers finished jobs too, and a level read from it would read every due limited
+-- job.
 WITH RECURSIVE open_keys (key) AS (
     SELECT value FROM json_each(:keys)
 ), {levels_of_keys}

@@ -16,8 +16,8 @@ PRAGMA foreign_keys = ON
 
 -- name: temp_store
 -- The claim's ORDER BY and window sort build a temporary b-tree; kept in a file (the
--- default) it cost a claim of one job 280 us instead of 70 us. What sqljobs sorts is
--- bounded by a LIMIT or a page size, so memory holds it.
+-- default), even a claim of one job sorted through a temporary file. What sqljobs sorts
+-- is bounded by a LIMIT or a page size, so memory holds it.
 PRAGMA temp_store = MEMORY
 
 -- name: begin_write
