@@ -549,7 +549,7 @@ def test_each_final_state_is_kept_for_its_own_age(url: str) -> None:
 
 def test_retention_settings(url: str) -> None:
     assert Retention.of(3600) == Retention(done=3600, cancelled=3600)
-    forever = Retention(done=None, cancelled=None, dead=None, keys=None)
+    forever = Retention(done=None, cancelled=None, dead=None, keys=None, events=None)
     assert Retention.of(0) == Retention.of(None) == forever
     assert Retention(done=None).ages() == {"cancelled": 7 * 86400.0, "dead": 7 * 86400.0}
     assert "done 1 d" in Retention().describe()

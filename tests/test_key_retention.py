@@ -260,19 +260,19 @@ def test_the_retention_as_described_says_how_long_dead_jobs_and_keys_are_kept(
     url: str,
 ) -> None:
     assert App(url, retention=0).retention.describe() == (
-        "done forever, cancelled forever, dead forever, keys forever"
+        "done forever, cancelled forever, dead forever, keys forever, events forever"
     )
     assert (
         App(url, retention=None).retention.describe() == App(url, retention=0).retention.describe()
     )
     assert App(url, retention=timedelta(days=30)).retention.describe() == (
-        "done 30 d, cancelled 30 d, dead 30 d, keys 7 d past their jobs"
+        "done 30 d, cancelled 30 d, dead 30 d, keys 7 d past their jobs, events 7 d"
     )
     assert App(url, retention=3600).retention.describe() == (
-        "done 1 h, cancelled 1 h, dead 7 d, keys 7 d past their jobs"
+        "done 1 h, cancelled 1 h, dead 7 d, keys 7 d past their jobs, events 7 d"
     )
     assert App(url).retention.describe() == (
-        "done 1 d, cancelled 7 d, dead 7 d, keys 7 d past their jobs"
+        "done 1 d, cancelled 7 d, dead 7 d, keys 7 d past their jobs, events 7 d"
     )
 
 

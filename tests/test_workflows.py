@@ -332,3 +332,41 @@ def test_bad_workflow_input_is_refused_by_name(url: str) -> None:
         app.emit("x", object())
     with pytest.raises(ConfigurationError, match="state must be one of"):
         app.workflows(state="sleeping")
+
+
+def test_cancelling_a_workflow_cancels_its_children_that_have_not_ended(url: str) -> None:
+    app, clock = clocked(url)
+
+    @app.task
+    def quick() -> int:
+        return 1
+
+    @app.task(queue="elsewhere")  # no drain below serves it: it stays pending
+    def later() -> None: ...
+
+    @app.workflow
+    def fan(wf: Workflow) -> list[Any]:
+        return wf.gather([quick.s(), later.s()])
+
+    handle = fan.enqueue()
+    app.run_until_empty(clock=clock, queues=["default"])
+    (step,) = app.workflow_history(handle.id)
+    quick_id, later_id = step.detail["children"]
+    assert (state(app, quick_id), state(app, later_id)) == (JobState.DONE, JobState.PENDING)
+    assert app.cancel(handle.id)
+    assert state(app, handle.id) is JobState.CANCELLED
+    assert (state(app, quick_id), state(app, later_id)) == (JobState.DONE, JobState.CANCELLED)
+
+
+def test_old_events_are_pruned_after_their_retention(url: str) -> None:
+    from sqljobs.maintenance import Pruner
+
+    clock = Clock(START)
+    app = App(url, clock=clock, retention=sqljobs.Retention(events=60))
+    app.emit("old", 1)
+    clock.advance(61)
+    app.emit("new", 2)
+    Pruner(app.backend, app.retention).run_once()
+    assert app.backend.first_event("old", 0) is None
+    kept = app.backend.first_event("new", 0)
+    assert kept is not None and kept.payload == "2"

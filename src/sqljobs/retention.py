@@ -53,6 +53,9 @@ class Retention:
     task or enqueue does not say (``key_retention``); None keeps such keys for ever, 0
     not past the row.
 
+    ``events``: how long an event ``app.emit`` stored is kept for a workflow that waits
+    for it later (None: for ever).
+
     A job's row is its record: its result, error, history and attempts. Done jobs are
     many and cheap to lose, so they go first; dead and cancelled ones wait a week for a
     person to look. A key refuses duplicates while its row is kept, then the pruner keeps
@@ -64,9 +67,10 @@ class Retention:
     cancelled: float | timedelta | None = 7 * DAY
     dead: float | timedelta | None = DEAD_KEPT
     keys: float | timedelta | None = KEY_RETENTION
+    events: float | timedelta | None = 7 * DAY
 
     def __post_init__(self) -> None:
-        for state in ("done", "cancelled", "dead"):
+        for state in ("done", "cancelled", "dead", "events"):
             value = getattr(self, state)
             if value is not None:
                 age = seconds(value, f"Retention({state}=...)")
@@ -87,12 +91,12 @@ class Retention:
         if isinstance(value, Retention):
             return value
         if value is None:
-            return cls(done=None, cancelled=None, dead=None, keys=None)
+            return cls(done=None, cancelled=None, dead=None, keys=None, events=None)
         age = seconds(value, "retention")
         if age is None or age < 0:
             raise ConfigurationError(f"retention must be >= 0 seconds, got {value!r}")
         if not age:
-            return cls(done=None, cancelled=None, dead=None, keys=None)
+            return cls(done=None, cancelled=None, dead=None, keys=None, events=None)
         return cls(done=age, cancelled=age, dead=max(age, DEAD_KEPT))
 
     def ages(self) -> dict[str, float]:
@@ -104,6 +108,10 @@ class Retention:
                 out[state] = float(value)
         return out
 
+    def event_seconds(self) -> float | None:
+        """``events`` in seconds (None: for ever)."""
+        return seconds(self.events, "Retention(events=...)")
+
     def key_seconds(self) -> float:
         """``keys`` in seconds, ``inf`` for ever (what the pruner compares)."""
         keys = self.keys  # seconds once __post_init__ has run
@@ -111,7 +119,7 @@ class Retention:
 
     def describe(self) -> str:
         """Each state's and the keys' period, as the worker banner and the CLI show it:
-        ``done 1 d, cancelled 7 d, dead 7 d, keys 7 d past their jobs``."""
+        ``done 1 d, cancelled 7 d, dead 7 d, keys 7 d past their jobs, events 7 d``."""
         parts = []
         for state in ("done", "cancelled", "dead"):
             value = getattr(self, state)
@@ -122,6 +130,8 @@ class Retention:
         else:
             keys = f"{_span(kept)} past their jobs" if kept else "with their jobs"
         parts.append(f"keys {keys}")
+        events = self.event_seconds()
+        parts.append(f"events {'forever' if events is None else _span(events)}")
         return ", ".join(parts)
 
 

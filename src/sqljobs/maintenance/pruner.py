@@ -49,6 +49,10 @@ class Pruner:
         self._batches(lambda: self.backend.prune_starts(now - STARTS_KEPT, self.batch), max_batches)
         self._batches(lambda: self.backend.prune_spent_keys(now, self.batch), max_batches)
         self.backend.prune_metric_minutes(now - MINUTES_KEPT, ROLLUP_MINUTES_PER_RUN)
+        kept = self.retention.event_seconds()
+        if kept is not None:
+            before = now - kept
+            self._batches(lambda: self.backend.prune_events(before, self.batch), max_batches)
         total = 0
         keys = self.retention.key_seconds()
         for state, age in self.retention.ages().items():

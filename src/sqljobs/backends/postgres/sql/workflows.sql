@@ -78,7 +78,9 @@ SELECT extract(epoch FROM min(wake_at))::float8 AS at FROM {schema}.sqljobs_jobs
 WHERE state = 'waiting' AND wake_at IS NOT NULL
 
 -- name: insert_event
-INSERT INTO {schema}.sqljobs_events (name, payload) VALUES (%(name)s, %(payload)s::jsonb)
+-- (emitted_at by the App's clock, as the pruner's cut-off is)
+INSERT INTO {schema}.sqljobs_events (name, payload, emitted_at)
+VALUES (%(name)s, %(payload)s::jsonb, to_timestamp(%(now)s))
 RETURNING id
 
 -- name: wake_waiters
