@@ -192,3 +192,29 @@ def test_async_enqueues_are_traced_in_the_callers_trace_and_transaction(
     for run in named(exporter, "sqljobs run note"):
         creation = made_by[(run.attributes or {})["messaging.message.id"]].context
         assert creation is not None and run.links[0].context.span_id == creation.span_id
+
+
+def test_a_workflow_gets_a_span_per_step_run_and_a_parked_attempt_is_no_error(
+    app: App, exporter: InMemorySpanExporter
+) -> None:
+    traced(app, exporter)
+    clock = sqljobs.testing.Clock()
+    app.clock = clock
+
+    @app.workflow
+    def flow(wf: sqljobs.Workflow) -> int:
+        a = wf.step("a", lambda: 1)
+        wf.sleep(60)
+        return a + wf.step("b", lambda: 2)
+
+    handle = flow.enqueue()
+    app.run_until_empty(clock=clock)
+    assert handle.result(timeout=1) == 3
+    runs = sorted(named(exporter, "sqljobs run"), key=lambda s: s.start_time or 0)
+    assert [(r.attributes or {})["sqljobs.outcome"] for r in runs] == ["parked", "done"]
+    assert all(r.status.status_code is not StatusCode.ERROR for r in runs)
+    steps = sorted(named(exporter, "sqljobs step"), key=lambda s: s.start_time or 0)
+    assert [s.name for s in steps] == ["sqljobs step a", "sqljobs step b"], "a once, not replayed"
+    for step, run in zip(steps, runs, strict=True):
+        assert step.parent is not None and run.context is not None
+        assert step.parent.span_id == run.context.span_id

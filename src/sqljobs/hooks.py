@@ -137,6 +137,8 @@ class Hooks:
         """True when an enqueue has anything to do here: the enqueue path checks it."""
         self.traced = False
         """sqljobs.tracing's middleware is registered."""
+        self.tracer: Any = None
+        """Its OpenTelemetry tracer, for the spans of workflow steps."""
 
     def check_event(self, event: object) -> None:
         if event not in self.by_event:

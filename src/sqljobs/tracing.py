@@ -17,7 +17,8 @@ sqljobs[otel]``); without an SDK configured, its spans cost next to nothing.
 from __future__ import annotations
 
 import logging
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
+from contextlib import contextmanager
 from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +61,7 @@ def enable_tracing(
     app.hooks.add_middleware(_producer(tracer), enqueue=True, outermost=True)
     app.hooks.add_middleware(_consumer(tracer, child_of_enqueue), outermost=True)
     app.hooks.traced = True
+    app.hooks.tracer = tracer
     log.info("tracing enabled on %r (attempts %s the enqueue's trace)", app,
              "join" if child_of_enqueue else "link to")  # fmt: skip
 
@@ -128,6 +130,8 @@ def _consumer(tracer: Any, child_of_enqueue: bool) -> Any:
                 yield
             except BaseException as exc:
                 span.set_attribute("sqljobs.outcome", _fate(info, exc))
+                if info.context.parked:  # a workflow's attempt that ended to wait
+                    raise
                 if not isinstance(exc, RetryLater):  # a retry asked for is no error
                     span.set_attribute("error.type", type(exc).__qualname__)
                     span.record_exception(exc)
@@ -140,10 +144,12 @@ def _consumer(tracer: Any, child_of_enqueue: bool) -> Any:
 
 def _fate(info: AttemptInfo, exc: BaseException | None) -> str:
     """What became of the attempt, as far as its worker knows when the handler returns:
-    ``done``, ``retry``, ``dead``; or, when the worker had let go of the job first (its
-    outcome is then discarded), ``cancelled``, ``timed_out``, ``released`` (shutdown)
-    or ``lease_lost``."""
+    ``done``, ``retry``, ``dead``, ``parked`` (a workflow waits); or, when the worker had
+    let go of the job first (its outcome is then discarded), ``cancelled``,
+    ``timed_out``, ``released`` (shutdown) or ``lease_lost``."""
     ctx = info.context
+    if ctx.parked:
+        return "parked"
     if ctx.cancelled:
         return "cancelled"
     if ctx.timed_out:
@@ -153,3 +159,33 @@ def _fate(info: AttemptInfo, exc: BaseException | None) -> str:
     if exc is None:
         return "done"
     return "retry" if info.would_retry(exc) else "dead"
+
+
+@contextmanager
+def step_span(app: App, workflow_id: int, task: str, step: str, kind: str) -> Iterator[None]:
+    """A span around one workflow step that runs (a replayed one runs nothing), a child of
+    the attempt's span; nothing without tracing."""
+    tracer = app.hooks.tracer
+    if tracer is None:
+        yield
+        return
+    from opentelemetry.trace import Status, StatusCode
+
+    attributes = {
+        "messaging.system": SYSTEM,
+        "messaging.message.id": str(workflow_id),
+        "sqljobs.task": task,
+        "sqljobs.step": step,
+        "sqljobs.step.kind": kind,
+    }
+    with tracer.start_as_current_span(
+        f"sqljobs step {step}", attributes=attributes, record_exception=False,
+        set_status_on_exception=False,
+    ) as span:  # fmt: skip
+        try:
+            yield
+        except Exception as exc:
+            span.set_attribute("error.type", type(exc).__qualname__)
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+            raise

@@ -22,7 +22,7 @@ import logging
 import random as _random
 import uuid as _uuid
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -108,7 +108,8 @@ class Workflow:
             if not _reached(self._app.clock(), retry_at):
                 self._park(wake_at=retry_at)
         try:
-            value = fn(*args, **kwargs)
+            with self._span(name, "step"):
+                value = fn(*args, **kwargs)
         except Exception as exc:
             self._step_failed(position, name, exc, failures + 1, retry)
             raise
@@ -132,9 +133,10 @@ class Workflow:
             if not _reached(self._app.clock(), retry_at):
                 await asyncio.to_thread(self._park, wake_at=retry_at)
         try:
-            value = fn(*args, **kwargs)
-            if asyncio.iscoroutine(value):
-                value = await value
+            with self._span(name, "step"):
+                value = fn(*args, **kwargs)
+                if asyncio.iscoroutine(value):
+                    value = await value
         except Exception as exc:
             await asyncio.to_thread(self._step_failed, position, name, exc, failures + 1, retry)
             raise
@@ -181,7 +183,7 @@ class Workflow:
                           "replay is)", self.id, name, exc)  # fmt: skip
                 return
         step = WorkflowStep(position, name, "transaction", "done")
-        with self._backend.job_transaction() as conn:
+        with self._span(name, "transaction"), self._backend.job_transaction() as conn:
             yield conn
             if not self._backend.save_step(self._checkpoint(step), conn):
                 raise LeaseLost(
@@ -372,6 +374,14 @@ class Workflow:
             raise WorkflowChanged(self.id, position, f"{found.kind} {found.name}",
                                   f"{kind} {name}")  # fmt: skip
         return position, found
+
+    def _span(self, name: str, kind: str) -> AbstractContextManager[None]:
+        """The step's span where tracing is on (see sqljobs.tracing)."""
+        if self._app.hooks.tracer is None:
+            return nullcontext()
+        from .tracing import step_span
+
+        return step_span(self._app, self.id, self._task.name, name, kind)
 
     def _done(self, position: int, name: str, kind: str, value: Any) -> None:
         encoded = None if value is None else encode_result(
