@@ -370,3 +370,19 @@ def test_old_events_are_pruned_after_their_retention(url: str) -> None:
     assert app.backend.first_event("old", 0) is None
     kept = app.backend.first_event("new", 0)
     assert kept is not None and kept.payload == "2"
+
+
+def test_hooks_hear_a_workflow_end_once_and_no_failure_for_its_parks(url: str) -> None:
+    app, clock = clocked(url)
+    heard: list[str] = []
+    for event in ("job_started", "job_done", "job_failed"):
+        app.on(event)(lambda e, name=event: heard.append(name))
+
+    @app.workflow
+    def flow(wf: Workflow) -> None:
+        wf.sleep(60)
+        wf.sleep(60)
+
+    flow.enqueue()
+    app.run_until_empty(clock=clock)
+    assert heard == ["job_started"] * 3 + ["job_done"]

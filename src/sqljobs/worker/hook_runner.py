@@ -183,7 +183,7 @@ class WorkerHooks:
             self._runs.pop((event.job_id, event.attempt), None)
             self._tell("job_cancelled", self._job_event("job_cancelled", event.job_id,
                        event.task, event.queue or "", event.attempt))  # fmt: skip
-        elif kind in ("released", "discarded", "lease_lost"):  # no outcome of ours to tell
+        elif kind in ("released", "discarded", "lease_lost", "parked"):  # no outcome to tell
             self._runs.pop((event.job_id, event.attempt), None)
 
     def _finished(self, event: WorkerEvent) -> None:
