@@ -4,6 +4,8 @@ wake-ups, and events kept in order and only when their transaction commits."""
 from __future__ import annotations
 
 import json
+import threading
+from threading import Barrier
 
 from sqljobs import App, JobState
 from sqljobs.backends import Backend
@@ -177,3 +179,27 @@ def test_workflow_jobs_lists_with_steps_and_old_events_are_pruned(backend: Backe
     assert backend.prune_events(backend.now() - 60) == 0
     assert backend.prune_events(backend.now() + 60) == 1
     assert backend.first_event("old", 0) is None
+
+
+def test_an_emit_racing_a_park_never_leaves_the_workflow_waiting(backend: Backend) -> None:
+    """Emits and parks of one name take turns: whichever commits second sees the other,
+    so an event that lands while its workflow parks is never missed."""
+    for i in range(40):
+        held = _running(backend)
+        name = f"race:{i}"
+        start = Barrier(2)
+
+        def park(held: HeldJob = held, name: str = name, start: Barrier = start) -> None:
+            start.wait()
+            backend.park_workflow(Park(held, event=name))
+
+        def emit(name: str = name, start: Barrier = start) -> None:
+            start.wait()
+            backend.emit_event(name, None)
+
+        threads = [threading.Thread(target=park), threading.Thread(target=emit)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert _state(backend, held.id)[0] is JobState.PENDING, f"round {i}: the event was missed"
