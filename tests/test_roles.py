@@ -18,6 +18,7 @@ import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
+import sqljobs
 from sqljobs import App, BackendError, JobContext, JobState, idempotent
 from sqljobs.backends.base import Claim
 from sqljobs.cli import cli
@@ -26,7 +27,7 @@ from sqljobs.maintenance import Pruner, Reaper
 from sqljobs.roles import ROLES, grants, tables
 from sqljobs.testing import stepped_worker
 
-from .conftest import PG_ADMIN_URL, worker_thread
+from .conftest import PG_ADMIN_URL, wait_until, worker_thread
 
 pytestmark = pytest.mark.postgres
 LOOPBACK = "http://127.0.0.1"
@@ -71,6 +72,10 @@ def define_tasks(app: App) -> None:
     @app.periodic(every=3600, name="hourly")
     def hourly() -> None:
         pass
+
+    @app.workflow(name="approval")
+    def approval(wf: sqljobs.Workflow, order: str) -> object:
+        return wf.wait_for(f"approved:{order}")
 
 
 def _admin(sql: str, database: str = "test") -> None:
@@ -173,6 +178,7 @@ def test_the_producer_enqueues_and_may_not_run_or_change_jobs(db: Database) -> N
     child = add.with_options(after=[first]).enqueue(3, 4)
     group = producer.group([add.s(1, 1), add.s(2, 2)], then=producer.tasks["total"].s())
     by_name = producer.enqueue("pay", args=["o-1"])
+    approval = producer.tasks["approval"].enqueue("o-1")
     assert _state(producer, child.id) is JobState.WAITING
     with pytest.raises(BackendError, match="permission denied"):
         producer.cancel(first.id)
@@ -196,6 +202,10 @@ def test_the_producer_enqueues_and_may_not_run_or_change_jobs(db: Database) -> N
         assert group.result(timeout=10) == 6
         assert by_name.result(timeout=10) is None
         assert child.result(timeout=10) == 7
+        wait_until(lambda: _state(producer, approval.id) is JobState.WAITING, what="the park")
+        producer.emit("approved:o-1", {"by": "ada"})  # a producer emits: the waiter runs
+        assert approval.result(timeout=10) == {"by": "ada"}
+    assert [s.name for s in producer.workflow_history(approval.id)] == ["approved:o-1"]
     producer.close()
     worker.close()
 

@@ -332,6 +332,8 @@ def test_bad_workflow_input_is_refused_by_name(url: str) -> None:
         app.emit("x", object())
     with pytest.raises(ConfigurationError, match="state must be one of"):
         app.workflows(state="sleeping")
+    with pytest.raises(ConfigurationError, match=r"runs in a worker.*negative.enqueue"):
+        negative()
 
 
 def test_cancelling_a_workflow_cancels_its_children_that_have_not_ended(url: str) -> None:
@@ -386,3 +388,23 @@ def test_hooks_hear_a_workflow_end_once_and_no_failure_for_its_parks(url: str) -
     flow.enqueue()
     app.run_until_empty(clock=clock)
     assert heard == ["job_started"] * 3 + ["job_done"]
+
+
+def test_a_parked_workflow_frees_its_concurrency_slot(url: str) -> None:
+    app, clock = clocked(url)
+
+    @app.workflow(concurrency=1, priority=5)
+    def one_at_a_time(wf: Workflow, n: int) -> int:
+        wf.step("before", lambda: n)
+        wf.sleep(60)
+        return n
+
+    first, second = one_at_a_time.enqueue(1), one_at_a_time.enqueue(2)
+    app.run_until_empty(clock=clock, until=clock() + 1)
+    assert [state(app, h.id) for h in (first, second)] == [JobState.WAITING] * 2, (
+        "the first one's park let the second one run"
+    )
+    app.run_until_empty(clock=clock)
+    assert [first.result(timeout=1), second.result(timeout=1)] == [1, 2]
+    job = app.get_job(first.id)
+    assert job is not None and job.priority == 5 and job.limit_key is not None

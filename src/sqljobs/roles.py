@@ -8,7 +8,9 @@ them by :func:`grants` (``sqljobs grants --role ROLE NAME`` prints the same):
   them: ``children`` (a child counted on its parent), ``waited`` (a caller waits on the
   result), ``key`` and ``released_key`` (an ended job's key given up to a new enqueue),
   and it reads the keys kept after their jobs were pruned (``sqljobs_spent_keys``). It
-  cannot claim, complete, retry, cancel or delete a job, nor touch schedules.
+  emits workflow events (``app.emit``: it inserts the event, and a SECURITY DEFINER
+  function makes the waiting workflows due) and reads workflow histories. It cannot
+  claim, complete, retry, cancel or delete a job, nor touch schedules.
 - ``worker``: claims, completes, heartbeats, fires schedules, keeps the metrics rollup
   and prunes. It reads and writes every sqljobs table: a worker is trusted with the
   queue.
@@ -42,6 +44,7 @@ _TABLE = re.compile(r"^CREATE TABLE \{schema\}\.(\w+)", re.MULTILINE)
 ALL = ("SELECT", "INSERT", "UPDATE", "DELETE")
 READ = ("SELECT",)
 JOBS_SEQUENCE = "sqljobs_jobs_id_seq"
+EVENTS_SEQUENCE = "sqljobs_events_id_seq"
 MIGRATIONS = "sqljobs_migrations"
 
 
@@ -69,6 +72,8 @@ ROLES: dict[str, Role] = {
             "sqljobs_deps": ("SELECT", "INSERT"),
             "sqljobs_tasks": READ,
             "sqljobs_spent_keys": READ,  # a key kept after its job was pruned answers
+            "sqljobs_events": ("SELECT", "INSERT"),  # app.emit (waiters woken by a function)
+            "sqljobs_workflow_steps": READ,  # app.workflow_history
             MIGRATIONS: READ,
         },
         new_ids=True,
@@ -134,5 +139,6 @@ def grants(role: str, name: str, *, schema: str = "public") -> str:
         if privileges:
             lines.append(f"GRANT {', '.join(privileges)} ON {schema}.{table} TO {who};")
     if spec.new_ids:
-        lines.append(f"GRANT USAGE ON SEQUENCE {schema}.{JOBS_SEQUENCE} TO {who};")
+        for sequence in (JOBS_SEQUENCE, EVENTS_SEQUENCE):
+            lines.append(f"GRANT USAGE ON SEQUENCE {schema}.{sequence} TO {who};")
     return "\n".join(lines) + "\n"

@@ -162,6 +162,11 @@ class Task(Generic[P, R]):
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the function directly, in this process (no job is stored)."""
+        if self.is_workflow:
+            raise ConfigurationError(
+                f"workflow {self.name!r} runs in a worker, which replays its steps: enqueue "
+                f"it ({self.__name__}.enqueue(...)); in a test, app.run_until_empty() runs it"
+            )
         return self.fn(*args, **kwargs)
 
     def with_options(

@@ -100,7 +100,7 @@ def next_wake(ex: Executor) -> float | None:
 
 def wake_workflows(ex: Executor, now: float, limit: int = 500) -> int:
     at = next_wake(ex)  # read first: usually nothing is due, and this takes no lock
-    if at is None or at > now:
+    if at is None or at > now + 1e-6:  # (kept to the microsecond: as the statement compares)
         return 0
     params = {"now": now, "limit": limit, "channel": ex._event_channel()}
     return ex.write(lambda conn: _woken(ex, result(conn.execute(ex.sql["wake_workflows"], params))))

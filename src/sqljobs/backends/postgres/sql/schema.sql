@@ -289,3 +289,27 @@ CREATE TABLE {schema}.sqljobs_events (
 );
 CREATE INDEX sqljobs_events_name ON {schema}.sqljobs_events (name, id);
 CREATE INDEX sqljobs_events_emitted ON {schema}.sqljobs_events (emitted_at);
+
+-- Makes due the workflows waiting for event `name` and wakes their workers; the emit's
+-- one write to the jobs table, so a role that may only insert events (a producer) can
+-- emit: SECURITY DEFINER, it runs with the rights of the tables' owner. It changes
+-- nothing but parked waiters of that name, which look for their event again.
+CREATE FUNCTION {schema}.sqljobs_wake_waiters(name text, channel text)
+RETURNS bigint LANGUAGE plpgsql VOLATILE SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    woken bigint;
+    notified bigint;
+BEGIN
+    WITH made_due AS (
+        UPDATE {schema}.sqljobs_jobs SET state = 'pending', run_at = now(), wake_at = NULL,
+                                         wait_event = NULL
+        WHERE state = 'waiting' AND wait_event = name
+        RETURNING queue
+    )
+    SELECT (SELECT count(*) FROM made_due),
+           (SELECT count(pg_notify(channel, q)) FROM (SELECT DISTINCT queue AS q FROM made_due) d)
+    INTO woken, notified;
+    RETURN woken;
+END
+$$;

@@ -85,16 +85,8 @@ RETURNING id
 
 -- name: wake_waiters
 -- The workflows waiting for an event just emitted, made due (in the emit's transaction:
--- one that rolls back wakes none).
-WITH woken AS (
-    UPDATE {schema}.sqljobs_jobs SET state = 'pending', run_at = now(), wake_at = NULL,
-                                     wait_event = NULL
-    WHERE state = 'waiting' AND wait_event = %(name)s
-    RETURNING queue
-)
-SELECT (SELECT count(*) FROM woken) AS n,
-       (SELECT count(pg_notify(%(channel)s, q)) FROM (SELECT DISTINCT queue AS q FROM woken) AS d)
-           AS notified
+-- one that rolls back wakes none), by the function that lets a producer do it.
+SELECT {schema}.sqljobs_wake_waiters(%(name)s, %(channel)s) AS n
 
 -- name: first_event
 -- The first event of a name after the one a workflow last took.
