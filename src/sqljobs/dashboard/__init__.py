@@ -11,8 +11,9 @@ once a token is set, every request needs it. Actions are POSTs that need a CSRF 
 
 The pages (:mod:`sqljobs.dashboard.pages`; ``docs/dashboard.md`` describes them):
 ``/`` overview, ``/jobs`` (filters and a ``before`` cursor as query parameters),
-``/jobs/ID``, ``/jobs/confirm`` (a bulk action's count, before it is done), ``/queues``,
-``/schedules``, ``/workers``.
+``/jobs/ID``, ``/jobs/confirm`` (a bulk action's count, before it is done),
+``/workflows`` (``?state=S``), ``/workflows/ID`` (a workflow's timeline of steps),
+``/queues``, ``/schedules``, ``/workers``.
 
 The JSON API:
 
@@ -31,6 +32,15 @@ The JSON API:
   ``progress.updated_at`` and, in ``history`` entries, ``started_at`` and ``ended_at`` are
   ISO 8601 strings in UTC (``2026-12-03T08:14:05.123+00:00``) or null: a person reading
   the JSON sees when, and every language parses them; so is a queue's ``paused_at``.
+- ``GET /api/jobs?workflow=ID`` (with any filter above): the child jobs of workflow ``ID``,
+  the ids its run and gather steps started; 400 when ``ID`` is no workflow's job.
+- ``GET /api/workflows?state=S&limit=N``: the App's workflows, newest first, as ``sqljobs
+  workflows list --json`` has them (``wait_event``, ``wake_at``, ``waiting_on``: what a
+  waiting one waits for), times as ISO 8601 UTC strings. ``GET /api/workflows/ID``:
+  ``{"job": ..., "reason": ..., "steps": [...], "children": [ids]}``, each step as
+  ``sqljobs workflows show --json`` has it plus ``duration`` (float seconds), its times and
+  those of its ``detail`` as ISO 8601 UTC strings; 404 when ``ID`` is no job or no
+  workflow.
 - ``GET /api/workers``: every live worker and the jobs it is running;
   ``GET /api/schedules``: every schedule, with its timing ``in_words``.
 - ``POST /api/jobs/ID/retry`` (a dead or cancelled job), ``POST /api/jobs/ID/cancel`` (a
@@ -58,7 +68,8 @@ Where things are: :mod:`~sqljobs.dashboard.server` maps every URL to its endpoin
 ``page_routes``, ``api_routes`` and ``action_routes`` hold the endpoints, each handed the
 one :class:`~sqljobs.dashboard.site.Site` they share; ``gate`` is the middleware in front
 of them all. What they call on: ``pages`` (reads and templates), ``api`` (parameters and
-JSON), ``actions``, ``metrics``, ``security``, ``forms``, ``reads``, ``render``.
+JSON), ``actions``, ``metrics``, ``security``, ``forms``, ``reads``, ``flows`` (a
+workflow's steps and children), ``render``.
 """
 
 from .security import check_bind, is_loopback

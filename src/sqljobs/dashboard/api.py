@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Mapping
+from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,9 +20,10 @@ from starlette.datastructures import ImmutableMultiDict
 from .. import validate
 from ..errors import ConfigurationError
 from ..humanize import iso_utc
-from ..jobs import Job, JobFilter, JobState, QueueInfo, WorkerStatus
+from ..jobs import Job, JobFilter, JobState, QueueInfo, WorkerStatus, WorkflowStep
 from ..schedules import ScheduleState
 from ..validate import MAX_ID, check_queue_name, whole_number
+from ..workflow_ops import WorkflowRun
 
 DEFAULT_LIMIT = 50
 MAX_LIMIT = 1000
@@ -37,6 +39,8 @@ MAX_NAME = 1000
 _STATES = ", ".join(s.value for s in JobState)
 _TIME_FIELDS = ("run_at", "created_at", "lease_until", "started_at", "finished_at", "deadline_at")
 _HISTORY_TIME_FIELDS = ("started_at", "ended_at")
+_RUN_TIME_FIELDS = ("wake_at", "created_at", "finished_at")
+_STEP_DETAIL_TIMES = ("wake_at", "timeout_at", "retry_at", "emitted_at")
 
 
 class BadParameter(ValueError):
@@ -246,6 +250,20 @@ def _up_to(params: Mapping[str, str]) -> int | None:
     return None if text is None else job_id(text)
 
 
+def workflow(params: ImmutableMultiDict[str, Any]) -> int | None:
+    """``workflow``: the job id of a workflow, whose child jobs a list narrows to."""
+    text = _text(params, "workflow")
+    if text is None:
+        return None
+    try:
+        return job_id(text)
+    except BadParameter:
+        raise BadParameter(
+            f"workflow must be a workflow's job id, a whole number from 1 to {MAX_ID}, "
+            f"not {text[:80]!r}"
+        ) from None
+
+
 def before(params: Mapping[str, str]) -> int | None:
     """``before``: the page's cursor, a job id (the previous page's ``next_before``)."""
     text = params.get("before")
@@ -294,3 +312,40 @@ def schedule_json(state: ScheduleState, kwargs: dict[str, Any], words: str) -> d
     for name in ("next_run_at", "last_run_at", "updated_at"):
         out[name] = iso_utc(out[name])
     return out
+
+
+# -- workflows -------------------------------------------------------------------------
+
+
+def run_json(run: WorkflowRun) -> dict[str, Any]:
+    """One workflow for ``/api/workflows``: as ``sqljobs workflows list --json`` has it,
+    its times (``created_at``, ``finished_at``, and ``wake_at``, when a waiting one is due
+    again) as ISO 8601 UTC strings."""
+    out = asdict(run)
+    for name in _RUN_TIME_FIELDS:
+        out[name] = iso_utc(out[name])
+    return out
+
+
+def step_json(step: WorkflowStep) -> dict[str, Any]:
+    """One checkpointed step for ``/api/workflows/ID``: as ``sqljobs workflows show
+    --json`` has it (``result`` the stored JSON text, ``value`` it decoded), its times and
+    the times in its ``detail`` (``wake_at``, ``timeout_at``, ``retry_at``,
+    ``emitted_at``) as ISO 8601 UTC strings, and ``duration`` in float seconds (null
+    until it ended)."""
+    out = step.to_dict()
+    for name in _HISTORY_TIME_FIELDS:
+        out[name] = iso_utc(out[name])
+    out["detail"] = {
+        key: iso_utc(value) if key in _STEP_DETAIL_TIMES and _is_time(value) else value
+        for key, value in step.detail.items()
+    }
+    took = None
+    if step.started_at is not None and step.ended_at is not None:
+        took = max(0.0, step.ended_at - step.started_at)
+    out["duration"] = took
+    return out
+
+
+def _is_time(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -11,9 +11,9 @@ from urllib.parse import urlencode
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from . import api, forms, metrics
+from . import api, flows, forms, metrics
 from .pages import in_words
-from .reads import paused_at, redacted, redacted_kwargs
+from .reads import paused_at, redacted, redacted_kwargs, redacted_steps
 from .site import Site
 
 
@@ -38,8 +38,10 @@ class ApiRoutes:
     def jobs(self, request: Request) -> Response:
         app = self.site.app
         params = request.query_params
-        api.only(params, (*api.FILTER_PARAMS, "before", "limit"), "/api/jobs")
-        found = api.job_filter(params, time.time())
+        api.only(params, (*api.FILTER_PARAMS, "before", "limit", "workflow"), "/api/jobs")
+        found = flows.children_filter(
+            app, api.job_filter(params, time.time()), api.workflow(params)
+        )
         page = app.find_jobs(found, before=api.before(params), limit=api.limit(params))
         response = JSONResponse([api.job_json(redacted(app, job)) for job in page.jobs])
         if page.next_before is not None:
@@ -56,6 +58,31 @@ class ApiRoutes:
         if found is None:
             return JSONResponse({"error": f"no job with id {job_id}"}, status_code=404)
         return JSONResponse(api.job_json(redacted(app, found)))
+
+    def workflows(self, request: Request) -> Response:
+        app = self.site.app
+        params = request.query_params
+        api.only(params, ("state", "limit"), "/api/workflows")
+        runs = app.workflows(state=api.state(params), limit=api.limit(params))
+        return JSONResponse([api.run_json(run) for run in runs])
+
+    def workflow(self, request: Request) -> Response:
+        app = self.site.app
+        api.only(request.query_params, (), "/api/workflows/ID")
+        job_id = api.job_id(request.path_params["job_id"])
+        loaded = flows.load(app, job_id)
+        if isinstance(loaded, flows.Missing):
+            return JSONResponse({"error": loaded.reason}, status_code=404)
+        found, stored = loaded
+        steps = redacted_steps(app, stored)
+        return JSONResponse(
+            {
+                "job": api.job_json(redacted(app, found)),
+                "reason": app.waiting_reason(found),
+                "steps": [api.step_json(step) for step in steps],
+                "children": flows.child_ids(steps),
+            }
+        )
 
     def workers(self, request: Request) -> Response:
         app = self.site.app

@@ -1,7 +1,7 @@
 """The endpoints of the HTML pages (``/``, ``/jobs``, ``/jobs/confirm``, ``/jobs/ID``,
-``/queues``, ``/schedules``, ``/workers``) and of the login page and log out. What each
-page reads and shows is :mod:`sqljobs.dashboard.pages`'; the URLs are
-:mod:`sqljobs.dashboard.server`'s."""
+``/workflows``, ``/workflows/ID``, ``/queues``, ``/schedules``, ``/workers``) and of the
+login page and log out. What each page reads and shows is
+:mod:`sqljobs.dashboard.pages`'; the URLs are :mod:`sqljobs.dashboard.server`'s."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from ..jobs import JobFilter
-from . import api, forms
+from . import api, flows, forms
 from .gate import set_cookie
 from .pages import BULK_VERBS
 from .security import AUTH_COOKIE, BAD_CSRF, CSRF_FIELD, SESSION_COOKIE
@@ -33,12 +33,13 @@ class PageRoutes:
         return html(self.site.pages.overview(self.site.view(request)))
 
     def jobs_page(self, request: Request) -> Response:
-        params = forms.page_params(request, (*api.FILTER_PARAMS, "before"), "/jobs")
+        params = forms.page_params(request, (*api.FILTER_PARAMS, "before", "workflow"), "/jobs")
         now = time.time()
-        found = api.job_filter(params, now)
+        workflow = api.workflow(params)
+        found = flows.children_filter(self.site.app, api.job_filter(params, now), workflow)
         query = [(k, v) for k, v in params.multi_items() if k not in forms.FLASH]
         view = self.site.view(request)
-        return html(self.site.pages.jobs(view, found, api.before(params), query))
+        return html(self.site.pages.jobs(view, found, api.before(params), query, workflow))
 
     def confirm_page(self, request: Request) -> Response:
         params = forms.page_params(
@@ -66,6 +67,21 @@ class PageRoutes:
             reason = f"no job with id {job_id}: it never existed, or it was deleted or pruned"
             jobs_list = f"{forms.root(request)}/jobs"
             refusal = pages.refusal(self.site.view(request), reason, jobs_list, "Not found")
+            return html(refusal, 404)
+        return html(page)
+
+    def workflows_page(self, request: Request) -> Response:
+        params = forms.page_params(request, ("state",), "/workflows")
+        return html(self.site.pages.workflows(self.site.view(request), api.state(params)))
+
+    def workflow_page(self, request: Request) -> Response:
+        forms.page_params(request, (), "/workflows/ID")
+        job_id = api.job_id(request.path_params["job_id"])
+        pages = self.site.pages
+        page = pages.workflow(self.site.view(request), job_id)
+        if isinstance(page, flows.Missing):
+            way_back = f"{forms.root(request)}{page.way_back}"
+            refusal = pages.refusal(self.site.view(request), page.reason, way_back, "Not found")
             return html(refusal, 404)
         return html(page)
 

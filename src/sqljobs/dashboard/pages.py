@@ -1,6 +1,7 @@
 """The dashboard's HTML pages: what each one reads through the App, handed to its template.
 
-Overview (``/``), Jobs (``/jobs``), a job (``/jobs/ID``), Queues, Schedules and Workers.
+Overview (``/``), Jobs (``/jobs``), a job (``/jobs/ID``), Workflows (``/workflows``), a
+workflow's timeline (``/workflows/ID``), Queues, Schedules and Workers.
 Each read happens on every request (and every live refresh), so whatever a page shows
 agrees with ``sqljobs stats`` and the JSON. No SQL here: everything goes through the App
 facade, so both backends serve every page.
@@ -33,9 +34,9 @@ from ..jobs import (
 )
 from ..limits import queue_limit_records
 from ..schedules import ScheduleState
-from . import charts
+from . import charts, flows
 from .api import filter_fields
-from .reads import paused_at, queue_infos, redacted, redacted_kwargs
+from .reads import paused_at, queue_infos, redacted, redacted_kwargs, redacted_steps
 
 NAV = (
     ("/", "Overview"),
@@ -44,6 +45,8 @@ NAV = (
     ("/schedules", "Schedules"),
     ("/workers", "Workers"),
 )
+WORKFLOWS_LINK = ("/workflows", "Workflows")
+"""In the navigation after Jobs when the App registers a workflow (``@app.workflow``)."""
 REFRESH_MS = 5000
 """How often a page's live region is fetched again (``static/dashboard.js``)."""
 DEFAULT_ALERT_AGE = 60.0
@@ -108,7 +111,7 @@ class Pages:
     ) -> str:
         """``template`` in the layout: navigation, notices, the live region."""
         return self.env.get_template(template).render(
-            nav=NAV,
+            nav=self._nav(),
             title=title,
             section=section,
             view=view,
@@ -117,6 +120,11 @@ class Pages:
             states=_STATES,
             **context,
         )
+
+    def _nav(self) -> tuple[tuple[str, str], ...]:
+        if not any(task.is_workflow for task in self.app.tasks.values()):
+            return NAV
+        return (*NAV[:2], WORKFLOWS_LINK, *NAV[2:])
 
     # -- overview ---------------------------------------------------------------------
 
@@ -169,10 +177,16 @@ class Pages:
         return JobPage([redacted(self.app, job) for job in page.jobs], page.next_before)
 
     def jobs(
-        self, view: View, filter: JobFilter, before: int | None, query: list[tuple[str, str]]
+        self,
+        view: View,
+        filter: JobFilter,
+        before: int | None,
+        query: list[tuple[str, str]],
+        workflow: int | None = None,
     ) -> str:
         """A page of the jobs matching ``filter`` (newest first, from ``before``), the
-        filter form, and the bulk actions on a selection or on every match."""
+        filter form, and the bulk actions on a selection or on every match; with
+        ``workflow``, the filter holds that workflow's child jobs (``ids``)."""
         page = self._jobs(filter, PAGE_SIZE, before)
         matching = self.app.count_jobs(filter)
         filtered = filter != JobFilter()
@@ -190,6 +204,7 @@ class Pages:
             first_url=_jobs_url(query, None) if before is not None else None,
             bulk=BULK_VERBS,
             filter_fields=filter_fields(filter),
+            workflow=workflow,
         )
 
     def confirm(self, view: View, verb: str, filter: JobFilter) -> str:
@@ -245,6 +260,7 @@ class Pages:
         if found is None:
             return None
         job = redacted(self.app, found)
+        steps = flows.steps_of(self.app, found)
         return self.render(
             "job.html",
             view,
@@ -255,6 +271,49 @@ class Pages:
             attempts=[*(_attempt(entry) for entry in job.history), *_current_attempt(job)],
             children=self.app.job_children(job.id),
             task_known=job.task in self.app.tasks,
+            steps=None if steps is None else len(steps),
+            workflow_children=None if steps is None else len(flows.child_ids(steps)),
+            part_of=flows.parent_of(job),
+        )
+
+    # -- workflows --------------------------------------------------------------------
+
+    def workflows(self, view: View, state: str | None) -> str:
+        """The App's workflows, newest first (of ``state`` only, when given): each one's
+        state, steps, and what a waiting one waits for."""
+        app = self.app
+        runs = app.workflows(state=state, limit=PAGE_SIZE)
+        return self.render(
+            "workflows.html",
+            view,
+            title="Workflows",
+            section=WORKFLOWS_LINK[0],
+            runs=runs,
+            state=state,
+            registers=any(task.is_workflow for task in app.tasks.values()),
+            page_size=PAGE_SIZE,
+        )
+
+    def workflow(self, view: View, job_id: int) -> str | flows.Missing:
+        """A workflow's timeline: each checkpointed step with its kind, state, duration,
+        result or error, what a waiting one waits for, and its child jobs; the workflow's
+        own state and why it waits. Or why there is none to show."""
+        app = self.app
+        loaded = flows.load(app, job_id)
+        if isinstance(loaded, flows.Missing):
+            return loaded
+        found, stored = loaded
+        steps = redacted_steps(app, stored)
+        return self.render(
+            "workflow.html",
+            view,
+            title=f"Workflow {job_id}",
+            section=WORKFLOWS_LINK[0],
+            job=redacted(app, found),
+            reason=app.waiting_reason(found),
+            rows=flows.step_rows(app, steps),
+            children=len(flows.child_ids(steps)),
+            task_known=found.task in app.tasks,
         )
 
     # -- queues, schedules, workers -----------------------------------------------------

@@ -3,18 +3,24 @@ redacted arguments hidden, and queues built from one stats read.
 
 Every place a job's arguments leave the dashboard goes through :func:`redacted` (tasks
 declare ``redact=[...]``); a schedule's keyword arguments through
-:func:`redacted_kwargs`.
+:func:`redacted_kwargs`; a workflow's steps through :func:`redacted_steps`, since a run
+or gather step's result quotes its child jobs' results and errors.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ..app import App
-from ..jobs import Job, JobState, QueueInfo
-from ..redaction import redact_arguments, redact_job
+from ..jobs import Job, JobFilter, JobState, QueueInfo, WorkflowStep
+from ..redaction import redact_arguments, redact_job, scrubber
 from ..stats import Stats
+
+_READ_AT_ONCE = 1000
+"""Jobs one ``find_jobs`` call reads by id (its most)."""
 
 
 def redacted(app: App, job: Job) -> Job:
@@ -26,6 +32,73 @@ def redacted(app: App, job: Job) -> Job:
 def redacted_kwargs(app: App, task: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     """A schedule's keyword arguments as its task's redaction shows them."""
     return redact_arguments(app.tasks.get(task), [], kwargs)[1]
+
+
+def jobs_by_id(app: App, ids: Iterable[int]) -> dict[int, Job]:
+    """The jobs of ``ids`` that still exist, as stored (not redacted), a query a thousand."""
+    unique = list(dict.fromkeys(ids))
+    found: dict[int, Job] = {}
+    for start in range(0, len(unique), _READ_AT_ONCE):
+        chunk = tuple(unique[start : start + _READ_AT_ONCE])
+        found.update((j.id, j) for j in app.find_jobs(JobFilter(ids=chunk), limit=len(chunk)).jobs)
+    return found
+
+
+def redacted_steps(app: App, steps: Sequence[WorkflowStep]) -> list[WorkflowStep]:
+    """A workflow's steps with the values its child jobs' tasks redact replaced by
+    ``***`` where a run or gather step's result quotes a child's result or error (each
+    child's own page hides them so). Children are read only when the App has a task that
+    redacts; a pruned child's entry stays as stored."""
+    if not any(task.redact for task in app.tasks.values()):
+        return list(steps)
+    quoting = [s for s in steps if s.kind in ("run", "gather") and s.result is not None]
+    ids = [i for s in quoting for i in s.detail.get("children", []) if isinstance(i, int)]
+    children = jobs_by_id(app, ids)
+    scrubs = {
+        job.id: scrubber(app.tasks.get(job.task), job.args, job.kwargs)
+        for job in children.values()
+        if getattr(app.tasks.get(job.task), "redact", None)
+    }
+    if not scrubs:
+        return list(steps)
+    positions = {step.position for step in quoting}
+    return [
+        replace(step, result=_scrub_outcome(step.result, scrubs))
+        if step.position in positions
+        else step
+        for step in steps
+    ]
+
+
+def _scrub_outcome(
+    text: str | None, scrubs: Mapping[int, Callable[[str | None], str | None]]
+) -> str | None:
+    """A run or gather step's result (a list of ``{"id", "state", "result", "error"}``)
+    with each child's result and error scrubbed by that child's scrubber."""
+    try:
+        outcome = json.loads(text or "null")
+    except ValueError:
+        return text
+    if not isinstance(outcome, list):
+        return text
+    for entry in outcome:
+        child = entry.get("id") if isinstance(entry, dict) else None
+        scrub = scrubs.get(child) if isinstance(child, int) else None
+        if scrub is not None:
+            entry["result"] = _scrub_value(entry.get("result"), scrub)
+            entry["error"] = _scrub_value(entry.get("error"), scrub)
+    return json.dumps(outcome)
+
+
+def _scrub_value(value: Any, scrub: Callable[[str | None], str | None]) -> Any:
+    """``value`` (decoded JSON) with every string in it scrubbed."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, list):
+        return [_scrub_value(item, scrub) for item in value]
+    if isinstance(value, dict):
+        return {key: _scrub_value(item, scrub) for key, item in value.items()}
+    return value
 
 
 def queue_infos(app: App, stats: Stats) -> list[QueueInfo]:

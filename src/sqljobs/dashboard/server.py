@@ -66,6 +66,8 @@ def routes(site: Site) -> list[BaseRoute]:
         Route("/jobs", page.jobs_page),
         Route("/jobs/confirm", page.confirm_page),
         Route("/jobs/{job_id}", page.job_page),
+        Route("/workflows", page.workflows_page),
+        Route("/workflows/{job_id}", page.workflow_page),
         Route("/queues", page.queues_page),
         Route("/schedules", page.schedules_page),
         Route("/workers", page.workers_page),
@@ -79,6 +81,8 @@ def routes(site: Site) -> list[BaseRoute]:
         Route("/api/workers", read.workers),
         Route("/api/schedules", read.schedules),
         Route("/api/jobs", read.jobs),
+        Route("/api/workflows", read.workflows),
+        Route("/api/workflows/{job_id}", read.workflow),
         # bulk actions before the routes that take an id in their place
         *(Route(f"/api/jobs/{verb}", act.on_jobs(verb), methods=["POST"]) for verb in BULK_VERBS),
         # the id is checked by api.job_id, which says what is wrong with a bad one
