@@ -408,3 +408,18 @@ def test_a_parked_workflow_frees_its_concurrency_slot(url: str) -> None:
     assert [first.result(timeout=1), second.result(timeout=1)] == [1, 2]
     job = app.get_job(first.id)
     assert job is not None and job.priority == 5 and job.limit_key is not None
+
+
+def test_a_workflow_redacts_its_arguments_as_a_task_does(url: str) -> None:
+    from sqljobs.redaction import redact_job
+
+    app, clock = clocked(url)
+
+    @app.workflow(redact=["card"])
+    def pay(wf: Workflow, order: str, card: str) -> None: ...
+
+    handle = pay.enqueue("o-1", "4111")
+    job = app.get_job(handle.id)
+    assert job is not None
+    shown = redact_job(pay, job)
+    assert shown.args == ["o-1", "***"]

@@ -5,7 +5,7 @@ and ``app.workflows`` (the runtime a workflow function is given is
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, overload
@@ -80,6 +80,7 @@ def define_workflow(
     concurrency: int | None = None,
     concurrency_key: Callable[..., Any] | None = None,
     rate: str | None = None,
+    redact: Sequence[str] = (),
     key_retention: KeyRetention = "default",
 ) -> WorkflowDecorator: ...
 def define_workflow(
@@ -88,7 +89,7 @@ def define_workflow(
     retry: Retry | None = None, priority: int = 0, timeout: float | timedelta | None = None,
     store_result: bool = True, concurrency: int | None = None,
     concurrency_key: Callable[..., Any] | None = None, rate: str | None = None,
-    key_retention: KeyRetention = "default",
+    redact: Sequence[str] = (), key_retention: KeyRetention = "default",
 ) -> Task[..., Any] | WorkflowDecorator:  # fmt: skip
     """``@app.workflow``: register a durable workflow, a task whose function takes a
     :class:`sqljobs.Workflow` first (see :mod:`sqljobs.workflows`). It is a job like any
@@ -99,8 +100,8 @@ def define_workflow(
         task = define_task(
             app, func, name=name, queue=queue, lease=lease, retry=retry, priority=priority,
             timeout=timeout, store_result=store_result, concurrency=concurrency,
-            concurrency_key=concurrency_key, rate=rate, key_retention=key_retention,
-            workflow=True,
+            concurrency_key=concurrency_key, rate=rate, redact=redact,
+            key_retention=key_retention, workflow=True,
         )  # fmt: skip
         assert isinstance(task, Task)
         return task

@@ -10,7 +10,8 @@ FROM {schema}.sqljobs_workflow_steps WHERE job_id = %(id)s ORDER BY position
 
 -- name: save_step
 -- A step's checkpoint, inserted or moved on (a step's name never changes at its position:
--- a replay that meets another name fails before it writes). A checkpoint is progress: the
+-- a replay that meets another name fails before it writes), timed by the App's clock as
+-- its wake-ups are. A checkpoint is progress: the
 -- crashes of earlier attempts no longer make the workflow a poison job.
 WITH held AS (
     SELECT id, attempts FROM {schema}.sqljobs_jobs
@@ -21,9 +22,11 @@ WITH held AS (
     WHERE id = (SELECT id FROM held) AND crashes > 0
 )
 INSERT INTO {schema}.sqljobs_workflow_steps AS s
-    (job_id, position, name, kind, state, result, error, detail, attempt, ended_at)
+    (job_id, position, name, kind, state, result, error, detail, attempt, started_at,
+     ended_at)
 SELECT id, %(position)s, %(name)s, %(kind)s, %(state)s, %(result)s::jsonb, %(error)s,
-       %(detail)s::jsonb, attempts, CASE WHEN %(ended)s THEN now() END
+       %(detail)s::jsonb, attempts, to_timestamp(%(now)s),
+       CASE WHEN %(ended)s THEN to_timestamp(%(now)s) END
 FROM held
 ON CONFLICT (job_id, position) DO UPDATE
 SET state = excluded.state, result = excluded.result, error = excluded.error,
