@@ -413,7 +413,7 @@ def test_a_parked_workflow_frees_its_concurrency_slot(url: str) -> None:
 def test_a_workflow_redacts_its_arguments_as_a_task_does(url: str) -> None:
     from sqljobs.redaction import redact_job
 
-    app, clock = clocked(url)
+    app, _ = clocked(url)
 
     @app.workflow(redact=["card"])
     def pay(wf: Workflow, order: str, card: str) -> None: ...
