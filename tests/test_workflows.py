@@ -388,6 +388,8 @@ def test_hooks_hear_a_workflow_end_once_and_no_failure_for_its_parks(url: str) -
     flow.enqueue()
     app.run_until_empty(clock=clock)
     assert heard == ["job_started"] * 3 + ["job_done"]
+    attempts = {m.outcome: m.amount for m in app.metric_totals() if m.series == "attempts"}
+    assert attempts == {"parked": 2, "done": 1}
 
 
 def test_a_parked_workflow_frees_its_concurrency_slot(url: str) -> None:

@@ -66,6 +66,8 @@ class AttemptOutcome(enum.StrEnum):
     runs again, or is dead when out of attempts)."""
     CRASHED = "crashed"
     """Its worker died during the attempt: the rescuer (or the supervisor) ended it."""
+    PARKED = "parked"
+    """A workflow's attempt that ended to wait (given back: no failure, no retry)."""
 
 
 FAILED_OUTCOMES = frozenset(

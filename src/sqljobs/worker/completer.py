@@ -119,6 +119,7 @@ class Completer:
                 taken = job, None, None
             if run.ctx.parked:  # a workflow wrote its own park
                 self.counters["parked"] += 1
+                tally(self._meter, taken, AttemptOutcome.PARKED, self._clock())
                 self._emit("parked", run.job, JobState.WAITING.value)
                 continue
             if run.ctx.completed_in_transaction:
