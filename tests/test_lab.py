@@ -104,11 +104,34 @@ def test_e9_batching_cuts_statements(url: str) -> None:
     assert r.rows[3].ours["statements"] < r.rows[2].ours["statements"]
 
 
+@pytest.mark.slow
+@pytest.mark.processes
+def test_e10_a_workflow_repeats_only_the_effects_killed_before_their_checkpoint(
+    url: str,
+) -> None:
+    r = run("E10", url)
+    w, n1, n2 = (r.row(key).ours for key in ("W ", "N1 ", "N2 "))
+    assert (w["kills"], w["state"], w["result ok"]) == (13, "done", True)
+    assert w["effects per step"] == [2] * 6 and w["checkpointed per step"] == [1] * 6
+    assert (w["repeated"], w["killed before ckpt"], w["after ckpt"]) == (6, 6, 0)
+    assert w["repeats are the kills before ckpt"] and w["cut mid-way"] == 6
+    assert w["tx rows"] == 1 and w["tx block runs"] == 8  # killed, committed, 6 replays
+    assert (n1["kills"], n1["state"], n1["effects per step"]) == (3, "dead", [2, 0, 0, 0, 0, 0])
+    assert (n2["kills"], n2["state"], n2["result ok"]) == (13, "done", True)
+    # every retry re-ran the effects before the kill point that ended it
+    assert n2["effects per step"] == [13, 11, 9, 6, 4, 2] and n2["repeated"] == 39
+    assert n2["tx rows"] == 7
+    assert r.claims[-1].text.startswith("verdict: killed at the same 13 points")
+
+
 def test_select_expands_all_and_rejects_unknown_names() -> None:
-    assert select(["all"])[0] == "E1" and len(select([])) == 9
+    assert select(["all"])[0] == "E1" and len(select([])) == 10
+    assert select(["all"])[-1] == "E10"
     assert select(["e2", "E1"]) == ["E2", "E1"]
-    with pytest.raises(ConfigurationError, match="E10"):
-        select(["E10"])
+    with pytest.raises(
+        ConfigurationError, match=r"unknown experiment 'E11'; choose from E1, .*, E10 or all"
+    ):
+        select(["E11"])
 
 
 def test_the_command_prints_json_and_writes_a_chart(tmp_path: Path) -> None:

@@ -94,7 +94,7 @@ cli.add_command(
     Deferred(
         "lab",
         "sqljobs.cli.cmd_lab:lab",
-        "Re-run the article's experiments (E1-E9) against a real database.",
+        "Re-run the article's experiments (E1-E9) and E10 (workflows) against a real database.",
     )
 )
 

@@ -17,7 +17,7 @@ from ..lab.runner import NAMES, run_all, select
 
 
 @click.command()
-@click.argument("experiments", nargs=-1, metavar="[E1..E9|all]")
+@click.argument("experiments", nargs=-1, metavar="[E1..E10|all]")
 @click.option("--backend", type=click.Choice(["sqlite", "postgres"]), default=None,
               help="Database engine (default: from --url, else sqlite).")  # fmt: skip
 @click.option("--url", "lab_url", default=None,
@@ -37,7 +37,7 @@ def lab(
     charts: Path | None,
     quick: bool,
 ) -> None:
-    """Re-run the article's experiments (E1-E9) against a real database.
+    """Re-run the article's experiments (E1-E9) and E10 (workflows) against a real database.
 
     Each table shows our figure with the article's in brackets; broken variants are
     marked "don't". Exits 1 if any structural claim failed.

@@ -47,9 +47,10 @@ class Fleet:
         self.procs.append(proc)
         return proc
 
-    def sqljobs_worker(self, queue: str, concurrency: int, *extra: str) -> Proc:
-        """A real ``sqljobs worker`` process running :mod:`sqljobs.lab.workload`."""
-        app = "sqljobs.lab.workload:app"
+    def sqljobs_worker(
+        self, queue: str, concurrency: int, *extra: str, app: str = "sqljobs.lab.workload:app"
+    ) -> Proc:
+        """A real ``sqljobs worker`` process running ``app`` (:mod:`sqljobs.lab.workload`)."""
         return self._start(
             ["-m", "sqljobs", "--app", app, "worker", "--concurrency", str(concurrency),
              "--queues", queue, *extra]
@@ -58,6 +59,10 @@ class Fleet:
     def naive_worker(self, queue: str, threads: int, seconds: float) -> Proc:
         """The lab's naive worker (no lease; exits at once on SIGTERM)."""
         return self._start(["-m", "sqljobs.lab.naive", self.url, queue, str(threads), str(seconds)])
+
+    def module(self, name: str, *args: str) -> Proc:
+        """``python -m name args``: a lab process of its own (see ``name``'s docstring)."""
+        return self._start(["-m", name, *args])
 
     def stop_all(self) -> None:
         for proc in self.procs:

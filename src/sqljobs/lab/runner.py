@@ -25,12 +25,13 @@ MODULES = (
     ("E7", "e7_shutdown", "graceful shutdown"),
     ("E8", "e8_latency", "polling vs change signals"),
     ("E9", "e9_claim_cost", "claim cost and batching"),
+    ("E10", "e10_workflows", "workflows under SIGKILL"),
 )
 NAMES = tuple(name for name, _, _ in MODULES)
 
 
 def experiment(name: str) -> Experiment:
-    """The ``run(url, quick, progress)`` function of experiment ``name`` (E1..E9)."""
+    """The ``run(url, quick, progress)`` function of experiment ``name`` (E1..E10)."""
     for key, module, _ in MODULES:
         if key == name.upper():
             run: Experiment = importlib.import_module(f"{__package__}.{module}").run
