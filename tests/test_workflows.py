@@ -425,3 +425,54 @@ def test_a_workflow_redacts_its_arguments_as_a_task_does(url: str) -> None:
     assert job is not None
     shown = redact_job(pay, job)
     assert shown.args == ["o-1", "***"]
+
+
+def test_an_event_emitted_after_the_timeout_is_too_late(url: str) -> None:
+    app, clock = clocked(url)
+
+    @app.workflow
+    def approve(wf: Workflow) -> Any:
+        return wf.wait_for("ok", timeout=60)
+
+    handle = approve.enqueue()
+    app.run_until_empty(clock=clock, until=clock() + 1)
+    clock.advance(3600)  # no worker woke it in time
+    app.emit("ok", "late")
+    app.run_until_empty(clock=clock)
+    assert handle.result(timeout=1) is None
+    (step,) = app.workflow_history(handle.id)
+    assert step.detail.get("timed_out") is True
+
+
+def test_a_step_returns_on_its_first_run_what_a_replay_returns(url: str) -> None:
+    app, clock = clocked(url)
+    seen: list[Any] = []
+
+    @app.workflow
+    def pair(wf: Workflow) -> None:
+        seen.append(wf.step("pair", lambda: (1, {2: "two"})))
+        wf.sleep(60)
+
+    pair.enqueue()
+    app.run_until_empty(clock=clock)
+    assert seen == [[1, {"2": "two"}]] * 2, "as JSON keeps it, on both runs"
+
+
+def test_a_child_s_key_is_retained_whatever_its_signature_says(url: str) -> None:
+    app, clock = clocked(url)
+
+    @app.task
+    def child(x: int) -> int:
+        return 2 * x
+
+    @app.workflow
+    def parent(wf: Workflow) -> int:
+        return int(wf.run(child.with_options(key_scope="active").s(1)))
+
+    handle = parent.enqueue()
+    app.run_until_empty(clock=clock)
+    assert handle.result(timeout=1) == 2
+    (step,) = app.workflow_history(handle.id)
+    kid = app.get_job(step.detail["children"][0])
+    assert kid is not None and kid.key == f"wf:{handle.id}:0:0"
+    assert kid.key_scope == "retained", "a replay after the child ended finds it"

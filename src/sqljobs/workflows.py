@@ -113,8 +113,7 @@ class Workflow:
         except Exception as exc:
             self._step_failed(position, name, exc, failures + 1, retry)
             raise
-        self._done(position, name, "step", value)
-        return value
+        return self._done(position, name, "step", value)
 
     async def step_async(
         self, name: str, fn: Callable[..., Any], /, *args: Any, retry: Retry | None = None,
@@ -140,8 +139,7 @@ class Workflow:
         except Exception as exc:
             await asyncio.to_thread(self._step_failed, position, name, exc, failures + 1, retry)
             raise
-        await asyncio.to_thread(self._done, position, name, "step", value)
-        return value
+        return await asyncio.to_thread(self._done, position, name, "step", value)
 
     def _step_failed(
         self, position: int, name: str, exc: Exception, failures: int, retry: Retry | None
@@ -235,21 +233,23 @@ class Workflow:
                 self._events_taken[event] = int(taken)
             return found.value
         after = self._events_taken.get(event, 0)
+        now = self._app.clock()
+        if found is not None:
+            deadline = found.detail.get("timeout_at")
+        else:
+            deadline = None if limit is None else _instant(now + limit)
         arrived = self._backend.first_event(event, after)
-        if arrived is not None:
+        if arrived is not None and (deadline is None or arrived.emitted_at <= deadline):
             self._events_taken[event] = arrived.id
-            detail = {"event_id": arrived.id, "emitted_at": arrived.emitted_at}
+            detail = {"event_id": arrived.id, "emitted_at": arrived.emitted_at,
+                      "timeout_at": deadline}  # fmt: skip
             step = WorkflowStep(position, event, "wait", "done", arrived.payload, detail=detail)
             self._save(step)
             return step.value
-        now = self._app.clock()
         if found is None:
-            deadline = None if limit is None else _instant(now + limit)
             waiting: dict[str, Any] = {"timeout_at": deadline, "after": after}
             self._save(WorkflowStep(position, event, "wait", "waiting", detail=waiting))
-        else:
-            deadline = found.detail.get("timeout_at")
-        if deadline is not None and _reached(now, deadline):
+        if deadline is not None and _reached(now, deadline):  # (an event after it: too late)
             detail = {"timeout_at": deadline, "timed_out": True}
             self._save(WorkflowStep(position, event, "wait", "done", detail=detail))
             return None
@@ -282,6 +282,7 @@ class Workflow:
             jobs = [
                 replace(sig, options=replace(
                     sig.options, key=CHILD_KEY.format(job=self.id, position=position, index=i),
+                    key_hold=None,  # retained: a replay after the child ended must find it
                 )).new_job(now)
                 for i, sig in enumerate(signatures)
             ]  # fmt: skip
@@ -359,9 +360,7 @@ class Workflow:
         position, found = self._take(kind, kind)
         if found is not None and found.state == "done":
             return found.value
-        value = make()
-        self._done(position, kind, kind, value)
-        return value
+        return self._done(position, kind, kind, make())
 
     # -- the positions and their checkpoints ----------------------------------------------
 
@@ -383,11 +382,16 @@ class Workflow:
 
         return step_span(self._app, self.id, self._task.name, name, kind)
 
-    def _done(self, position: int, name: str, kind: str, value: Any) -> None:
+    def _done(self, position: int, name: str, kind: str, value: Any) -> Any:
+        """Checkpoint ``value`` as the step's result; return it as a replay will (decoded
+        from its JSON: a tuple comes back a list, a dict's keys strings), so the code after
+        the step sees the same value on the first run as on every replay."""
         encoded = None if value is None else encode_result(
             f"{self._task.name} step {name}", value, self._app.max_payload
         )  # fmt: skip
-        self._save(WorkflowStep(position, name, kind, "done", encoded))
+        step = WorkflowStep(position, name, kind, "done", encoded)
+        self._save(step)
+        return step.value
 
     def _checkpoint(self, step: WorkflowStep) -> Any:
         from .backends.records import Checkpoint
