@@ -113,7 +113,8 @@ class Workflow:
         except Exception as exc:
             self._step_failed(position, name, exc, failures + 1, retry)
             raise
-        return self._done(position, name, "step", value)
+        replayed: T = self._done(position, name, "step", value)
+        return replayed
 
     async def step_async(
         self, name: str, fn: Callable[..., Any], /, *args: Any, retry: Retry | None = None,
