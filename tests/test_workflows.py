@@ -474,5 +474,33 @@ def test_a_child_s_key_is_retained_whatever_its_signature_says(url: str) -> None
     assert handle.result(timeout=1) == 2
     (step,) = app.workflow_history(handle.id)
     kid = app.get_job(step.detail["children"][0])
-    assert kid is not None and kid.key == f"wf:{handle.id}:0:0"
+    assert kid is not None and kid.key == f"wf:{handle.id}:0:0:child"
     assert kid.key_scope == "retained", "a replay after the child ended finds it"
+
+
+def test_a_workflow_as_a_group_callback_gets_its_results_once(url: str) -> None:
+    app, clock = clocked(url)
+
+    @app.task
+    def part(n: int) -> int:
+        return n
+
+    @app.workflow
+    def total(wf: Workflow, parts: list[int]) -> int:
+        doubled = wf.run(part.s(2 * sum(parts)))
+        return int(doubled)
+
+    group = app.group([part.s(1), part.s(2)], then=total.s())
+    app.run_until_empty(clock=clock)
+    assert group.result(timeout=1) == 6, "its arguments were not rewritten a second time"
+
+
+@pytest.mark.parametrize("url", ["postgres"], indirect=True)
+def test_an_emit_in_a_snapshot_transaction_is_refused(url: str) -> None:
+    import psycopg
+
+    app, _ = clocked(url)
+    with psycopg.connect(url_options(url)[0]) as conn:
+        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        with pytest.raises(psycopg.errors.FeatureNotSupported, match="READ COMMITTED"):
+            app.emit("x", connection=conn)

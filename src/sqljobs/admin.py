@@ -206,9 +206,10 @@ def waiting_reason(app: App, job: Job) -> str | None:
     live worker has its task, or none that has it serves its queue, or its time has
     not come, or its queue is paused, or its limit is reached; or which parents a
     waiting job waits for."""
-    if job.state is JobState.WAITING and not job.parents:
-        return workflow_ops.parked_reason(app, job)
     if job.state is JobState.WAITING:
+        parked = workflow_ops.parked_reason(app, job)
+        if parked is not None or not job.parents:
+            return parked
         open_parents = app.backend.open_parents(job.id, job.parents)
         ids = ", ".join(map(str, open_parents))
         n = len(open_parents)

@@ -44,6 +44,7 @@ _TABLE = re.compile(r"^CREATE TABLE \{schema\}\.(\w+)", re.MULTILINE)
 ALL = ("SELECT", "INSERT", "UPDATE", "DELETE")
 READ = ("SELECT",)
 JOBS_SEQUENCE = "sqljobs_jobs_id_seq"
+WAKE_WAITERS = "sqljobs_wake_waiters(text, text)"
 EVENTS_SEQUENCE = "sqljobs_events_id_seq"
 MIGRATIONS = "sqljobs_migrations"
 
@@ -58,6 +59,8 @@ class Role:
     default: tuple[str, ...] = ()
     """The privileges on every table not named in ``tables``."""
     new_ids: bool = False
+    emits: bool = False
+    """It may emit workflow events (EXECUTE on the function that wakes their waiters)."""
 
 
 ROLES: dict[str, Role] = {
@@ -77,12 +80,14 @@ ROLES: dict[str, Role] = {
             MIGRATIONS: READ,
         },
         new_ids=True,
+        emits=True,
     ),
     "worker": Role(
         "claim, run and end jobs, heartbeat, fire schedules, record metrics, prune",
         {MIGRATIONS: READ},
         default=ALL,
         new_ids=True,
+        emits=True,
     ),
     "dashboard": Role(
         "read everything; retry, cancel and delete jobs, pause and resume queues and "
@@ -141,4 +146,6 @@ def grants(role: str, name: str, *, schema: str = "public") -> str:
     if spec.new_ids:
         for sequence in (JOBS_SEQUENCE, EVENTS_SEQUENCE):
             lines.append(f"GRANT USAGE ON SEQUENCE {schema}.{sequence} TO {who};")
+    if spec.emits:
+        lines.append(f"GRANT EXECUTE ON FUNCTION {schema}.{WAKE_WAITERS} TO {who};")
     return "\n".join(lines) + "\n"

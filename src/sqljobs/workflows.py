@@ -35,7 +35,7 @@ from .errors import (
     WorkflowChanged,
 )
 from .jobs import HeldJob, JobState, WorkflowStep
-from .payload import encode_result
+from .payload import encode_result, storable
 from .retry import Retry
 from .validate import check_text, seconds, to_epoch
 
@@ -47,8 +47,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("sqljobs.workflow")
 T = TypeVar("T")
 
-CHILD_KEY = "wf:{job}:{position}:{index}"
-"""The key of a workflow's child job: a replay that enqueues it again finds it."""
+CHILD_KEY = "wf:{job}:{position}:{index}:{task}"
+"""The key of a workflow's child job: a replay that enqueues it again finds it (and a
+worker on other code that reached the same position first cannot pass its child off as
+another task's)."""
 
 
 class Suspended(BaseException):
@@ -149,7 +151,7 @@ class Workflow:
         delay has passed; out of them, end the step ``failed`` and raise StepFailed."""
         if retry is None:
             return  # the workflow's attempt fails; its retry policy replays to here
-        error = f"{type(exc).__name__}: {exc}"
+        error = storable(f"{type(exc).__name__}: {exc}")
         if failures >= retry.max_attempts:
             step = WorkflowStep(position, name, "step", "failed", error=error,
                                 detail={"failures": failures})  # fmt: skip
@@ -282,7 +284,8 @@ class Workflow:
             now = self._app.clock()
             jobs = [
                 replace(sig, options=replace(
-                    sig.options, key=CHILD_KEY.format(job=self.id, position=position, index=i),
+                    sig.options, key=CHILD_KEY.format(job=self.id, position=position, index=i,
+                                                      task=sig.task.name),
                     key_hold=None,  # retained: a replay after the child ended must find it
                 )).new_job(now)
                 for i, sig in enumerate(signatures)

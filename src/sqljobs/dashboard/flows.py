@@ -27,7 +27,7 @@ CHILDREN_SHOWN = 20
 """A step's child jobs linked on its row of the timeline; ``/jobs?workflow=ID`` lists
 them all."""
 NO_JOB = "no job with id {id}: it never existed, or it was deleted or pruned"
-_CHILD_KEY = re.compile(r"wf:(\d{1,19}):(\d{1,9}):(\d{1,9})")
+_CHILD_KEY = re.compile(r"wf:(\d{1,19}):(\d{1,9}):(\d{1,9}):.+")
 """A workflow's child job's key (``sqljobs.workflows.CHILD_KEY``): the workflow, the
 step's position, the child's index in it."""
 _KNOWN_DETAIL = frozenset(
@@ -105,7 +105,7 @@ def children_filter(app: App, wanted: JobFilter, workflow: int | None) -> JobFil
 
 def parent_of(job: Job) -> tuple[int, int] | None:
     """The workflow a child job was started by, and the step's position, from its key
-    (``wf:WORKFLOW:POSITION:INDEX``); None for any other job."""
+    (``wf:WORKFLOW:POSITION:INDEX:TASK``); None for any other job."""
     key = job.key or job.released_key
     match = _CHILD_KEY.fullmatch(key) if key else None
     return None if match is None else (int(match[1]), int(match[2]))

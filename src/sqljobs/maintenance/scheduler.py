@@ -41,6 +41,10 @@ downtime the misfire policies are about."""
 RETRY_BROKEN = 60.0
 """Seconds before a schedule whose next tick cannot be computed is looked at again."""
 
+WAKE_RETRY = 1.0
+"""Seconds before a pass tries again to wake a workflow that is due but could not be
+woken (another transaction holds its row)."""
+
 _MAX_STEPS = 1000  # ticks one schedule may fire in one pass (a backlog within the grace)
 
 
@@ -130,8 +134,11 @@ class Scheduler:
         woken = self.backend.wake_workflows(now)
         if woken:
             log.info("woke %d parked workflow(s) whose time had come", woken)
+        next_wake = self.backend.next_wake()
+        if next_wake is not None and next_wake <= now and not woken:
+            next_wake = now + WAKE_RETRY  # its row is locked by a transaction: not a spin
         self.passes += 1
-        return SchedulerPass(fired, min(upcoming, default=None), woken, self.backend.next_wake())
+        return SchedulerPass(fired, min(upcoming, default=None), woken, next_wake)
 
     def _fire(self, state: ScheduleState, now: float) -> tuple[list[TickResult], float]:
         """Fire one schedule's due ticks, one transaction each, until it is in the future

@@ -3,7 +3,7 @@
 -- it writes nothing, and a reaper or a new claim waits for the one that holds it.
 
 -- name: workflow_steps
-SELECT position, name, kind, state, result::text AS result, error, detail::text AS detail,
+SELECT position, name, kind, state, result, error, detail,
        attempt, extract(epoch FROM started_at)::float8 AS started_at,
        extract(epoch FROM ended_at)::float8 AS ended_at
 FROM {schema}.sqljobs_workflow_steps WHERE job_id = %(id)s ORDER BY position
@@ -24,8 +24,8 @@ WITH held AS (
 INSERT INTO {schema}.sqljobs_workflow_steps AS s
     (job_id, position, name, kind, state, result, error, detail, attempt, started_at,
      ended_at)
-SELECT id, %(position)s, %(name)s, %(kind)s, %(state)s, %(result)s::jsonb, %(error)s,
-       %(detail)s::jsonb, attempts, to_timestamp(%(now)s),
+SELECT id, %(position)s, %(name)s, %(kind)s, %(state)s, %(result)s, %(error)s,
+       %(detail)s, attempts, to_timestamp(%(now)s),
        CASE WHEN %(ended)s THEN to_timestamp(%(now)s) END
 FROM held
 ON CONFLICT (job_id, position) DO UPDATE
@@ -49,7 +49,9 @@ WITH parked AS (
         wake_at = CASE WHEN w.due THEN NULL ELSE to_timestamp(%(wake_at)s::float8) END,
         wait_event = CASE WHEN w.due THEN NULL ELSE %(event)s END,
         waiting_on = CASE WHEN w.due THEN 0 ELSE %(open)s END,
-        after_policy = CASE WHEN %(open)s > 0 THEN 'always' ELSE j.after_policy END
+        after_policy = CASE WHEN %(open)s > 0 THEN 'always' ELSE j.after_policy END,
+        collected = CASE WHEN %(open)s > 0 THEN NULL ELSE j.collected END  -- (its payload
+        -- holds a group's results already: a child's end must not rewrite it again)
     FROM (SELECT (%(event)s::text IS NOT NULL AND EXISTS (
                       SELECT FROM {schema}.sqljobs_events
                       WHERE name = %(event)s AND id > %(after)s))
@@ -83,7 +85,7 @@ WHERE state = 'waiting' AND wake_at IS NOT NULL
 -- name: insert_event
 -- (emitted_at by the App's clock, as the pruner's cut-off is)
 INSERT INTO {schema}.sqljobs_events (name, payload, emitted_at)
-VALUES (%(name)s, %(payload)s::jsonb, to_timestamp(%(now)s))
+VALUES (%(name)s, %(payload)s, to_timestamp(%(now)s))
 RETURNING id
 
 -- name: wake_waiters
@@ -93,7 +95,7 @@ SELECT {schema}.sqljobs_wake_waiters(%(name)s, %(channel)s) AS n
 
 -- name: first_event
 -- The first event of a name after the one a workflow last took.
-SELECT id, payload::text AS payload, extract(epoch FROM emitted_at)::float8 AS emitted_at
+SELECT id, payload, extract(epoch FROM emitted_at)::float8 AS emitted_at
 FROM {schema}.sqljobs_events WHERE name = %(name)s AND id > %(after)s ORDER BY id LIMIT 1
 
 -- name: child_states

@@ -39,7 +39,9 @@ SET state = CASE WHEN w.due THEN 'pending' ELSE 'waiting' END,
     wake_at = CASE WHEN w.due THEN NULL ELSE :wake_at END,
     wait_event = CASE WHEN w.due THEN NULL ELSE :event END,
     waiting_on = CASE WHEN w.due THEN 0 ELSE :open END,
-    after_policy = CASE WHEN :open > 0 THEN 'always' ELSE after_policy END
+    after_policy = CASE WHEN :open > 0 THEN 'always' ELSE after_policy END,
+    collected = CASE WHEN :open > 0 THEN NULL ELSE collected END  -- (its payload holds a
+    -- group's results already: a child's end must not rewrite it again)
 FROM (SELECT (:event IS NOT NULL AND EXISTS (
                   SELECT 1 FROM sqljobs_events WHERE name = :event AND id > :after))
              OR (:wake_at IS NOT NULL AND :wake_at <= :now)
