@@ -3,7 +3,8 @@
     python benchmarks/run.py [--quick] [--only sqlite|postgres|NAME,...] [--json]
     python benchmarks/run.py --scale [--quick] [--json]
 
-NAME is a benchmark (drain, enqueue, article, latency, startup, scaling);
+NAME is a benchmark (drain, enqueue, article, latency, startup, scaling, workflows: see
+workflows.py, beside DBOS and Absurd);
 ``--only postgres,drain`` runs PostgreSQL's drain alone. Each benchmark repeats 3 times
 (1 with ``--quick``) and reports medians, each against its target where it has one.
 Progress goes to stderr; the table
@@ -91,7 +92,7 @@ def environment() -> dict[str, str]:
     except Exception:  # not installed, not reachable: its rows say why
         env["PostgreSQL"] = "-"
     env["revision"] = revision()
-    for package in ("sqljobs", "huey", "pgqueuer", "procrastinate"):
+    for package in ("sqljobs", "huey", "pgqueuer", "procrastinate", "dbos", "absurd-sdk"):
         try:
             env[package] = version(package)
         except PackageNotFoundError:

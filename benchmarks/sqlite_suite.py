@@ -153,6 +153,14 @@ def scaling(runs: int) -> list[Row]:
     return sq.scaling(DB, runs, lambda _tag, body: on_file(body), SCALING_JOBS)
 
 
+def workflows(runs: int) -> list[Row]:
+    """Durable workflows (workflows.py): 1,000 of 10 no-op steps beside DBOS,
+    emit -> resume, and an idle worker with 10,000 parked."""
+    import workflows as wf
+
+    return wf.rows("sqlite", runs)
+
+
 BENCHMARKS: dict[str, Callable[[int], list[Row]]] = {
     "drain": drain,
     "enqueue": enqueue,
@@ -160,6 +168,7 @@ BENCHMARKS: dict[str, Callable[[int], list[Row]]] = {
     "latency": latency,
     "startup": startup,
     "scaling": scaling,
+    "workflows": workflows,
 }
 
 
