@@ -51,6 +51,8 @@ SRC = Path(sqljobs.__file__).resolve().parent
 
 BUILT_STATEMENTS = {
     ("lab/claimticker.py", "TABLE"): "a module constant",
+    ("lab/e10_workflows.py", "TABLE"): "a module constant",
+    ("lab/workflow_load.py", "TABLE, mark, mark"): "a module constant and the driver's placeholder",
     ("lab/db.py", "name"): "the lab's own generated database name",
     ("lab/e4_idempotency.py", "AMOUNT, self.p"): "a constant and the driver's placeholder",
     ("lab/e4_idempotency.py", "self.p"): "the driver's placeholder",
