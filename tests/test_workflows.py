@@ -504,3 +504,20 @@ def test_an_emit_in_a_snapshot_transaction_is_refused(url: str) -> None:
         conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         with pytest.raises(psycopg.errors.FeatureNotSupported, match="READ COMMITTED"):
             app.emit("x", connection=conn)
+
+
+def test_children_are_not_started_by_a_workflow_cancelled_meanwhile(url: str) -> None:
+    app, clock = clocked(url)
+
+    @app.task
+    def ship() -> None: ...
+
+    @app.workflow(retry=Retry(max_attempts=1))
+    def cancelled_midway(wf: Workflow) -> None:
+        app.cancel(wf.id)  # (as an operator's cancel landing just before the children)
+        wf.run(ship.s())
+
+    handle = cancelled_midway.enqueue()
+    app.run_until_empty(clock=clock)
+    assert state(app, handle.id) is JobState.CANCELLED
+    assert app.find_jobs(sqljobs.JobFilter(task="ship")).jobs == [], "no child was left"

@@ -290,10 +290,19 @@ class Workflow:
                 )).new_job(now)
                 for i, sig in enumerate(signatures)
             ]  # fmt: skip
-            ids = [r.id for r in self._app.backend.enqueue_jobs(jobs)]
+            # the children and the checkpoint naming them commit together, on the
+            # workflow's row held under the claim's token: a cancel or a lost claim
+            # between them leaves no child running unknown to the workflow
+            with self._backend.job_transaction() as conn:
+                ids = [r.id for r in self._backend.enqueue_jobs(jobs, conn)]
+                step = WorkflowStep(position, name, kind, "waiting", detail={"children": ids})
+                if not self._backend.save_step(self._checkpoint(step), conn):
+                    raise LeaseLost(
+                        f"workflow {self.id} is no longer held by this worker (cancelled, or "
+                        f"its claim lost): {name} was not started"
+                    )
+            self._history[position] = step
             self._app._wakeups.announce()
-            step = WorkflowStep(position, name, kind, "waiting", detail={"children": ids})
-            self._save(step)
             log.info("workflow %s: %s started %s", self.id, name, ids)
         else:
             ids = [int(i) for i in found.detail["children"]]
