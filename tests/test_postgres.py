@@ -560,3 +560,25 @@ def test_only_an_app_on_a_clock_of_its_own_reads_it_in_the_statements(url: str) 
         assert float(row.fetchone()[0]) == 1_000_000_000  # type: ignore[index]
     served.close()
     backend.close()
+
+
+def test_a_workflow_checkpoint_makes_its_own_commit_durable(url: str) -> None:
+    """Workers commit with synchronous_commit off; a checkpoint must survive a server
+    crash (a finished step never runs again), so its one statement sets it on for the
+    commit that ends it: one round trip, where BEGIN/SET LOCAL/COMMIT took four."""
+    from sqljobs.backends.base import Checkpoint
+    from sqljobs.jobs import WorkflowStep
+
+    app = App(url)
+    backend = app.backend
+    backend.enqueue_jobs(
+        [sqljobs.jobs.NewJob("wf", "[[], {}]", "default", 0, time.time(), 30.0, 3)]
+    )
+    (job,) = backend.claim_jobs(Claim("w", None, 1))
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("SET synchronous_commit = off")
+        with conn.transaction():
+            step = WorkflowStep(0, "s", "step", "done", "1")
+            assert backend.save_step(Checkpoint(HeldJob(job.id, job.token), step), conn)
+            assert conn.execute("SHOW synchronous_commit").fetchone() == ("on",)
+        assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",), "for it alone"

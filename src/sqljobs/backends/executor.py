@@ -64,6 +64,13 @@ class Executor(ABC):
         """Like :meth:`write`, but the commit survives a server crash whatever the
         backend's own commit setting (effects must never be forgotten)."""
 
+    def durable_write(self, work: Callable[[Any], T]) -> T:
+        """A write whose commit must survive a server crash, where ``work``'s statements
+        say so themselves on an engine that can (PostgreSQL: ``set_config(
+        'synchronous_commit', 'on', true)`` in the statement, one round trip); elsewhere
+        :meth:`durable`."""
+        return self.durable(work)
+
     @abstractmethod
     def durable_transaction(self, work: Callable[[Any], T]) -> T:
         """Like :meth:`transaction`, committed as :meth:`durable` commits: a schedule's

@@ -54,7 +54,7 @@ def save_step(ex: Executor, checkpoint: Checkpoint, connection: Any | None = Non
 
     if connection is not None:  # in the caller's transaction (wf.transaction)
         return work(connection)
-    return ex.durable(work)
+    return ex.durable_write(work)
 
 
 def park_workflow(ex: Executor, park: Park) -> str | None:

@@ -16,6 +16,9 @@ FROM {schema}.sqljobs_workflow_steps WHERE job_id = %(id)s ORDER BY position
 WITH held AS (
     SELECT id, attempts FROM {schema}.sqljobs_jobs
     WHERE id = %(id)s AND token = %(token)s AND state = 'running'
+      -- durable whatever the session's setting, in this one round trip: the commit at the
+      -- statement's end (or its transaction's) waits for the WAL flush
+      AND set_config('synchronous_commit', 'on', true) IS NOT NULL
     FOR UPDATE
 ), progressed AS (
     UPDATE {schema}.sqljobs_jobs SET crashes = 0
