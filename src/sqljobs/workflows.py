@@ -102,13 +102,9 @@ class Workflow:
         position, found = self._take(name, "step")
         if found is not None and found.state == "done":
             return found.value  # type: ignore[no-any-return]
-        failures = 0 if found is None else int(found.detail.get("failures", 0))
-        if found is not None and found.state == "failed":
-            raise StepFailed(name, failures, found.error or "")
-        if found is not None and "retry_at" in found.detail:
-            retry_at = float(found.detail["retry_at"])
-            if not _reached(self._app.clock(), retry_at):
-                self._park(wake_at=retry_at)
+        failures, retry_at = self._earlier_failures(name, found)
+        if retry_at is not None:
+            self._park(wake_at=retry_at)
         try:
             with self._span(name, "step"):
                 value = fn(*args, **kwargs)
@@ -127,13 +123,9 @@ class Workflow:
         position, found = self._take(name, "step")
         if found is not None and found.state == "done":
             return found.value
-        failures = 0 if found is None else int(found.detail.get("failures", 0))
-        if found is not None and found.state == "failed":
-            raise StepFailed(name, failures, found.error or "")
-        if found is not None and "retry_at" in found.detail:
-            retry_at = float(found.detail["retry_at"])
-            if not _reached(self._app.clock(), retry_at):
-                await asyncio.to_thread(self._park, wake_at=retry_at)
+        failures, retry_at = self._earlier_failures(name, found)
+        if retry_at is not None:
+            await asyncio.to_thread(self._park, wake_at=retry_at)
         try:
             with self._span(name, "step"):
                 value = fn(*args, **kwargs)
@@ -143,6 +135,19 @@ class Workflow:
             await asyncio.to_thread(self._step_failed, position, name, exc, failures + 1, retry)
             raise
         return await asyncio.to_thread(self._done, position, name, "step", value)
+
+    def _earlier_failures(self, name: str, found: WorkflowStep | None) -> tuple[int, float | None]:
+        """How often step ``name`` failed before, and the time of its next try if that has
+        not come (None: run it now); a step out of tries raises StepFailed again."""
+        if found is None:
+            return 0, None
+        failures = int(found.detail.get("failures", 0))
+        if found.state == "failed":
+            raise StepFailed(name, failures, found.error or "")
+        retry_at = found.detail.get("retry_at")
+        if retry_at is None or _reached(self._app.clock(), float(retry_at)):
+            return failures, None
+        return failures, float(retry_at)
 
     def _step_failed(
         self, position: int, name: str, exc: Exception, failures: int, retry: Retry | None
