@@ -267,6 +267,32 @@ def _fill(path: Path) -> None:
         raise AssertionError("the disk still had room")
 
 
+def test_threads_of_one_process_take_turns_to_write_and_one_kept_waiting_is_told(
+    tmp_path: Path,
+) -> None:
+    """A SQLite write waits for another thread's write of the same process in a queue, not
+    in SQLite's busy handler; one kept waiting past the busy timeout gets a clear error, and
+    the next write goes through once the lock is free."""
+    app = App(f"sqlite:///{tmp_path / 'q.db'}", backend_options={"busy_timeout": 0.3})
+    app.migrate()
+    backend = app.backend
+    holding, release = threading.Event(), threading.Event()
+
+    def hold(conn: object) -> None:
+        holding.set()
+        release.wait(10)
+
+    holder = threading.Thread(target=backend.write, args=(hold,))
+    holder.start()
+    assert holding.wait(10)
+    with pytest.raises(BackendError, match="another thread of this process held the write"):
+        backend.write(lambda conn: None)
+    release.set()
+    holder.join(10)
+    assert backend.write(lambda conn: 7) == 7
+    app.close()
+
+
 def test_a_full_disk_fails_enqueues_clearly_loses_nothing_and_the_worker_recovers(
     small_disk: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -58,6 +58,33 @@ def test_checkpoints_are_fenced_ordered_and_keep_their_name(backend: Backend) ->
     assert backend.workflow_steps(held.id + 1000) == []
 
 
+def test_checkpoints_saved_at_once_from_many_threads_are_each_fenced(backend: Backend) -> None:
+    """Checkpoints that arrive together (and may share a commit) keep their own fencing:
+    the stale ones are refused, the held ones written, each told which."""
+    holds = [_running(backend) for _ in range(8)]
+    start = Barrier(len(holds))
+    saved: dict[int, bool] = {}
+
+    def save(i: int, held: HeldJob) -> None:
+        token = held.token + (1 if i % 2 else 0)  # every other one has lost its claim
+        start.wait()
+        for position in range(5):
+            step = WorkflowStep(position, f"s{position}", "step", "done", str(i))
+            saved[i * 10 + position] = backend.save_step(Checkpoint(HeldJob(held.id, token), step))
+
+    threads = [threading.Thread(target=save, args=(i, h)) for i, h in enumerate(holds)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert saved == {i * 10 + p: i % 2 == 0 for i in range(8) for p in range(5)}
+    for i, held in enumerate(holds):
+        steps = backend.workflow_steps(held.id)
+        assert [(s.name, s.value) for s in steps] == (
+            [(f"s{p}", i) for p in range(5)] if i % 2 == 0 else []
+        )
+
+
 def test_a_checkpoint_in_the_callers_transaction_commits_with_it(backend: Backend) -> None:
     held = _running(backend)
     try:

@@ -5,11 +5,13 @@ ones whose time has come, and events (emitted, found, pruned)."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Collection, Sequence
 from typing import Any
 
 from ...jobs import ENDED, WorkflowStep
 from ..executor import Executor
+from ..group_commit import GroupCommit
 from ..records import Checkpoint, ChildState, Event, Park
 from ..rows import Result, result
 
@@ -30,8 +32,17 @@ def workflow_steps(ex: Executor, job_id: int) -> list[WorkflowStep]:
 
 
 def save_step(ex: Executor, checkpoint: Checkpoint, connection: Any | None = None) -> bool:
+    params = _step_params(ex, checkpoint)
+    if connection is not None:  # in the caller's transaction (wf.transaction)
+        return _write_step(ex, connection, params)
+    if ex.one_writer:  # writes queue for the one lock anyway: share the commits
+        return _step_writer(ex).submit(params)
+    return ex.durable_write(lambda conn: _write_step(ex, conn, params))
+
+
+def _step_params(ex: Executor, checkpoint: Checkpoint) -> dict[str, Any]:
     step = checkpoint.step
-    params = {
+    return {
         "id": checkpoint.held.id,
         "token": checkpoint.held.token,
         "position": step.position,
@@ -44,17 +55,48 @@ def save_step(ex: Executor, checkpoint: Checkpoint, connection: Any | None = Non
         "ended": step.state in ("done", "failed"),
         "now": ex.now(),
     }
+
+
+def _write_step(ex: Executor, conn: Any, params: dict[str, Any]) -> bool:
+    """One checkpoint, fenced: whether it was written (the claim's token still holds)."""
+    saved = bool(result(conn.execute(ex.sql["save_step"], params)).rows)
     progressed = ex.sql.get("step_progressed")  # (PostgreSQL's save_step does it too)
+    if saved and progressed is not None:
+        conn.execute(progressed, params)
+    return saved
 
-    def work(conn: Any) -> bool:
-        saved = bool(result(conn.execute(ex.sql["save_step"], params)).rows)
-        if saved and progressed is not None:
-            conn.execute(progressed, params)
-        return saved
 
-    if connection is not None:  # in the caller's transaction (wf.transaction)
-        return work(connection)
-    return ex.durable_write(work)
+_writers_lock = threading.Lock()
+
+
+def _step_writer(ex: Executor) -> GroupCommit[dict[str, Any], bool]:
+    """The executor's group commit of checkpoints: the steps that the workflows running
+    on its threads end at the same moment share one durable commit."""
+    writer: GroupCommit[dict[str, Any], bool] | None = getattr(ex, "_step_writer", None)
+    if writer is not None:
+        return writer
+    with _writers_lock:
+        writer = getattr(ex, "_step_writer", None)
+        if writer is None:
+
+            def write_all(batch: Sequence[dict[str, Any]]) -> list[bool]:
+                # rows locked in one order, whoever else writes checkpoints in a batch
+                order = sorted(range(len(batch)), key=lambda i: batch[i]["id"])
+
+                def work(conn: Any) -> list[bool]:
+                    saved = [False] * len(batch)
+                    for i in order:
+                        saved[i] = _write_step(ex, conn, batch[i])
+                    return saved
+
+                return ex.durable_transaction(work)
+
+            def write_one(params: dict[str, Any]) -> bool:
+                return ex.durable_write(lambda conn: _write_step(ex, conn, params))
+
+            writer = GroupCommit(write_all, write_one)
+            ex._step_writer = writer  # type: ignore[attr-defined]
+    return writer
 
 
 def park_workflow(ex: Executor, park: Park) -> str | None:

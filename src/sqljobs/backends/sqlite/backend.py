@@ -9,6 +9,7 @@ package holds what SQLite does its own way: connections and transactions
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 import threading
 import time
@@ -68,6 +69,7 @@ class SqliteBackend(SqliteConnections, SqliteEnqueuer):
         self._wakeups = SqliteNotifier(self._data_version, path, push=listen)
         self.notifier = self._wakeups
         self._local = threading.local()
+        self._turn = (os.getpid(), threading.RLock())
         self._migrate_lock = threading.Lock()
         self._limit_cursor = ""  # where the next limited claim starts its key scan
         self._statements: dict[tuple[str, int, bool, str], str] = {}  # see _filled

@@ -37,6 +37,7 @@ class SqliteConnections(SharedBackend):
     notifier: SqliteNotifier
     _wakeups: SqliteNotifier
     _local: threading.local
+    _turn: tuple[int, threading.RLock]
 
     def connect(self, synchronous: str | None = None) -> sqlite3.Connection:
         """A new connection with sqljobs' settings (WAL, busy timeout, autocommit mode)."""
@@ -81,29 +82,48 @@ class SqliteConnections(SharedBackend):
         """A write transaction; what it made claimable (:meth:`_made_work`) is announced
         to the workers of every process once it committed."""
         conn = self._conn()
+        turn = self._write_turn()
+        if not turn.acquire(timeout=self.busy_timeout):
+            raise BackendError(
+                f"cannot start a write on {self.path!r}: another thread of this process "
+                f"held the write lock for {self.busy_timeout:g} s (the busy timeout)"
+            )
         try:
-            conn.execute(Q["begin_write"])
-        except sqlite3.Error as exc:
-            raise BackendError(self._explain("write", exc, "cannot start a write")) from exc
-        made: list[Collection[str] | None] = []
-        events: list[tuple[str, Sequence[int]]] = []
-        self._local.made, self._local.events = made, events
-        try:
-            yield conn
-            conn.execute(Q["commit"])
-        except BaseException as exc:
-            if conn.in_transaction:
-                conn.execute(Q["rollback"])
-            if isinstance(exc, sqlite3.Error):
-                raise BackendError(self._explain("write", exc)) from exc
-            raise
+            try:
+                conn.execute(Q["begin_write"])
+            except sqlite3.Error as exc:
+                raise BackendError(self._explain("write", exc, "cannot start a write")) from exc
+            made: list[Collection[str] | None] = []
+            events: list[tuple[str, Sequence[int]]] = []
+            self._local.made, self._local.events = made, events
+            try:
+                yield conn
+                conn.execute(Q["commit"])
+            except BaseException as exc:
+                if conn.in_transaction:
+                    conn.execute(Q["rollback"])
+                if isinstance(exc, sqlite3.Error):
+                    raise BackendError(self._explain("write", exc)) from exc
+                raise
+            finally:
+                self._local.made = self._local.events = None
         finally:
-            self._local.made = self._local.events = None
+            turn.release()
         if made:
             everywhere = any(queues is None for queues in made)
             self.notifier.announce(None if everywhere else {q for qs in made for q in qs or ()})
         for kind, job_ids in events:
             self._wakeups.announce_events(kind, job_ids)
+
+    def _write_turn(self) -> threading.RLock:
+        """This process's turn to write: its threads queue for it here, where the next
+        one goes as soon as the lock is free, instead of in SQLite's busy handler, which
+        sleeps between tries. (Reentrant, so a write inside a write still reaches SQLite
+        and gets its error; made anew in a forked child.)"""
+        pid, turn = self._turn
+        if pid != os.getpid():  # a forked child: the lock may have been held at the fork
+            pid, turn = self._turn = (os.getpid(), threading.RLock())
+        return turn
 
     def _made_work(self, queues: Collection[str] | None) -> None:
         made = getattr(self._local, "made", None)
