@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, overload
 
 from .errors import ConfigurationError
-from .jobs import ENDED, Job, JobState, WorkflowStep
+from .jobs import Job, JobState, WorkflowStep
 from .payload import encode_result
 from .retention import KeyRetention
 from .retry import Retry
@@ -144,15 +144,6 @@ def list_workflows(app: App, state: str | None = None, limit: int = 50) -> list[
         None if r["wake_at"] is None else float(r["wake_at"]), int(r["waiting_on"]),
         float(r["created_at"]), None if r["finished_at"] is None else float(r["finished_at"]),
     ) for r in rows]  # fmt: skip
-
-
-def open_children(app: App, job_id: int) -> list[int]:
-    """The child jobs a workflow waits for (none for a job that is no workflow)."""
-    steps = app.backend.workflow_steps(job_id)
-    ids = [int(i) for s in steps if s.state == "waiting" for i in s.detail.get("children", ())]
-    if not ids:
-        return []
-    return [c.id for c in app.backend.child_states(ids) if c.state not in ENDED]
 
 
 def parked_reason(app: App, job: Job) -> str | None:
