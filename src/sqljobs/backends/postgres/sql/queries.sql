@@ -582,18 +582,19 @@ SELECT queue FROM found WHERE queue IS NOT NULL
 -- before (its period over, not yet dropped) has since named another job: the newer one's
 -- is kept. A workflow's child (keyed wf:<workflow>:<position>:...) is kept while the
 -- step that started it still waits, since that step reads its outcome from its row: one
--- primary key probe for such a child, none for another job.
+-- primary key probe for such a child, none for another job (a scalar subquery, which the
+-- planner cannot turn into a scan of every waiting step, as it may an EXISTS).
 WITH deleted AS (
     DELETE FROM {schema}.sqljobs_jobs WHERE id IN (
         SELECT id FROM {schema}.sqljobs_jobs AS j
         WHERE state = %(state)s AND queue = %(queue)s
           AND finished_at < to_timestamp(%(before)s)
           AND state <> 'pending' AND state <> 'running'
-          AND NOT (left(j.key, 3) = 'wf:' AND EXISTS (
-              SELECT FROM {schema}.sqljobs_workflow_steps AS s
-              WHERE s.job_id = substring(j.key FROM '^wf:([0-9]{1,18}):')::bigint
-                AND s.position = substring(j.key FROM '^wf:[0-9]{1,18}:([0-9]{1,9}):')::int
-                AND s.state = 'waiting'))
+          AND CASE WHEN left(j.key, 3) = 'wf:' THEN (
+                  SELECT s.state FROM {schema}.sqljobs_workflow_steps AS s
+                  WHERE s.job_id = substring(j.key FROM '^wf:([0-9]{1,18}):')::bigint
+                    AND s.position = substring(j.key FROM '^wf:[0-9]{1,18}:([0-9]{1,9}):')::int
+              ) IS DISTINCT FROM 'waiting' ELSE true END
         LIMIT %(limit)s)
     RETURNING id, key, task, state,
               CASE WHEN key IS NULL THEN NULL

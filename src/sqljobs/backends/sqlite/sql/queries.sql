@@ -430,11 +430,11 @@ DELETE FROM sqljobs_jobs WHERE id IN (
     SELECT id FROM sqljobs_jobs AS j INDEXED BY sqljobs_jobs_ended
     WHERE state = :state AND queue = :queue AND finished_at < :before
       AND state <> 'pending' AND state <> 'running'
-      AND NOT (j.key GLOB 'wf:*' AND EXISTS (
-          SELECT 1 FROM sqljobs_workflow_steps AS s
-          WHERE s.job_id = CAST(substr(j.key, 4) AS INTEGER)
-            AND s.position = CAST(substr(j.key, 4 + instr(substr(j.key, 4), ':')) AS INTEGER)
-            AND s.state = 'waiting'))
+      AND CASE WHEN j.key GLOB 'wf:*' THEN (
+              SELECT s.state FROM sqljobs_workflow_steps AS s
+              WHERE s.job_id = CAST(substr(j.key, 4) AS INTEGER)
+                AND s.position = CAST(substr(j.key, 4 + instr(substr(j.key, 4), ':')) AS INTEGER)
+          ) IS NOT 'waiting' ELSE 1 END
     LIMIT :limit)
 RETURNING id AS job_id, key, task, state,
           CASE WHEN key IS NULL THEN NULL
