@@ -76,7 +76,9 @@ def cancel(
     False if it had already ended (cancelling twice is harmless). Raises ``JobNotFound``
     for an id that names no job.
 
-    A workflow's child jobs that have not ended are cancelled with it (fenced, as any).
+    Either form cancels, with each workflow it cancels, the child jobs that workflow
+    waits for and that have not ended (fenced, as any cancel; theirs in turn), after the
+    workflow's cancel committed: the count is of the jobs named or matched only.
 
     ``app.cancel(JobFilter(...))``, or ``app.cancel(queue=..., task=..., state=...)`` (at
     least one; ``state`` one of pending, waiting, running): every pending, waiting or
@@ -148,9 +150,6 @@ def _cancel_one(app: App, job_id: int) -> bool:
     if app.backend.cancel_job(job_id):
         log.info("job %s cancelled", job_id)
         app._wakeups.emit("cancel", job_id)  # this process's workers, at once
-        for child in workflow_ops.open_children(app, job_id):  # a workflow's, with it
-            if _cancel_one(app, child):
-                log.info("job %s cancelled with its workflow %s", child, job_id)
         return True
     if app.backend.get_job(job_id) is None:
         raise JobNotFound(f"no job {job_id}: it never existed, or it was pruned")

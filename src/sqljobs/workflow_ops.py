@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Concatenate, overload
 
 from .errors import ConfigurationError
-from .jobs import ENDED, Job, JobState, WorkflowStep
+from .jobs import Job, JobState, WorkflowStep
 from .payload import encode_result
 from .retention import KeyRetention
 from .retry import Retry
@@ -146,15 +146,6 @@ def list_workflows(app: App, state: str | None = None, limit: int = 50) -> list[
     ) for r in rows]  # fmt: skip
 
 
-def open_children(app: App, job_id: int) -> list[int]:
-    """The child jobs a workflow waits for (none for a job that is no workflow)."""
-    steps = app.backend.workflow_steps(job_id)
-    ids = [int(i) for s in steps if s.state == "waiting" for i in s.detail.get("children", ())]
-    if not ids:
-        return []
-    return [c.id for c in app.backend.child_states(ids) if c.state not in ENDED]
-
-
 def parked_reason(app: App, job: Job) -> str | None:
     """What a parked workflow waits for, from its last checkpoint (None: it is no
     parked workflow)."""
@@ -162,13 +153,51 @@ def parked_reason(app: App, job: Job) -> str | None:
     waiting = [s for s in steps if s.state == "waiting"]
     if not waiting:
         return None
-    last = waiting[-1]
-    if last.kind == "sleep" or "retry_at" in last.detail:
-        at = float(last.detail.get("wake_at") or last.detail["retry_at"])
-        return f"workflow sleeps until {datetime.fromtimestamp(at, UTC).isoformat()}"
-    if last.kind == "wait":
-        until = last.detail.get("timeout_at")
-        more = "" if until is None else f" (until {datetime.fromtimestamp(until, UTC):%c})"
-        return f"workflow waits for event {last.name!r}{more}"
-    children = last.detail.get("children", [])
-    return f"workflow waits for its child job(s) {', '.join(map(str, children))}"
+    wait = step_wait(waiting[-1])
+    if wait.children:
+        return f"workflow waits for its child job(s) {', '.join(map(str, wait.children))}"
+    if wait.wake_at is not None:
+        return f"workflow sleeps until {_utc(wait.wake_at)}"
+    if wait.event is not None:
+        more = "" if wait.timeout_at is None else f" (until {_utc(wait.timeout_at)})"
+        return f"workflow waits for event {wait.event!r}{more}"
+    return "workflow waits (its last checkpoint does not say for what)"
+
+
+@dataclass(frozen=True)
+class StepWait:
+    """What a checkpointed step waits for, or waited for, read from its detail: the one
+    reader that ``app.waiting_reason``, ``sqljobs workflows show`` and the dashboard's
+    timeline share. ``wake_at``: a sleep's end or, while the step waits, a failed step's
+    next try; ``event`` and ``timeout_at``: a wait's; ``children``: the child jobs a run
+    or gather started. A damaged detail's value of the wrong type is left out."""
+
+    wake_at: float | None
+    event: str | None
+    timeout_at: float | None
+    children: tuple[int, ...]
+
+
+def step_wait(step: WorkflowStep) -> StepWait:
+    """What ``step`` waits (or waited) for: see :class:`StepWait`."""
+    detail = step.detail
+    wake_at = _time(detail.get("wake_at"))
+    if wake_at is None and step.state == "waiting":
+        wake_at = _time(detail.get("retry_at"))
+    listed = detail.get("children")
+    children = tuple(
+        int(i) for i in (listed if isinstance(listed, list) else ())
+        if isinstance(i, int) and not isinstance(i, bool) and i > 0
+    )  # fmt: skip
+    event = step.name if step.kind == "wait" else None
+    return StepWait(wake_at, event, _time(detail.get("timeout_at")), children)
+
+
+def _time(value: Any) -> float | None:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return None
+
+
+def _utc(at: float) -> str:
+    return datetime.fromtimestamp(at, UTC).isoformat()

@@ -175,6 +175,12 @@ class Workflow:
         and this step's checkpoint commit together, fenced by the claim's token: exactly
         once. A replay runs the block again in a transaction that is rolled back (its
         reads see what committed; its writes are undone), so keep other effects out of it.
+
+        A value the block computes (a new row's id, a count it read) is computed afresh
+        on a replay, from what has committed since, and may differ from the first run's:
+        do not carry it past the block. Return it from :meth:`transaction_step` instead,
+        which checkpoints it with the writes, or read it back by a stable key in a
+        :meth:`step` after the block.
         """
         position, found = self._take(name, "transaction")
         if found is not None and found.state == "done":
@@ -191,12 +197,38 @@ class Workflow:
         step = WorkflowStep(position, name, "transaction", "done")
         with self._span(name, "transaction"), self._backend.job_transaction() as conn:
             yield conn
-            if not self._backend.save_step(self._checkpoint(step), conn):
-                raise LeaseLost(
-                    f"workflow {self.id} is no longer held by this worker: the writes of "
-                    f"step {name!r} were rolled back"
-                )
+            self._commit_step(step, conn)
         self._history[position] = step
+
+    def transaction_step(self, name: str, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Call ``fn(connection, *args, **kwargs)`` with a DB-API connection on the queue's
+        database in one transaction, whose writes, ``fn``'s result (JSON) and this step's
+        checkpoint commit together, fenced by the claim's token: exactly once. A replay
+        returns the checkpointed result without calling ``fn``, so a value it computed
+        (a new row's id) is the first run's on every replay. An error in ``fn`` rolls its
+        writes back and fails the workflow's attempt, as in :meth:`step`."""
+        position, found = self._take(name, "transaction")
+        if found is not None and found.state == "done":
+            return found.value  # type: ignore[no-any-return]
+        with self._span(name, "transaction"), self._backend.job_transaction() as conn:
+            value = fn(conn, *args, **kwargs)
+            encoded = None if value is None else encode_result(
+                f"{self._task.name} step {name}", value, self._app.max_payload
+            )  # fmt: skip
+            step = WorkflowStep(position, name, "transaction", "done", encoded)
+            self._commit_step(step, conn)
+        self._history[position] = step
+        replayed: T = step.value
+        return replayed
+
+    def _commit_step(self, step: WorkflowStep, conn: Any) -> None:
+        """Write ``step``'s checkpoint in the transaction of ``conn``, fenced; a claim lost
+        raises LeaseLost, which rolls the transaction back."""
+        if not self._backend.save_step(self._checkpoint(step), conn):
+            raise LeaseLost(
+                f"workflow {self.id} is no longer held by this worker: the writes of "
+                f"step {step.name!r} were rolled back"
+            )
 
     # -- durable waits ----------------------------------------------------------------
 

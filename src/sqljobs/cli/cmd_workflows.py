@@ -10,7 +10,7 @@ import click
 
 from ..humanize import ago, duration, iso_local
 from ..jobs import JobState, WorkflowStep
-from ..workflow_ops import WorkflowRun
+from ..workflow_ops import WorkflowRun, step_wait
 from .format import Column, one_line, show, table_parts, width
 from .options import JOB_ID, Ctx, pass_ctx
 
@@ -108,12 +108,12 @@ def _outcome(step: WorkflowStep) -> str:
     if step.error:
         return one_line(step.error)
     if step.state == "waiting":
-        if "children" in step.detail:
-            return "children " + ", ".join(map(str, step.detail["children"]))
-        at = step.detail.get("wake_at") or step.detail.get("retry_at")
-        if at is not None:
-            return f"until {iso_local(float(at))}"
-        until = step.detail.get("timeout_at")
+        wait = step_wait(step)
+        if wait.children:
+            return "children " + ", ".join(map(str, wait.children))
+        if wait.wake_at is not None:
+            return f"until {iso_local(wait.wake_at)}"
+        until = wait.timeout_at
         return f"event {step.name}" + ("" if until is None else f" until {iso_local(until)}")
     if step.detail.get("timed_out"):
         return "timed out"

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..app import App
 from ..jobs import MAX_IDS, Job, JobFilter, WorkflowStep
+from ..workflow_ops import step_wait
 from .api import BadParameter
 from .reads import jobs_by_id
 from .render import RESULT_PREVIEW
@@ -85,10 +86,7 @@ def child_ids(steps: Sequence[WorkflowStep]) -> list[int]:
 
 
 def _children(step: WorkflowStep) -> list[int]:
-    listed = step.detail.get("children")
-    if not isinstance(listed, list):
-        return []
-    return [int(i) for i in listed if isinstance(i, int) and not isinstance(i, bool) and i > 0]
+    return list(step_wait(step).children)
 
 
 def children_filter(app: App, wanted: JobFilter, workflow: int | None) -> JobFilter:
@@ -157,15 +155,13 @@ def _row(step: WorkflowStep, children: list[tuple[int, str | None]]) -> StepRow:
             value = json.loads(step.result)
         except ValueError:
             value = step.result  # a damaged row's result, shown as it is
-    wake_at = _time(detail.get("wake_at"))
-    if step.state == "waiting" and wake_at is None:
-        wake_at = _time(detail.get("retry_at"))
+    wait = step_wait(step)
     return StepRow(
         step=step,
         took=took,
-        wake_at=wake_at,
-        timeout_at=_time(detail.get("timeout_at")),
-        event=step.name if step.kind == "wait" else None,
+        wake_at=wait.wake_at,
+        timeout_at=wait.timeout_at,
+        event=wait.event,
         event_id=detail.get("event_id"),
         emitted_at=_time(detail.get("emitted_at")),
         timed_out=bool(detail.get("timed_out")),

@@ -141,10 +141,13 @@ def count_jobs(ex: Executor, wanted: JobFilter, cap: int) -> JobCount:
 
 
 def _each_batch(
-    ex: Executor, wanted: JobFilter, states: Sequence[str], change: Callable[[Any, list[int]], int]
-) -> int:
+    ex: Executor, wanted: JobFilter, states: Sequence[str],
+    change: Callable[[Any, list[int]], int | list[int]],
+    then: Callable[[Executor, list[int]], None] | None = None,
+) -> int:  # fmt: skip
     """Run ``change`` on the matches in ``states``, a batch per transaction, newest
-    first; return how many it changed."""
+    first; return how many it changed. ``then`` is given the ids of each batch that
+    ``change`` answered with, once the batch committed."""
     if not states:
         return 0
     where, params = _where(ex, wanted)
@@ -156,11 +159,15 @@ def _each_batch(
     while True:
         params["before"] = before
 
-        def work(conn: Any) -> tuple[int, int | None]:
+        def work(conn: Any) -> tuple[int | list[int], int | None]:
             ids = [int(i) for (i,) in _result(conn, sql, params).rows]
             return (change(conn, ids) if ids else 0), (min(ids) if len(ids) == BATCH else None)
 
         changed, lowest = ex.transaction(work)
+        if isinstance(changed, list):
+            if then is not None and changed:
+                then(ex, changed)
+            changed = len(changed)
         total += changed
         if lowest is None:
             return total
@@ -180,10 +187,10 @@ def retry_jobs(ex: Executor, wanted: JobFilter, states: Sequence[str]) -> int:
 def cancel_jobs_matching(ex: Executor, wanted: JobFilter, states: Sequence[str]) -> int:
     params: dict[str, Any] = {"now": ex.now(), "channel": ex._event_channel()}
 
-    def change(conn: Any, ids: list[int]) -> int:
+    def change(conn: Any, ids: list[int]) -> list[int]:
         return job_graph.cancel(ex, conn, "cancel_ids", {**params, "ids": ex.array(ids)})
 
-    return _each_batch(ex, wanted, states, change)
+    return _each_batch(ex, wanted, states, change, job_graph.cancel_workflow_children)
 
 
 def delete_jobs(ex: Executor, wanted: JobFilter, states: Sequence[str]) -> int:

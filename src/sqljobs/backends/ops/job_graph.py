@@ -23,16 +23,41 @@ log = logging.getLogger("sqljobs.dependencies")
 
 def cancel_job(ex: Executor, job_id: int) -> bool:
     params = {"id": job_id, "now": ex.now(), "channel": ex._event_channel()}
-    return bool(ex.transaction(lambda conn: cancel(ex, conn, "cancel_job", params)))
+    cancelled = ex.transaction(lambda conn: cancel(ex, conn, "cancel_job", params))
+    cancel_workflow_children(ex, cancelled)
+    return bool(cancelled)
 
 
-def cancel(ex: Executor, conn: Any, statement: str, params: Mapping[str, Any]) -> int:
+def cancel(ex: Executor, conn: Any, statement: str, params: Mapping[str, Any]) -> list[int]:
     """Run a cancel statement and settle the children of the jobs it cancelled, in
-    the caller's transaction; return how many it cancelled."""
+    the caller's transaction; return the ids it cancelled."""
     cancelled = result(conn.execute(ex.sql[statement], params)).pick("id", "children")
     ex._made_events("cancel", [i for i, _ in cancelled])
     settle_children(ex, conn, [(i, "cancelled") for i, children in cancelled if children])
-    return len(cancelled)
+    return [int(i) for i, _ in cancelled]
+
+
+def cancel_workflow_children(ex: Executor, cancelled: Sequence[int]) -> None:
+    """After the cancel of ``cancelled`` committed: cancel the child jobs that the
+    workflows among them wait for and that have not ended, and theirs, in transactions of
+    up to a thousand (each child's cancel fenced as any cancel is)."""
+    params: dict[str, Any] = {"now": ex.now(), "channel": ex._event_channel()}
+
+    def cancel_batch(ids: Sequence[int]) -> list[int]:
+        batch = {**params, "ids": ex.array(ids)}
+        return ex.transaction(lambda conn: cancel(ex, conn, "cancel_ids", batch))
+
+    workflows = list(cancelled)
+    while workflows:
+        found = ex.query("workflow_children", {"ids": ex.array(workflows)})
+        children = sorted({int(c) for (detail,) in found.pick("detail")
+                           for c in json.loads(detail or "{}").get("children", ())})  # fmt: skip
+        done = [i for at in range(0, len(children), 1000)
+                for i in cancel_batch(children[at : at + 1000])]  # fmt: skip
+        if done:
+            named = done if len(done) <= 10 else f"{len(done)} jobs"
+            log.info("cancelled with their workflows: %s", named)
+        workflows = done
 
 
 def enqueue_group(

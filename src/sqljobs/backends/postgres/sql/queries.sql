@@ -580,13 +580,21 @@ SELECT queue FROM found WHERE queue IS NOT NULL
 -- of the keyed ones kept in sqljobs_spent_keys: a "retained" key for its key_retention
 -- from now (NULL: the pruning App's), a key_scope duration to its end. A key kept there
 -- before (its period over, not yet dropped) has since named another job: the newer one's
--- is kept.
+-- is kept. A workflow's child (keyed wf:<workflow>:<position>:...) is kept while the
+-- step that started it still waits, since that step reads its outcome from its row: one
+-- primary key probe for such a child, none for another job (a scalar subquery, which the
+-- planner cannot turn into a scan of every waiting step, as it may an EXISTS).
 WITH deleted AS (
     DELETE FROM {schema}.sqljobs_jobs WHERE id IN (
-        SELECT id FROM {schema}.sqljobs_jobs
+        SELECT id FROM {schema}.sqljobs_jobs AS j
         WHERE state = %(state)s AND queue = %(queue)s
           AND finished_at < to_timestamp(%(before)s)
           AND state <> 'pending' AND state <> 'running'
+          AND CASE WHEN left(j.key, 3) = 'wf:' THEN (
+                  SELECT s.state FROM {schema}.sqljobs_workflow_steps AS s
+                  WHERE s.job_id = substring(j.key FROM '^wf:([0-9]{1,18}):')::bigint
+                    AND s.position = substring(j.key FROM '^wf:[0-9]{1,18}:([0-9]{1,9}):')::int
+              ) IS DISTINCT FROM 'waiting' ELSE true END
         LIMIT %(limit)s)
     RETURNING id, key, task, state,
               CASE WHEN key IS NULL THEN NULL

@@ -104,6 +104,11 @@ FROM {schema}.sqljobs_events WHERE name = %(name)s AND id > %(after)s ORDER BY i
 -- name: child_states
 SELECT id, state, result, last_error FROM {schema}.sqljobs_jobs WHERE id = ANY(%(ids)s::bigint[])
 
+-- name: workflow_children
+-- The children that workflows just cancelled still wait for (a cancel cascades to them).
+SELECT detail FROM {schema}.sqljobs_workflow_steps
+WHERE job_id = ANY(%(ids)s::bigint[]) AND state = 'waiting' AND kind IN ('run', 'gather')
+
 -- name: workflow_jobs
 -- Workflows, newest first (the tasks named are the App's workflows).
 SELECT id, task, state, wait_event, extract(epoch FROM wake_at)::float8 AS wake_at,

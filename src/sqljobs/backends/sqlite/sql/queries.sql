@@ -423,10 +423,18 @@ SELECT queue FROM found WHERE queue IS NOT NULL
 -- sqljobs_jobs_ended, whose predicate the last line repeats). Each keyed one says until
 -- when its key is kept (spend_key, in the same transaction): a "retained" key for its
 -- key_retention from now (NULL: the pruning App's), a key_scope duration to its end.
+-- A workflow's child (keyed wf:<workflow>:<position>:...) is kept while the step that
+-- started it still waits, since that step reads its outcome from its row: one primary
+-- key probe for such a child (a cast reads a text's leading integer), none for another.
 DELETE FROM sqljobs_jobs WHERE id IN (
-    SELECT id FROM sqljobs_jobs INDEXED BY sqljobs_jobs_ended
+    SELECT id FROM sqljobs_jobs AS j INDEXED BY sqljobs_jobs_ended
     WHERE state = :state AND queue = :queue AND finished_at < :before
       AND state <> 'pending' AND state <> 'running'
+      AND CASE WHEN j.key GLOB 'wf:*' THEN (
+              SELECT s.state FROM sqljobs_workflow_steps AS s
+              WHERE s.job_id = CAST(substr(j.key, 4) AS INTEGER)
+                AND s.position = CAST(substr(j.key, 4 + instr(substr(j.key, 4), ':')) AS INTEGER)
+          ) IS NOT 'waiting' ELSE 1 END
     LIMIT :limit)
 RETURNING id AS job_id, key, task, state,
           CASE WHEN key IS NULL THEN NULL

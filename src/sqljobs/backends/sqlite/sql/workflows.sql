@@ -81,6 +81,12 @@ WHERE name = :name AND id > :after ORDER BY id LIMIT 1
 SELECT id, state, result, last_error FROM sqljobs_jobs
 WHERE id IN (SELECT value FROM json_each(:ids))
 
+-- name: workflow_children
+-- The children that workflows just cancelled still wait for (a cancel cascades to them).
+SELECT detail FROM sqljobs_workflow_steps
+WHERE job_id IN (SELECT value FROM json_each(:ids)) AND state = 'waiting'
+  AND kind IN ('run', 'gather')
+
 -- name: workflow_jobs
 -- Workflows, newest first (the tasks named are the App's workflows).
 SELECT id, task, state, wait_event, wake_at, waiting_on, created_at, finished_at,
