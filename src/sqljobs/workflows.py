@@ -503,16 +503,23 @@ def workflow_runner(task: Task[..., Any], fn: Callable[..., Any]) -> Callable[..
     if asyncio.iscoroutinefunction(fn):
 
         async def run_async(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
-            history = await asyncio.to_thread(ctx.backend.workflow_steps, ctx.job_id)
+            history = await asyncio.to_thread(_history, ctx)
             return await fn(Workflow(ctx, task, history), *args, **kwargs)
 
         return run_async
 
     def run(ctx: JobContext, *args: Any, **kwargs: Any) -> Any:
-        history = ctx.backend.workflow_steps(ctx.job_id)
-        return fn(Workflow(ctx, task, history), *args, **kwargs)
+        return fn(Workflow(ctx, task, _history(ctx)), *args, **kwargs)
 
     return run
+
+
+def _history(ctx: JobContext) -> list[WorkflowStep]:
+    """The workflow's checkpoints; none to read on its first claim (a claim's token counts
+    the job's claims, and only a holder's token writes a checkpoint)."""
+    if ctx.token == 1:
+        return []
+    return ctx.backend.workflow_steps(ctx.job_id)
 
 
 def first_param_is_workflow(fn: Callable[..., Any]) -> bool:
