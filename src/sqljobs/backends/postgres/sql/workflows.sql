@@ -42,6 +42,14 @@ RETURNING job_id
 -- before an emit looks for waiters, or it sees the event the emit committed.
 SELECT pg_advisory_xact_lock(hashtext('sqljobs event ' || %(name)s))
 
+-- name: lock_workflow
+-- The row of a workflow still held under the claim's token, locked before a park locks
+-- its children's rows: every transaction that locks a workflow and its children takes
+-- the workflow first (as a cancel by filter, in id order, does), so none waits for another.
+SELECT id FROM {schema}.sqljobs_jobs
+WHERE id = %(id)s AND token = %(token)s AND state = 'running'
+FOR NO KEY UPDATE
+
 -- name: park_workflow
 -- The workflow gives its attempt back and waits (for a time, an event, its children),
 -- unless what it waits for is there already: then it is due at once.

@@ -30,6 +30,10 @@ WHERE id = :id AND token = :token AND state = 'running' AND crashes > 0
 -- (SQLite's one writer already orders emits and parks.)
 SELECT 1
 
+-- name: lock_workflow
+-- (SQLite's one writer already orders a park against a cancel: only the fence is read.)
+SELECT id FROM sqljobs_jobs WHERE id = :id AND token = :token AND state = 'running'
+
 -- name: park_workflow
 -- The workflow gives its attempt back and waits (for a time, an event, its children),
 -- unless what it waits for is there already: then it is due at once.
