@@ -75,9 +75,10 @@ SELECT state, queue, CASE WHEN state = 'pending' THEN pg_notify(%(channel)s, que
 FROM parked
 
 -- name: wake_workflows
--- Parked workflows whose time has come (a sleep's end, a wait's timeout), made due.
+-- Parked workflows whose time has come (a sleep's end, a wait's timeout), made due at that
+-- time: a worker that resumes one counts the wait over by its run_at, whatever its clock.
 WITH woken AS (
-    UPDATE {schema}.sqljobs_jobs SET state = 'pending', run_at = now(), wake_at = NULL,
+    UPDATE {schema}.sqljobs_jobs SET state = 'pending', run_at = wake_at, wake_at = NULL,
                                      wait_event = NULL
     WHERE id IN (SELECT id FROM {schema}.sqljobs_jobs
                  WHERE state = 'waiting' AND wake_at <= to_timestamp(%(now)s)
