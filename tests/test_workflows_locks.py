@@ -99,3 +99,45 @@ def test_a_park_on_children_and_a_cancel_of_the_whole_family_never_deadlock(url:
     parker.close()
     admin_app.close()
     app.close()
+
+
+@pytest.mark.usefixtures("deadlocks_raise")
+def test_an_emit_and_a_cancel_of_its_waiters_never_deadlock(url: str) -> None:
+    """An emit makes every workflow waiting for its event due while a cancel by filter
+    takes the same workflows. The cancel locks them in id order; the emit locked them in
+    the order its scan met them, which a park's new row version can put the other way
+    round: each then held one and waited for the other's. The emit takes them in id order
+    too. Here the cancel is first in line for the lower id, held by a lock of the test's
+    own, and the emit comes second, so the interleaving that deadlocked is certain."""
+    app, admin_app, emitter = App(url), App(url), App(url)
+
+    @app.workflow(name="waits")
+    def waits(wf: Workflow) -> None:  # parked by hand here: never run
+        raise AssertionError("not run")
+
+    parker = PostgresBackend(url)
+    with psycopg.connect(url, autocommit=True) as admin:
+        for round in range(ROUNDS):
+            event = f"go:{round}"  # (a park on a name emitted before is due at once)
+            waits.enqueue()
+            waits.enqueue()
+            low, high = sorted(parker.claim_jobs(Claim("w", None, 2)), key=lambda j: j.id)
+            for job in (high, low):  # the higher id's row version first in the table
+                parker.park_workflow(Park(HeldJob(job.id, job.token), event=event))
+            with psycopg.connect(url) as gate:
+                gate.execute("SELECT id FROM sqljobs_jobs WHERE id = %s FOR UPDATE", (low.id,))
+                threads, errors = together(
+                    lambda: admin_app.cancel(JobFilter(ids=(low.id, high.id)))  # noqa: B023
+                )
+                wait_until(lambda: lock_waiters(admin) == 1, what="the cancel waiting")
+                more, late = together(lambda: emitter.emit(event))  # noqa: B023
+                wait_until(lambda: lock_waiters(admin) == 2, what="the emit waiting")
+            for thread in threads + more:
+                thread.join(timeout=30)
+            assert not errors + late, errors + late
+            pair = [app.get_job(job.id) for job in (low, high)]
+            assert [j.state if j else None for j in pair] == [JobState.CANCELLED] * 2
+    parker.close()
+    emitter.close()
+    admin_app.close()
+    app.close()
