@@ -44,8 +44,9 @@ SELECT pg_advisory_xact_lock(hashtext('sqljobs event ' || %(name)s))
 
 -- name: lock_workflow
 -- The row of a workflow still held under the claim's token, locked before a park locks
--- its children's rows: every transaction that locks a workflow and its children takes
--- the workflow first (as a cancel by filter, in id order, does), so none waits for another.
+-- its children's rows, as a cancel by filter (in id order) takes the workflow first: so
+-- neither waits for the other. (A child's end takes the child first, then the workflow:
+-- on the deadlock that can make with a cancel, the backend runs the loser again, whole.)
 SELECT id FROM {schema}.sqljobs_jobs
 WHERE id = %(id)s AND token = %(token)s AND state = 'running'
 FOR NO KEY UPDATE
