@@ -23,6 +23,10 @@ ALLOWED: dict[tuple[str, str], str] = {
         "the backend retries a deadlock, which would hide the one the test provokes: "
         "there is no option to turn retries off, and none is wanted in production"
     ),
+    ("test_workflows_locks.py", "_RETRYABLE"): (
+        "as in test_postgres.py: a retried deadlock is a stall, not an error, and the test "
+        "must see the deadlock it provokes"
+    ),
     ("conftest.py", "_open_backend"): (
         "the suite closes every backend a test opens, so no connection outlives its test: "
         "the App opens them through this one method, which is not public"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -13,7 +14,7 @@ import pytest
 
 import sqljobs
 from sqljobs import App, ConfigurationError, JobFailed, JobState, Retry, Workflow
-from sqljobs.testing import Clock
+from sqljobs.testing import Clock, stepped_worker
 from sqljobs.url import url_options
 
 from .conftest import is_pg
@@ -521,3 +522,52 @@ def test_children_are_not_started_by_a_workflow_cancelled_meanwhile(url: str) ->
     app.run_until_empty(clock=clock)
     assert state(app, handle.id) is JobState.CANCELLED
     assert app.find_jobs(sqljobs.JobFilter(task="ship")).jobs == [], "no child was left"
+
+
+@pytest.mark.parametrize("wait", ["sleep", "wait_for", "step retry"])
+def test_a_workflow_woken_by_a_clock_ahead_goes_on_under_a_clock_behind(
+    url: str, wait: str
+) -> None:
+    """The scheduler's pass on one host makes a parked workflow due when its wake time has
+    passed by that host's clock; a worker whose clock runs behind takes it up. The wait
+    counts as over (the job fell due at its wake time, and the claim found that passed),
+    so the first resume goes on: it does not park again to be woken again at once. On
+    PostgreSQL claims read the server's clock; on SQLite the claiming worker's, so there
+    the worker behind takes the workflow up once its own clock has reached the wake time.
+    """
+    base = float(int(time.time()))  # near the server's clock, which PostgreSQL's claims read
+    behind, ahead = Clock(base - 10), Clock(base)
+    options = {"server_clock": True} if is_pg(url) else {}
+    worker_app = App(url, clock=behind, backend_options=options)
+    scheduler_app = App(url, clock=ahead, backend_options=options)
+    runs: list[str] = []
+    failed: list[int] = []
+
+    def flaky() -> str:
+        if not failed:
+            failed.append(1)
+            raise RuntimeError("once")
+        return "ok"
+
+    @worker_app.workflow(name="skewed")
+    def skewed(wf: Workflow) -> Any:
+        runs.append("run")
+        if wait == "sleep":
+            wf.sleep(2)
+            return "slept"
+        if wait == "wait_for":
+            return wf.wait_for("never", timeout=2)
+        return wf.step("flaky", flaky, retry=Retry(max_attempts=3, base=2, jitter=False))
+
+    handle = skewed.enqueue()
+    with stepped_worker(worker_app, scheduler=False) as worker:  # (wakes nothing itself)
+        worker.until(lambda: state(worker_app, handle.id) is JobState.WAITING)  # for 2 s
+        assert scheduler_app.backend.wake_workflows(ahead()) == 1, "due by the clock ahead"
+        if not is_pg(url):  # the claim reads the worker's clock: it waits for the wake time
+            behind.advance(2)
+        worker.until(lambda: state(worker_app, handle.id) in (JobState.WAITING, JobState.DONE))
+    assert state(worker_app, handle.id) is JobState.DONE, "the resume parked it again"
+    assert runs == ["run", "run"], "one run parked it, the first resume went on"
+    assert handle.result(timeout=1) == {"sleep": "slept", "wait_for": None}.get(wait, "ok")
+    scheduler_app.close()
+    worker_app.close()

@@ -145,7 +145,7 @@ class Workflow:
         if found.state == "failed":
             raise StepFailed(name, failures, found.error or "")
         retry_at = found.detail.get("retry_at")
-        if retry_at is None or _reached(self._app.clock(), float(retry_at)):
+        if retry_at is None or self._reached(float(retry_at)):
             return failures, None
         return failures, float(retry_at)
 
@@ -255,7 +255,7 @@ class Workflow:
             self._save(step)
         else:
             wake_at = float(found.detail["wake_at"])
-        if _reached(self._app.clock(), wake_at):
+        if self._reached(wake_at):
             self._save(WorkflowStep(position, name, "sleep", "done", detail={"wake_at": wake_at}))
             return
         self._park(wake_at=wake_at)
@@ -289,7 +289,7 @@ class Workflow:
         if found is None:
             waiting: dict[str, Any] = {"timeout_at": deadline, "after": after}
             self._save(WorkflowStep(position, event, "wait", "waiting", detail=waiting))
-        if deadline is not None and _reached(now, deadline):  # (an event after it: too late)
+        if deadline is not None and self._reached(deadline):  # (an event after it: too late)
             detail = {"timeout_at": deadline, "timed_out": True}
             self._save(WorkflowStep(position, event, "wait", "done", detail=detail))
             return None
@@ -413,6 +413,13 @@ class Workflow:
         return self._done(position, kind, kind, make())
 
     # -- the positions and their checkpoints ----------------------------------------------
+
+    def _reached(self, at: float) -> bool:
+        """Whether the time ``at`` of a sleep, a wait's timeout or a step's retry has come:
+        by this worker's clock, or because a wake-up made the workflow due at that very
+        time (its ``run_at``), by a clock that had reached it: a worker whose clock runs
+        behind the one that woke the workflow must not park it again for the same time."""
+        return _reached(self._app.clock(), at) or abs(self.ctx.job.run_at - at) <= 1e-6
 
     def _take(self, name: str, kind: str) -> tuple[int, WorkflowStep | None]:
         check_text(name, f"workflow {kind} name")

@@ -105,6 +105,10 @@ def park_workflow(ex: Executor, park: Park) -> str | None:
             conn.execute(ex.sql["lock_event"], {"name": park.event})
         still_open: list[int] = []
         if park.children:  # each child that has not ended counts the workflow as its own
+            # the workflow's row before its children's, as a cancel of them all takes them
+            fence = {"id": park.held.id, "token": park.held.token}
+            if result(conn.execute(ex.sql["lock_workflow"], fence)).first("id") is None:
+                raise _Stale
             ids = {"ids": ex.array(park.children)}
             locked = result(conn.execute(ex.sql["lock_parents"], ids))
             still_open = [i for i, state in locked.pick("id", "state") if state not in ENDED]

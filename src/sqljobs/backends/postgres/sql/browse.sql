@@ -89,6 +89,7 @@ WITH cancelled AS (
     WHERE j.id IN (
         SELECT id FROM {schema}.sqljobs_jobs
         WHERE id = ANY(%(ids)s::bigint[]) AND state IN ('pending', 'waiting', 'running')
+        ORDER BY id  -- (in id order, as lock_parents: a workflow before its children)
         FOR UPDATE)  -- waits out a claim or heartbeat on a row: skipping it would miss it
     RETURNING j.id, j.children
 )

@@ -7,10 +7,13 @@
 -- name: lock_parents
 -- The parents of a job about to be enqueued, and their states as last committed (the
 -- row lock waits out a parent's end in flight); each one that has not ended counts the
--- child (`children`), which sends its end down the path that settles children.
+-- child (`children`), which sends its end down the path that settles children. Locked
+-- in id order, as a cancel by filter and an emit lock theirs, so that two of them never
+-- each hold one row and wait for the other's.
 UPDATE {schema}.sqljobs_jobs
 SET children = children + (state NOT IN ('done', 'dead', 'cancelled'))::int
-WHERE id = ANY(%(ids)s::bigint[])
+WHERE id IN (SELECT id FROM {schema}.sqljobs_jobs WHERE id = ANY(%(ids)s::bigint[])
+             ORDER BY id FOR NO KEY UPDATE)
 RETURNING id, state, result
 
 -- name: insert_dependent

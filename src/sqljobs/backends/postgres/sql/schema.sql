@@ -310,7 +310,10 @@ BEGIN
     WITH made_due AS (
         UPDATE {schema}.sqljobs_jobs SET state = 'pending', run_at = now(), wake_at = NULL,
                                          wait_event = NULL
-        WHERE state = 'waiting' AND wait_event = name
+        WHERE id IN (SELECT id FROM {schema}.sqljobs_jobs  -- locked in id order, as a
+                     WHERE state = 'waiting' AND wait_event = name  -- cancel by filter does
+                     ORDER BY id FOR NO KEY UPDATE)
+          AND state = 'waiting' AND wait_event = name
         RETURNING queue
     )
     SELECT (SELECT count(*) FROM made_due),

@@ -42,6 +42,15 @@ RETURNING job_id
 -- before an emit looks for waiters, or it sees the event the emit committed.
 SELECT pg_advisory_xact_lock(hashtext('sqljobs event ' || %(name)s))
 
+-- name: lock_workflow
+-- The row of a workflow still held under the claim's token, locked before a park locks
+-- its children's rows, as a cancel by filter (in id order) takes the workflow first: so
+-- neither waits for the other. (A child's end takes the child first, then the workflow:
+-- on the deadlock that can make with a cancel, the backend runs the loser again, whole.)
+SELECT id FROM {schema}.sqljobs_jobs
+WHERE id = %(id)s AND token = %(token)s AND state = 'running'
+FOR NO KEY UPDATE
+
 -- name: park_workflow
 -- The workflow gives its attempt back and waits (for a time, an event, its children),
 -- unless what it waits for is there already: then it is due at once.
@@ -67,9 +76,10 @@ SELECT state, queue, CASE WHEN state = 'pending' THEN pg_notify(%(channel)s, que
 FROM parked
 
 -- name: wake_workflows
--- Parked workflows whose time has come (a sleep's end, a wait's timeout), made due.
+-- Parked workflows whose time has come (a sleep's end, a wait's timeout), made due at that
+-- time: a worker that resumes one counts the wait over by its run_at, whatever its clock.
 WITH woken AS (
-    UPDATE {schema}.sqljobs_jobs SET state = 'pending', run_at = now(), wake_at = NULL,
+    UPDATE {schema}.sqljobs_jobs SET state = 'pending', run_at = wake_at, wake_at = NULL,
                                      wait_event = NULL
     WHERE id IN (SELECT id FROM {schema}.sqljobs_jobs
                  WHERE state = 'waiting' AND wake_at <= to_timestamp(%(now)s)

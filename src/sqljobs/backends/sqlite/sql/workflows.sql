@@ -30,6 +30,10 @@ WHERE id = :id AND token = :token AND state = 'running' AND crashes > 0
 -- (SQLite's one writer already orders emits and parks.)
 SELECT 1
 
+-- name: lock_workflow
+-- (SQLite's one writer already orders a park against a cancel: only the fence is read.)
+SELECT id FROM sqljobs_jobs WHERE id = :id AND token = :token AND state = 'running'
+
 -- name: park_workflow
 -- The workflow gives its attempt back and waits (for a time, an event, its children),
 -- unless what it waits for is there already: then it is due at once.
@@ -50,7 +54,8 @@ WHERE id = :id AND token = :token AND state = 'running'
 RETURNING state, queue
 
 -- name: wake_workflows
--- Parked workflows whose time has come (a sleep's end, a wait's timeout), made due.
+-- Parked workflows whose time has come (a sleep's end, a wait's timeout), made due at that
+-- time: a worker that resumes one counts the wait over by its run_at, whatever its clock.
 UPDATE sqljobs_jobs SET state = 'pending', run_at = wake_at, wake_at = NULL, wait_event = NULL
 WHERE id IN (SELECT id FROM sqljobs_jobs INDEXED BY sqljobs_jobs_wake
              WHERE state = 'waiting' AND wake_at IS NOT NULL AND wake_at <= :now
