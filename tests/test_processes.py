@@ -4,6 +4,7 @@ ends a poison job that keeps killing its worker."""
 from __future__ import annotations
 
 import signal
+from itertools import pairwise
 
 from sqljobs import App, JobState
 
@@ -44,5 +45,24 @@ def test_a_poison_job_ends_dead_after_crashing_its_worker_three_times(
     # on issue 16: crash counting under prefetch)
     assert 3 <= runs.count("start")["poison"] <= len(outcomes)
     assert proc.poll() is None, "the supervisor survived its children"
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == 0
+
+
+def test_a_suspect_job_runs_again_without_waiting_for_the_poll(
+    app: App, spawn: Spawn, runs: Runs
+) -> None:
+    """After its second crash a job is run alone (a suspect): the next-due answer says when
+    it falls due, so a worker claims it then rather than at its fallback poll."""
+    poll = 30.0
+    poison = app.enqueue("kill_my_worker", args=["poison"], known=False).id
+    proc = spawn("--processes", "2", "--poll-interval", str(poll), lease=60.0)
+    wait_until(lambda: app.get_job(poison).state is JobState.DEAD, timeout=2 * poll)  # type: ignore[union-attr]
+    job = app.get_job(poison)
+    assert job is not None and job.crashes == 3
+    crashed = [h for h in job.history if h["outcome"] == "crashed"]
+    assert len(crashed) == 3
+    retried, suspect = (b["started_at"] - a["ended_at"] for a, b in pairwise(crashed))
+    assert suspect < 2.0, f"the suspect waited {suspect:.2f} s (a plain retry {retried:.2f} s)"
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=15) == 0

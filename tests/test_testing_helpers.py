@@ -21,8 +21,10 @@ import pytest
 import sqljobs
 from sqljobs import App, ConfigurationError, JobState, Retry
 from sqljobs.testing import (
+    Attempt,
     Clock,
     DrainIncomplete,
+    DrainReport,
     assert_enqueued,
     assert_not_enqueued,
     bind,
@@ -198,6 +200,22 @@ def test_a_dead_job_is_reported_with_its_errors(app: App) -> None:
     with pytest.raises(KeyError, match=r"job 999 did not run in this drain; jobs that ran: "):
         report.job(999)
     assert f"job {dead_id} (hopeless) attempt 2: dead (failed 2 of 2 attempts" in str(report)
+
+
+def test_a_report_takes_each_jobs_attempts_in_attempt_order() -> None:
+    """A worker's two claim lanes may report a retry's next attempt first (the other lane
+    claimed it once committed): the job is still what its last attempt left it."""
+    failed = "LookupError: no tenant 'acme'"
+    came = (
+        Attempt(2, "fine", 1, "done", None),
+        Attempt(1, "hopeless", 2, "dead", f"failed 2 of 2 attempts; last: {failed}"),
+        Attempt(3, "fine", 1, "done", None),
+        Attempt(1, "hopeless", 1, "pending", failed),
+    )
+    report = DrainReport(came, (), 0.0)
+    assert [(a.job_id, a.attempt) for a in report.attempts] == [(2, 1), (1, 1), (3, 1), (1, 2)]
+    assert (report.done, report.dead, report.failed) == (2, 1, 2)
+    assert (report.job(1).state, report.job(1).attempts) == ("dead", 2)
 
 
 def test_a_delayed_job_runs_once_the_clock_is_moved_and_not_before(url: str) -> None:

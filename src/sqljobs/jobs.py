@@ -163,11 +163,13 @@ class Due:
     off still wakes on time), whether jobs from crashed workers wait to be run alone, and
     when the earliest schedule or parked workflow falls due (``schedule_at``, Unix seconds
     as the scheduler wrote it: its own clock rules them), so its scheduler need not look
-    before then."""
+    before then; and in how many seconds the first of those jobs from crashed workers
+    falls due (``suspect_wait``, by the database's clock), so a worker wakes to claim it."""
 
     wait: float | None
     suspects: bool = False
     schedule_at: float | None = None
+    suspect_wait: float | None = None
 
 
 @dataclass(slots=True)

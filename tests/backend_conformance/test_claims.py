@@ -272,6 +272,29 @@ def test_a_job_of_two_crashed_workers_is_claimed_only_alone(app: App) -> None:
     assert backend.claim_suspect(Claim("w")) is None
 
 
+def test_next_due_says_when_a_job_of_two_crashed_workers_falls_due(app: App) -> None:
+    """``suspect_wait`` counts only what ``claim_suspect`` of the same worker could take:
+    a worker that wakes for it then finds it, and one that could not never wakes for it."""
+    backend = app.backend
+    backend.enqueue_jobs([new_job(backend, "t", 1)])
+    (job,) = backend.claim_jobs(Claim("w", None, 1))
+    backend.finish_jobs([Outcome(job.id, job.token, JobState.PENDING, delay=20.0, crashes=2)])
+    due = backend.next_due(DueQuery(["default"], ["t"]))
+    assert due.suspects and due.suspect_wait is not None and 15 < due.suspect_wait <= 20
+    assert due.wait is None, "a suspect is not the normal claim's"
+    assert backend.next_due(DueQuery(["default"], ["u"])).suspect_wait is None
+    assert backend.next_due(DueQuery(["other"])).suspect_wait is None
+    db_execute(
+        app,
+        "UPDATE sqljobs_jobs SET run_at = run_at - 30",
+        "UPDATE sqljobs_jobs SET run_at = run_at - interval '30 seconds'",
+    )
+    wait = backend.next_due(DueQuery()).suspect_wait
+    assert wait is not None and wait <= 0
+    assert backend.claim_suspect(Claim("w", leases={"t": 30.0})) is not None
+    assert backend.next_due(DueQuery()) == Due(None, False, None)
+
+
 def test_next_due_says_when_a_delayed_job_of_the_workers_tasks_falls_due(app: App) -> None:
     backend = app.backend
     assert backend.next_due(DueQuery()) == Due(None, False, None)

@@ -209,12 +209,14 @@ class _Drain:
         return any(j.run_at <= now for j in self.claimable() if j.rate_max is None)
 
     def idle(self, worker: Worker) -> bool:
-        """Nothing running and nothing due (or enough attempts made)."""
+        """The worker settled (each attempt it began written and reported), nothing
+        running and nothing due (or enough attempts made)."""
         if self.attempts >= self.max_jobs:
             return True
         # a round trip in flight (on PostgreSQL, on a lane's thread) may claim a job or
-        # write an outcome between the two reads below: read only when none is
-        if worker.inflight or worker.lanes_busy or self.open("running"):
+        # write an outcome between the two reads below: read only when none is; and an
+        # outcome not yet written leaves no trace the report could read
+        if not worker.settled or self.open("running"):
             return False
         due_by = max(self.app.clock(), self.horizon)
         due = [j for j in self.claimable() if j.run_at <= due_by]

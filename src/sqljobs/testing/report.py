@@ -34,7 +34,8 @@ class JobRun:
 
 @dataclass(frozen=True)
 class DrainReport:
-    """What one drain ran, in order, and what it left: ``pending`` are the jobs still
+    """What one drain ran, in order (each job's attempts in attempt order, whatever order
+    the worker reported them in), and what it left: ``pending`` are the jobs still
     waiting, for a time the drain did not reach (no controllable clock, or past
     ``until``) or in a paused queue;
     ``advanced`` is how far it moved the test clock, in seconds."""
@@ -42,6 +43,9 @@ class DrainReport:
     attempts: tuple[Attempt, ...]
     pending: tuple[Job, ...]
     advanced: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "attempts", _each_job_in_order(self.attempts))
 
     @property
     def jobs(self) -> dict[int, JobRun]:
@@ -98,3 +102,14 @@ class DrainReport:
 
 
 _SHOWN = 30  # attempts a report's text lists
+
+
+def _each_job_in_order(attempts: tuple[Attempt, ...]) -> tuple[Attempt, ...]:
+    """``attempts`` with each job's own in attempt order, in the places its attempts held:
+    a worker's two claim lanes may report a retry's next attempt before the attempt that
+    scheduled it (the other lane claimed the retry as soon as it was committed)."""
+    by_job: dict[int, list[Attempt]] = {}
+    for a in attempts:
+        by_job.setdefault(a.job_id, []).append(a)
+    turns = {job_id: iter(sorted(runs, key=lambda a: a.attempt)) for job_id, runs in by_job.items()}
+    return tuple(next(turns[a.job_id]) for a in attempts)

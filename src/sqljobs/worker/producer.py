@@ -67,8 +67,9 @@ SchedulesRead = Callable[[float, float, float | None, float], None]
 
 class Producer:
     """Claims and round trips. Its timers are monotonic seconds, except ``due`` (the
-    wall-clock time the next delayed job falls due, as the database last said) and
-    ``retry_due`` (when the earliest retry this worker wrote since falls due)."""
+    wall-clock time the next delayed job falls due, as the database last said),
+    ``suspect_due`` (the same for the first job from crashed workers) and ``retry_due``
+    (when the earliest retry this worker wrote since falls due)."""
 
     def __init__(
         self,
@@ -113,6 +114,7 @@ class Producer:
         self.poll = now
         self.suspect_check = now + FIRST_LOOK
         self.due: float | None = None
+        self.suspect_due: float | None = None
         self.retry_due: float | None = None
         self.marker: int | None = None  # the database's change counter, last seen
         self.local_marker = 0  # the App's count of its own process's wake-ups, last seen
@@ -182,6 +184,9 @@ class Producer:
             self.want_claim, self.due = True, None
         if self.retry_due is not None and wall >= self.retry_due:
             self.want_claim, self.retry_due = True, None
+        if self.suspect_due is not None and wall >= self.suspect_due:
+            # a look, not only a claim: the normal claim never takes a crashed worker's job
+            self.want_claim, self.suspect_check, self.suspect_due = True, now, None
         polled = False  # the fallback poll, and nothing else, says look
         if now >= self.poll:
             polled, self.want_claim = not self.want_claim, True
@@ -289,13 +294,17 @@ class Producer:
             elif trip.ask_due and trip.error is not None:
                 self.want_due = True
             if trip.due is not None:
-                if trip.due.suspects and self._held.suspect is None:
-                    self.suspect_check = time.monotonic()
                 # next_due ignores suspects, so a job it calls due is ours to claim: one that
                 # fell due since our claim (a delayed job) is claimed shortly, never left to
                 # the poll; the short pause bounds any spin
                 wait, wall = trip.due.wait, self.app.clock()
                 self.due = None if wait is None else wall + max(wait, 0.005)
+                # a suspect is looked for when it falls due, as a retry is claimed then
+                suspect_wait = trip.due.suspect_wait
+                if suspect_wait is None or self._held.suspect is not None:
+                    self.suspect_due = None
+                else:
+                    self.suspect_due = wall + max(suspect_wait, 0.0)
                 if self.polled and trip.ask_due:  # the poll's question: a due job is claimed
                     self.polled = False  # now, whatever the App's clock does (a test's stands)
                     self.want_claim = self.want_claim or (wait is not None and wait <= 0)
@@ -423,7 +432,7 @@ class Producer:
         timers = [hold] if hold else []
         if not self._stop.stopping:  # no claims once stopping
             timers.append(self.poll - now)
-            for due in (self.due, self.retry_due):
+            for due in (self.due, self.retry_due, self.suspect_due):
                 if due is not None:
                     timers.append(due - self.app.clock())
             if self.suspect_check > now and self._held.suspect is None and self.want_claim:

@@ -185,6 +185,19 @@ class Worker:
     def capacity(self) -> int:
         return self._producer.capacity
 
+    @property
+    def settled(self) -> bool:
+        """Nothing claimed, running, returned uncollected, buffered or on a round trip:
+        every attempt this worker began has its outcome written and its events told."""
+        completer = self._completer
+        return not (
+            self.inflight
+            or self._held.suspect is not None
+            or self._producer.lanes_busy
+            or completer.returned
+            or completer.buffered
+        )
+
     # -- main loop ---------------------------------------------------------------------
 
     def run(self) -> None:

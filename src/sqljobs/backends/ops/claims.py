@@ -82,8 +82,8 @@ def next_due(ex: Executor, query: DueQuery) -> Due:
     sql, params = ex.filtered("next_due", queues, tasks)
     params["now"] = ex.now()
     due = ex.read(lambda conn: result(conn.execute(sql, params)))
-    first = due.first("wait", "suspects", "schedule_at")
-    wait, suspects, schedule_at = first or (None, False, None)
+    first = due.first("wait", "suspect_wait", "schedule_at")
+    wait, suspect_wait, schedule_at = first or (None, None, None)
     if query.limited:  # a delayed limited job: its slot may be free when it falls due
         sql, params = ex.filtered("next_limited_due", queues, tasks)
         params["now"] = ex.now()
@@ -95,8 +95,9 @@ def next_due(ex: Executor, query: DueQuery) -> Due:
             wait = opening if wait is None else min(wait, opening)
     return Due(
         None if wait is None else float(wait),
-        bool(suspects),
+        suspect_wait is not None,
         None if schedule_at is None else float(schedule_at),
+        None if suspect_wait is None else float(suspect_wait),
     )
 
 

@@ -194,10 +194,11 @@ RETURNING j.id, j.task, j.payload, j.queue, j.priority, j.attempts AS attempt, j
 
 -- name: next_due
 -- In how many seconds the next delayed job falls due (by the server's clock, which claims
--- read), and whether jobs from crashed workers wait: the earliest head of the claim's
--- levels, one index probe a level, however many jobs other queues hold (reading the
--- pending jobs in run_at order and filtering by queue walked a backlog of another queue
--- whole, its time growing with that backlog).
+-- read): the earliest head of the claim's levels, one index probe a level, however many
+-- jobs other queues hold (reading the pending jobs in run_at order and filtering by queue
+-- walked a backlog of another queue whole, its time growing with that backlog).
+-- And in how many seconds the first job from crashed workers does (`suspect_wait`, as
+-- claim_suspect filters them): a worker wakes for it then, as for a retry.
 -- A paused queue's jobs count for neither: they wait for its resume.
 -- Also when the earliest schedule that is not paused falls due (Unix seconds, as the
 -- scheduler writes them; one probe of its index): the scheduler of a worker that asks
@@ -209,10 +210,10 @@ SELECT (SELECT extract(epoch FROM min(f.run_at) - now())::float8
             WHERE state = 'pending' AND crashes < 2 AND limit_key IS NULL
               AND priority = l.priority {level_queue} {level_tasks}
             ORDER BY run_at LIMIT 1) AS f) AS wait,
-       EXISTS (SELECT 1 FROM {schema}.sqljobs_jobs
-               WHERE state = 'pending' AND crashes >= 2 {queue_filter}
-                 AND queue NOT IN (SELECT name FROM {schema}.sqljobs_queues WHERE paused))
-           AS suspects,
+       (SELECT extract(epoch FROM min(run_at) - now())::float8 FROM {schema}.sqljobs_jobs
+        WHERE state = 'pending' AND crashes >= 2 {queue_filter}
+          AND queue NOT IN (SELECT name FROM {schema}.sqljobs_queues WHERE paused))
+           AS suspect_wait,
        least((SELECT extract(epoch FROM min(next_run_at))::float8
               FROM {schema}.sqljobs_schedules WHERE NOT paused),
              (SELECT extract(epoch FROM min(wake_at))::float8 FROM {schema}.sqljobs_jobs

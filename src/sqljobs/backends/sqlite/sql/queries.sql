@@ -77,12 +77,13 @@ RETURNING id, task, payload, queue, priority, attempts AS attempt, token, lease,
           max_attempts, created_at, deadline_at, key, run_at
 
 -- name: next_due
--- In how many seconds the next delayed job falls due, and whether jobs from crashed
--- workers wait (neither counts a paused queue's jobs: they wait for its resume): the
--- earliest head of the claim's levels, one index probe a level, however many jobs other
--- queues hold (reading pending jobs in run_at order and filtering by queue walked a
--- backlog of another queue whole, on the worker's one connection, its time growing with
--- that backlog).
+-- In how many seconds the next delayed job falls due, and the first job from crashed
+-- workers does (`suspect_wait`, as claim_suspect filters them: a worker wakes for it
+-- then, as for a retry); neither counts a paused queue's jobs (they wait for its
+-- resume). The first: the earliest head of the claim's levels, one index probe a level,
+-- however many jobs other queues hold (reading pending jobs in run_at order and filtering
+-- by queue walked a backlog of another queue whole, on the worker's one connection, its
+-- time growing with that backlog).
 -- Also when the earliest schedule that is not paused falls due (one probe of its index):
 -- the scheduler of a worker that asks this needs no pass of its own before then.
 WITH RECURSIVE {levels}
@@ -92,10 +93,10 @@ SELECT (SELECT min((SELECT run_at FROM sqljobs_jobs
                     ORDER BY run_at LIMIT 1))
         FROM levels AS l WHERE l.priority IS NOT NULL)
        - :now AS wait,
-       EXISTS (SELECT 1 FROM sqljobs_jobs INDEXED BY sqljobs_jobs_suspects
-               WHERE state = 'pending' AND crashes >= 2 {queue_filter}
-                 AND queue NOT IN (SELECT name FROM sqljobs_queues WHERE paused = 1))
-           AS suspects,
+       (SELECT min(run_at) FROM sqljobs_jobs INDEXED BY sqljobs_jobs_suspects
+        WHERE state = 'pending' AND crashes >= 2 {queue_filter}
+          AND queue NOT IN (SELECT name FROM sqljobs_queues WHERE paused = 1))
+       - :now AS suspect_wait,
        (SELECT min(at) FROM (
             SELECT min(next_run_at) AS at FROM sqljobs_schedules INDEXED BY sqljobs_schedules_due
             WHERE paused = 0
