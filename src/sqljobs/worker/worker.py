@@ -43,8 +43,10 @@ from .dispatcher import Dispatcher
 from .events import Emitter, OnEvent, Pass
 from .holding import Holding
 from .hook_runner import WorkerHooks
+from .link import SupervisorLink
 from .log_lines import banner, summary
 from .producer import Producer
+from .recycling import RecycleLimits
 from .shutdown import Shutdown, StopState
 from .upkeep import ProgressReports, Upkeep
 
@@ -67,6 +69,7 @@ class Worker:
         config: WorkerConfig | None = None,
         *,
         on_event: OnEvent | None = None,
+        link: SupervisorLink | None = None,
         **options: Any,
     ) -> None:
         if not app.tasks:
@@ -87,6 +90,14 @@ class Worker:
         # global one belongs to the program (a seeded simulation, Hypothesis' draws).
         self.rng = random.Random()
         self.replace_requested = False  # a cancelled handler would not stop: replace this process
+        self.recycle_reason: tuple[str, str] | None = None  # (label, text): past a limit
+        self._link = link
+        # only a supervised process is recycled: alone, exiting would stop all work
+        supervised = link is not None
+        self._limits = RecycleLimits(
+            cfg.max_tasks_per_process if supervised else None,
+            cfg.max_memory_per_process if supervised else None,  # type: ignore[arg-type]
+        )
         self._wake = threading.Event()  # set by any thread that has news for the coordinator
         self._backend: Backend | None = None
         self._began = time.monotonic()
@@ -111,13 +122,14 @@ class Worker:
             app=app, worker_id=self.id, concurrency=cfg.concurrency, holding=held,
             completer=self._completer, stop=self._stop, rng=self.rng, emit=emit,
             hooks=self._hooks, request_heartbeat=self.request_heartbeat,
-            progress_reported=progress.reported,
+            progress_reported=progress.reported, link=link,
         )  # fmt: skip
         self._producer = Producer(
             app=app, config=cfg, worker_id=self.id, completer=self._completer,
             dispatcher=self._dispatcher, holding=held, stop=self._stop, counters=counters,
             rng=self.rng, wake=wake,
         )  # fmt: skip
+        self._producer.claim_budget = self._limits.max_tasks
         self._upkeep = Upkeep(
             app=app, config=cfg, worker_id=self.id, completer=self._completer,
             progress=progress, stop=self._stop, meter=self._meter, emit=emit,
@@ -149,6 +161,18 @@ class Worker:
     def _replace(self) -> None:
         """A cancelled handler will not stop: drain, and exit to be replaced."""
         self.replace_requested = True
+        self.stop()
+
+    def _check_limits(self, finished: int) -> None:
+        """Between jobs: past a recycling limit, stop claiming, drain and exit to be
+        replaced (the supervisor is told why, for its log line and metric)."""
+        reason = self._limits.reason(finished)
+        if reason is None:
+            return
+        self.recycle_reason = reason
+        log.info("worker %s: %s; draining to be replaced", self.id, reason[1])
+        if self._link is not None:
+            self._link.recycling(*reason)
         self.stop()
 
     # -- what it measures --------------------------------------------------------------
@@ -272,6 +296,11 @@ class Worker:
         self._shutdown.take_signals()
         if self._completer.collect():
             producer.claim_soon()
+        if self._limits.active and not stop.stopping:
+            taken = producer.jobs_taken
+            spent = self._limits.max_tasks is not None and taken >= self._limits.max_tasks
+            if c["finished"] != before[1] or (spent and not self.inflight):
+                self._check_limits(c["finished"] if self.inflight else max(taken, c["finished"]))
         producer.take_trips(backend)
         now = time.monotonic()
         self._upkeep.expire_timeouts(now)
