@@ -97,16 +97,16 @@ def worker(
     """Run jobs until SIGTERM or Ctrl-C (graceful drain) or a second signal (at once).
 
     SIGUSR1 prints every thread's stack to stderr, for diagnosing a stuck worker."""
-    if worker_log_format is not None:
-        ctx.log_format = worker_log_format
-        ctx.setup_logging(worker=True)
-    faulthandler.register(signal.SIGUSR1, all_threads=True)
-    names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
     if max_memory_per_process is not None:
         try:
             parse_size(max_memory_per_process, "--max-memory-per-process")
         except ConfigurationError as exc:
             raise click.BadParameter(str(exc), param_hint="--max-memory-per-process") from exc
+    if worker_log_format is not None:
+        ctx.log_format = worker_log_format
+        ctx.setup_logging(worker=True)
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
+    names = [q.strip() for q in queues.split(",") if q.strip()] if queues else None
     # after a signal the worker logs its own stop summary; nothing more to print here
     ctx.app.run_worker(
         concurrency=concurrency,
