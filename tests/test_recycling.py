@@ -126,3 +126,22 @@ def test_replacements_are_counted_in_metrics(app: sqljobs.App) -> None:
         if s.name.endswith("_total")
     }
     assert counts == {"max_tasks": 0, "max_memory": 2, "hard_timeout": 1}
+
+
+def test_replacements_show_in_the_workers_views(app: sqljobs.App) -> None:
+    from starlette.testclient import TestClient
+
+    from sqljobs.dashboard import create_app
+
+    app.task(name="noop")(lambda: None)
+    runner = CliRunner()
+    quiet = runner.invoke(cli, ["--url", app.url, "workers"])
+    assert quiet.exit_code == 0 and "replaced" not in quiet.output
+    meter = Meter()
+    meter.replacement("max_tasks", app.backend.now())
+    meter.flush(app.backend)
+    shown = runner.invoke(cli, ["--url", app.url, "workers"])
+    assert "worker processes replaced: 1 after --max-tasks-per-process" in shown.output
+    with TestClient(create_app(app), base_url="http://127.0.0.1") as client:
+        page = client.get("/workers").text
+    assert "worker processes replaced: 1 after --max-tasks-per-process, 0 over" in page

@@ -134,6 +134,26 @@ class MinuteCounts:
     """Attempts cancelled while a worker held them."""
 
 
+def replacement_counts(totals: Iterable[MetricAmount]) -> dict[str, int]:
+    """Worker processes replaced on purpose, by reason (every reason, 0 if none), from
+    the rollup's totals."""
+    counts = dict.fromkeys(REPLACEMENT_REASONS, 0)
+    for a in totals:
+        if a.series == Series.REPLACEMENTS:
+            counts[a.outcome] = counts.get(a.outcome, 0) + int(a.amount)
+    return counts
+
+
+def replacements_text(counts: dict[str, int]) -> str:
+    """The counts as a sentence for people: the CLI's and the dashboard's workers views."""
+    return (
+        f"worker processes replaced: {counts.get('max_tasks', 0)} after "
+        f"--max-tasks-per-process, {counts.get('max_memory', 0)} over "
+        f"--max-memory-per-process, {counts.get('hard_timeout', 0)} killed past a "
+        "hard_timeout"
+    )
+
+
 def minute_of(at: float) -> int:
     """The start of the minute ``at`` (Unix seconds) falls in."""
     return int(at // 60) * 60

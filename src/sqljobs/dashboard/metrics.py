@@ -26,10 +26,10 @@ from ..jobs import JobState
 from ..rollup import (
     BUCKET_BOUNDS,
     INF,
-    REPLACEMENT_REASONS,
     AttemptOutcome,
     MetricAmount,
     Series,
+    replacement_counts,
 )
 from ..stats import CAPPED_STATES
 
@@ -142,11 +142,7 @@ class RollupCollector(Collector):
             "hard_timeout (killed for a handler past its hard_timeout).",
             labels=["reason"],
         )
-        replacements = dict.fromkeys(REPLACEMENT_REASONS, 0.0)
-        for a in totals:
-            if a.series == Series.REPLACEMENTS:
-                replacements[a.outcome] = replacements.get(a.outcome, 0.0) + a.amount
-        for reason, count in sorted(replacements.items()):
+        for reason, count in sorted(replacement_counts(totals).items()):
             replaced.add_metric([reason], count)
         yield replaced
         yield _histogram(
