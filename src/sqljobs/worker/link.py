@@ -54,6 +54,8 @@ class ChildState:
     worker_id: str
     fd: int
     buffer: bytes = b""
+    closed: bool = False
+    """Its end of the pipe is closed: it is exiting."""
     running: dict[int, Overrun] = field(default_factory=dict)
     """job id -> what to do if that hard-limited handler overruns, and when."""
     recycle: tuple[str, str] | None = None

@@ -67,6 +67,7 @@ class Supervisor:
         self.signals = 0
         self.prefix = f"{socket.gethostname()}-{os.getpid()}"
         self._wake_read, self._wake_write = -1, -1
+        self._recent_crashes: list[float] = []  # monotonic times, for the crash-loop delay
 
     def _spawn(self) -> None:
         """Fork one worker. Signals stay blocked across the fork, so one that arrives
@@ -132,7 +133,6 @@ class Supervisor:
         try:
             for _ in range(self.processes):
                 self._spawn()
-            self._recent_crashes: list[float] = []
             while self.children:
                 self._wait()
                 self._kill_overdue()
@@ -156,7 +156,7 @@ class Supervisor:
         """Sleep until a child exits, one reports, or a hard time limit falls due."""
         deadlines = [d for c in self.children.values() if (d := c.next_deadline()) is not None]
         timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
-        fds = [self._wake_read, *(c.fd for c in self.children.values())]
+        fds = [self._wake_read, *(c.fd for c in self.children.values() if not c.closed)]
         ready, _, _ = select.select(fds, [], [], timeout)
         now = time.monotonic()
         for child in self.children.values():
@@ -172,7 +172,8 @@ class Supervisor:
                 data = os.read(child.fd, 65536)
             except BlockingIOError:
                 return
-            if not data:
+            if not data:  # it closed its end (it is exiting): stop watching the pipe
+                child.closed = True
                 return
             child.feed(data, now)
 
