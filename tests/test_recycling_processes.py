@@ -112,6 +112,27 @@ def test_a_handler_past_its_hard_time_limit_has_its_process_killed(
     assert proc.wait(timeout=15) == 0
 
 
+def test_past_its_timeout_a_hard_limited_handler_keeps_its_job_until_it_ends(
+    one_attempt_app: App, spawn: Spawn, runs: Runs, tmp_path: Path
+) -> None:
+    """Asked to stop at its timeout, it is not given up at once: no retry could run
+    beside it. It returns before its hard limit: a timed-out attempt, no kill."""
+    app = one_attempt_app
+    proc = spawn("--processes", "2", "--concurrency", "2", lease=30.0, app=OPERATIONS)
+    late = app.enqueue("late", args=["late", 3.0], known=False).id
+    asked = "past its timeout of 0.3 s; asked to stop"
+    wait_until(lambda: asked in supervisor_log(tmp_path), what="the handler asked to stop")
+    assert runs.count("end")["late"] == 0, "the handler runs 3 s, the ask came at 0.3 s"
+    assert app.get_job(late).state is JobState.RUNNING  # type: ignore[union-attr]
+    wait_until(lambda: app.get_job(late).state is JobState.DEAD)  # type: ignore[union-attr]
+    job = app.get_job(late)
+    assert job is not None and job.last_error is not None
+    assert "timed out after 0.3 s" in job.last_error and job.history[-1]["outcome"] == "timed_out"
+    assert replacements(app, "hard_timeout") == 0
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=15) == 0
+
+
 @pytest.mark.parametrize("url", ["sqlite"], indirect=True)
 def test_one_process_says_recycling_and_hard_limits_need_processes(
     app: App, spawn: Spawn, runs: Runs, tmp_path: Path

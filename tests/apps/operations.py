@@ -37,3 +37,12 @@ def stuck(label: str) -> None:
     log_run(label, "start")
     time.sleep(3600)
     log_run(label, "end")
+
+
+@app.task(lease=LEASE, timeout=0.3, hard_timeout=30, retry=sqljobs.Retry(max_attempts=1))
+def late(label: str, seconds: float = 1.0) -> str:
+    """Runs past its timeout, well within its hard limit, then returns."""
+    log_run(label, "start")
+    time.sleep(seconds)
+    log_run(label, "end")
+    return label
