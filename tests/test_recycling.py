@@ -145,3 +145,11 @@ def test_replacements_show_in_the_workers_views(app: sqljobs.App) -> None:
     with TestClient(create_app(app), base_url="http://127.0.0.1") as client:
         page = client.get("/workers").text
     assert "worker processes replaced: 1 after --max-tasks-per-process, 0 over" in page
+
+
+def test_a_periodic_task_takes_a_hard_timeout(tmp_path: Path) -> None:
+    app = sqljobs.App(f"sqlite:///{tmp_path / 'jobs.db'}")
+    task = app.periodic(every=60, timeout=5, hard_timeout=10)(lambda: None)
+    assert (task.timeout, task.hard_timeout) == (5, 10)
+    with pytest.raises(sqljobs.ConfigurationError, match="must be longer than timeout"):
+        app.periodic(every=60, name="other", timeout=5, hard_timeout=5)(lambda: None)

@@ -216,7 +216,7 @@ class App:
         misfire: str = "catch_up_once", kwargs: Mapping[str, Any] | None = None,
         name: str | None = None, queue: str | None = None, priority: int = 0,
         retry: Retry | None = None, lease: float | timedelta | None = None,
-        timeout: float | timedelta | None = None,
+        timeout: float | timedelta | None = None, hard_timeout: float | timedelta | None = None,
     ) -> TaskDecorator:
         """Register a task and run it on a schedule: a cron expression in ``tz``
         (``@app.periodic("0 3 * * *", tz="Europe/Berlin")``) or a fixed interval
@@ -231,7 +231,7 @@ class App:
         return stored.define_periodic(
             self, expression, cron=cron, every=every, tz=tz, overlap=overlap, misfire=misfire,
             kwargs=kwargs, name=name, queue=queue, priority=priority, retry=retry, lease=lease,
-            timeout=timeout,
+            timeout=timeout, hard_timeout=hard_timeout,
         )
 
     # -- durable workflows (sqljobs.workflow_ops; the runtime is sqljobs.workflows) ----
