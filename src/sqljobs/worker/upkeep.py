@@ -98,7 +98,7 @@ class Upkeep:
     ) -> None:
         self.app = app
         self.config = config
-        self._supervised = config.supervisor_pid is not None
+        self.hard_limits = False  # a supervisor kills a handler past its hard_timeout
         self.id = worker_id
         self._held = holding
         self.inflight = holding.inflight
@@ -369,7 +369,7 @@ class Upkeep:
         for run in [r for r in self.inflight.values() if r.deadline and now >= r.deadline]:
             run.ctx.timed_out = True
             hard = run.task.hard_timeout
-            if hard is not None and self._supervised and not run.task.is_async:
+            if hard is not None and self.hard_limits and not run.task.is_async:
                 run.deadline = None  # asked once
                 self.counters["timed_out"] += 1
                 log.warning(

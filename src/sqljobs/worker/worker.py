@@ -72,6 +72,8 @@ class Worker:
         link: SupervisorLink | None = None,
         **options: Any,
     ) -> None:
+        """``link``: set by a ``--processes`` supervisor for its child, which then reports
+        to it and is subject to recycling and hard time limits."""
         if not app.tasks:
             raise ConfigurationError(
                 f"{app!r} has no tasks: a worker would have nothing to run. Give the worker "
@@ -93,10 +95,11 @@ class Worker:
         self.recycle_reason: tuple[str, str] | None = None  # (label, text): past a limit
         self._link = link
         # only a supervised process is recycled: alone, exiting would stop all work
+        memory = cfg.max_memory_per_process
+        assert memory is None or isinstance(memory, int)  # WorkerConfig made it bytes
         supervised = link is not None
         self._limits = RecycleLimits(
-            cfg.max_tasks_per_process if supervised else None,
-            cfg.max_memory_per_process if supervised else None,  # type: ignore[arg-type]
+            cfg.max_tasks_per_process if supervised else None, memory if supervised else None
         )
         self._wake = threading.Event()  # set by any thread that has news for the coordinator
         self._backend: Backend | None = None
@@ -136,6 +139,7 @@ class Worker:
             claim_soon=self._producer.claim_soon, count_peers=self._producer.count_peers,
             orphaned=self.stop, stuck=self._replace, holding=held, counters=counters, wake=wake,
         )  # fmt: skip
+        self._upkeep.hard_limits = supervised
         self._shutdown = Shutdown(
             worker_id=self.id, drain_timeout=self.drain_timeout,
             install_signal_handlers=cfg.install_signal_handlers, state=self._stop,
