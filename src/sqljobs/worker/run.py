@@ -80,6 +80,7 @@ async def run_worker_async(
         install_signal_handlers=False,
         **options,
     )
+    alone_warnings(app, config)
     worker = Worker(app, config)
     running = asyncio.ensure_future(asyncio.to_thread(worker.run))
     try:
