@@ -178,7 +178,7 @@ class App:
         timeout: float | timedelta | None = None, store_result: bool = True,
         concurrency: int | None = None, concurrency_key: Callable[..., Any] | None = None,
         rate: str | None = None, redact: Sequence[str] = (),
-        key_retention: KeyRetention = "default",
+        key_retention: KeyRetention = "default", hard_timeout: float | timedelta | None = None,
     ) -> TaskDecorator: ...
 
     def task(
@@ -188,9 +188,12 @@ class App:
         store_result: bool = True, concurrency: int | None = None,
         concurrency_key: Callable[..., Any] | None = None, rate: str | None = None,
         redact: Sequence[str] = (), key_retention: KeyRetention = "default",
+        hard_timeout: float | timedelta | None = None,
     ) -> Task[..., Any] | TaskDecorator:
         """Register a task. ``lease`` (seconds) is how long a claim lasts without renewal;
-        ``timeout`` how long one attempt may run before it is given up as timed out.
+        ``timeout`` how long one attempt may run before it is given up as timed out;
+        ``hard_timeout`` (longer) when, under ``--processes``, the process running it is
+        killed and replaced, which stops even a handler stuck in a blocking call.
         The task's return value is stored with its job (it must be JSON) for
         ``handle.result()``, unless ``store_result=False``. ``concurrency=N`` lets at most
         N of its jobs run at once across every worker, per key if ``concurrency_key`` (a
@@ -204,6 +207,7 @@ class App:
             self, fn, name=name, queue=queue, lease=lease, retry=retry, priority=priority,
             timeout=timeout, store_result=store_result, concurrency=concurrency,
             concurrency_key=concurrency_key, rate=rate, redact=redact, key_retention=key_retention,
+            hard_timeout=hard_timeout,
         )
 
     def periodic(
@@ -212,7 +216,7 @@ class App:
         misfire: str = "catch_up_once", kwargs: Mapping[str, Any] | None = None,
         name: str | None = None, queue: str | None = None, priority: int = 0,
         retry: Retry | None = None, lease: float | timedelta | None = None,
-        timeout: float | timedelta | None = None,
+        timeout: float | timedelta | None = None, hard_timeout: float | timedelta | None = None,
     ) -> TaskDecorator:
         """Register a task and run it on a schedule: a cron expression in ``tz``
         (``@app.periodic("0 3 * * *", tz="Europe/Berlin")``) or a fixed interval
@@ -227,7 +231,7 @@ class App:
         return stored.define_periodic(
             self, expression, cron=cron, every=every, tz=tz, overlap=overlap, misfire=misfire,
             kwargs=kwargs, name=name, queue=queue, priority=priority, retry=retry, lease=lease,
-            timeout=timeout,
+            timeout=timeout, hard_timeout=hard_timeout,
         )
 
     # -- durable workflows (sqljobs.workflow_ops; the runtime is sqljobs.workflows) ----
@@ -354,16 +358,22 @@ class App:
         *,
         processes: int = 1,
         drain_timeout: float | None = None,
+        max_tasks_per_process: int | None = None,
+        max_memory_per_process: int | str | None = None,
         **options: Any,
     ) -> None:
         """Run a worker until SIGTERM/SIGINT (graceful) or a second signal (at once).
 
         ``queues`` is one queue name or a list of them (default: every queue).
         ``processes`` > 1 forks that many worker processes under a supervisor that
-        restarts a crashed one and hands its jobs back at once.
+        restarts a crashed one and hands its jobs back at once. Under it,
+        ``max_tasks_per_process`` and ``max_memory_per_process`` (bytes, or ``"512MB"``)
+        recycle a process once it ran that many jobs or grew past that: it stops claiming,
+        drains and is replaced, with no job lost or charged.
         """
         run_worker(self, concurrency, queues, processes=processes, drain_timeout=drain_timeout,
-                   **options)  # fmt: skip
+                   max_tasks_per_process=max_tasks_per_process,
+                   max_memory_per_process=max_memory_per_process, **options)  # fmt: skip
 
     async def run_worker_async(
         self, concurrency: int = 8, queues: str | Sequence[str] | None = None, **options: Any

@@ -49,6 +49,7 @@ def define_periodic(
     retry: Retry | None = None,
     lease: float | timedelta | None = None,
     timeout: float | timedelta | None = None,
+    hard_timeout: float | timedelta | None = None,
 ) -> TaskDecorator:
     """``@app.periodic``: the decorator that registers a task and its schedule."""
     if expression is not None and cron is not None:
@@ -73,6 +74,7 @@ def define_periodic(
             retry=retry,
             priority=priority,
             timeout=timeout,
+            hard_timeout=hard_timeout,
         )(fn)
         try:
             schedule = define_schedule(

@@ -95,6 +95,15 @@ class Series(enum.StrEnum):
     SCHEDULE_LAG = "schedule_lag"
     """Bucket counts of how late a schedule's tick enqueued its job (outcome is empty)."""
     SCHEDULE_LAG_SUM = "schedule_lag_sum"
+    REPLACEMENTS = "process_replacements"
+    """Worker processes a supervisor replaced on purpose, by reason in ``outcome``
+    (:data:`REPLACEMENT_REASONS`; queue and task are empty)."""
+
+
+REPLACEMENT_REASONS = ("max_tasks", "max_memory", "hard_timeout")
+"""Why a supervisor replaced a worker process: it ran ``--max-tasks-per-process`` jobs,
+grew past ``--max-memory-per-process``, or was killed for a handler past its
+``hard_timeout``."""
 
 
 @dataclass(frozen=True)
@@ -123,6 +132,26 @@ class MinuteCounts:
     """Attempts that raised (retried or dead), or whose lease expired or worker crashed."""
     cancelled: int
     """Attempts cancelled while a worker held them."""
+
+
+def replacement_counts(totals: Iterable[MetricAmount]) -> dict[str, int]:
+    """Worker processes replaced on purpose, by reason (every reason, 0 if none), from
+    the rollup's totals."""
+    counts = dict.fromkeys(REPLACEMENT_REASONS, 0)
+    for a in totals:
+        if a.series == Series.REPLACEMENTS:
+            counts[a.outcome] = counts.get(a.outcome, 0) + int(a.amount)
+    return counts
+
+
+def replacements_text(counts: dict[str, int]) -> str:
+    """The counts as a sentence for people: the CLI's and the dashboard's workers views."""
+    return (
+        f"worker processes replaced: {counts.get('max_tasks', 0)} after "
+        f"--max-tasks-per-process, {counts.get('max_memory', 0)} over "
+        f"--max-memory-per-process, {counts.get('hard_timeout', 0)} killed past a "
+        "hard_timeout"
+    )
 
 
 def minute_of(at: float) -> int:
@@ -219,6 +248,7 @@ class Meter:
     def __init__(self) -> None:
         self._tallies: dict[Key, _Tally] = {}
         self._lags: dict[Key, Histogram] = {}
+        self._replacements: dict[Key, int] = {}
         self._unsaved: list[MetricAmount] = []  # a flush the database refused, kept for the next
 
     def attempt(
@@ -278,6 +308,11 @@ class Meter:
                 if wait > 0:
                     histogram.total += wait
 
+    def replacement(self, reason: str, at: float) -> None:
+        """A supervisor replaced a worker process for ``reason`` at ``at``."""
+        key = (at // 60, "", "", reason)
+        self._replacements[key] = self._replacements.get(key, 0) + 1
+
     def schedule_lag(self, queue: str, task: str, at: float, lag: float) -> None:
         """A schedule's tick, planned ``lag`` seconds before ``at``, enqueued its job."""
         key = (at // 60, queue, task, "")
@@ -289,7 +324,7 @@ class Meter:
     @property
     def pending(self) -> bool:
         """Something is tallied and not yet flushed."""
-        return bool(self._tallies or self._lags or self._unsaved)
+        return bool(self._tallies or self._lags or self._replacements or self._unsaved)
 
     def take(self) -> list[MetricAmount]:
         """Everything tallied so far as amounts, sorted (so concurrent flushes lock rows in
@@ -307,6 +342,10 @@ class Meter:
         for (number, queue, task, outcome), lag in lags.items():
             key = int(number) * 60, queue, task, outcome
             out += lag.amounts(key, Series.SCHEDULE_LAG, Series.SCHEDULE_LAG_SUM)
+        replacements, self._replacements = self._replacements, {}
+        for (number, queue, task, reason), count in replacements.items():
+            minute = int(number) * 60
+            out.append(MetricAmount(queue, task, reason, Series.REPLACEMENTS, INF, count, minute))
         return merged(out)
 
     def flush(self, backend: Backend) -> int:

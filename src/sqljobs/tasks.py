@@ -95,6 +95,7 @@ class Task(Generic[P, R]):
         priority: int,
         timeout: float | None,
         store_result: bool = True,
+        hard_timeout: float | None = None,
         limit: Limit | None = None,
         redact: Sequence[str] = (),
         key_retention: float | Literal["default"] | None = "default",
@@ -103,6 +104,14 @@ class Task(Generic[P, R]):
         check_seconds(lease, f"task {name!r}: lease")
         if timeout is not None:
             check_seconds(timeout, f"task {name!r}: timeout")
+        if hard_timeout is not None:
+            check_seconds(hard_timeout, f"task {name!r}: hard_timeout")
+            if timeout is not None and not hard_timeout > timeout:
+                raise ConfigurationError(
+                    f"task {name!r}: hard_timeout {hard_timeout:g} s must be longer than "
+                    f"timeout {timeout:g} s (the handler is asked to stop at timeout, and "
+                    "its process killed at hard_timeout)"
+                )
         self.app = app
         self.fn = fn
         self.name = name
@@ -111,6 +120,9 @@ class Task(Generic[P, R]):
         self.retry = retry
         self.priority = check_priority(priority, f"task {name!r}")
         self.timeout = timeout
+        self.hard_timeout = hard_timeout
+        """Seconds after which, under ``--processes``, the process running an attempt is
+        killed and replaced (None: never)."""
         self.store_result = store_result
         self.limit = limit
         self.key_retention = key_retention
@@ -382,6 +394,7 @@ def define_task(
     retry: Retry | None = None,
     priority: int = 0,
     timeout: float | timedelta | None = None,
+    hard_timeout: float | timedelta | None = None,
     store_result: bool = True,
     concurrency: int | None = None,
     concurrency_key: Callable[..., Any] | None = None,
@@ -420,6 +433,7 @@ def define_task(
             retry=retry or app.default_retry,
             priority=priority,
             timeout=seconds(timeout, "timeout"),
+            hard_timeout=seconds(hard_timeout, "hard_timeout"),
             store_result=store_result,
             limit=define_limit(concurrency, concurrency_key, rate, task_name),
             redact=redact,

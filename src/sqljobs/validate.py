@@ -228,3 +228,38 @@ def to_epoch(value: float | datetime | None, name: str) -> float | None:
             raise ConfigurationError(f"{name} must be a timezone-aware datetime, got {value!r}")
         return value.timestamp()
     raise ConfigurationError(f"{name} must be a Unix time or an aware datetime, got {value!r}")
+
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 1000,
+    "kb": 1000,
+    "m": 1000**2,
+    "mb": 1000**2,
+    "g": 1000**3,
+    "gb": 1000**3,
+    "kib": 1024,
+    "mib": 1024**2,
+    "gib": 1024**3,
+}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*", re.IGNORECASE)
+
+
+def parse_size(value: object, name: str) -> int:
+    """Bytes from an int or a string such as ``"512MB"``, ``"1.5GiB"`` or ``"300000000"``,
+    refused with ``name`` in the message when it is not a positive size."""
+    if isinstance(value, bool):
+        raise ConfigurationError(f"{name} must be a size such as 512MB, got {value!r}")
+    if isinstance(value, int):
+        size = value
+    elif isinstance(value, str) and (m := _SIZE.fullmatch(value)) and m[2].lower() in _UNITS:
+        size = int(float(m[1]) * _UNITS[m[2].lower()])
+    else:
+        raise ConfigurationError(
+            f"{name} must be bytes or a size such as 512MB, 1.5GiB (units: B, KB, MB, GB, "
+            f"KiB, MiB, GiB), got {value!r}"
+        )
+    if size < 1:
+        raise ConfigurationError(f"{name} must be more than 0 bytes, got {value!r}")
+    return size

@@ -11,6 +11,7 @@ from rich.text import Text
 
 from ..humanize import duration, redact_url
 from ..jobs import WorkerStatus
+from ..rollup import replacement_counts, replacements_text
 from .format import limits_columns, show, stats_columns, table_parts, width, workers_columns
 from .options import Ctx, pass_ctx
 
@@ -49,7 +50,11 @@ def workers(ctx: Ctx, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([_worker_json(w) for w in statuses], indent=2))
         return
-    show(*table_parts(workers_columns(statuses, time.time()), width(), "no live workers"))
+    replaced = replacement_counts(ctx.app.metric_totals())
+    show(
+        *table_parts(workers_columns(statuses, time.time()), width(), "no live workers"),
+        *([Text(replacements_text(replaced))] if any(replaced.values()) else []),
+    )
 
 
 def _worker_json(status: WorkerStatus) -> dict[str, Any]:

@@ -7,7 +7,9 @@ import signal
 
 import click
 
+from ..errors import ConfigurationError
 from ..logs import LogFormat
+from ..validate import parse_size
 from .options import Ctx, Seconds, pass_ctx
 
 
@@ -47,6 +49,21 @@ from .options import Ctx, Seconds, pass_ctx
     "logged as stuck; with --processes its worker process is then replaced.",
 )
 @click.option(
+    "--max-tasks-per-process",
+    type=click.IntRange(min=1),
+    default=None,
+    show_default="no limit",
+    help="With --processes: a worker process that has run this many jobs stops claiming, "
+    "drains and is replaced (no job lost or charged).",
+)
+@click.option(
+    "--max-memory-per-process",
+    default=None,
+    show_default="no limit",
+    help="With --processes: a worker process whose resident memory is over this size "
+    "(bytes, or 512MB, 1.5GiB), checked between jobs, stops claiming, drains and is replaced.",
+)
+@click.option(
     "--poll-interval",
     type=Seconds(positive=True),
     default=5.0,
@@ -73,11 +90,18 @@ def worker(
     drain_timeout: float | None,
     cancel_grace: float,
     poll_interval: float,
+    max_tasks_per_process: int | None,
+    max_memory_per_process: str | None,
     worker_log_format: LogFormat | None,
 ) -> None:
     """Run jobs until SIGTERM or Ctrl-C (graceful drain) or a second signal (at once).
 
     SIGUSR1 prints every thread's stack to stderr, for diagnosing a stuck worker."""
+    if max_memory_per_process is not None:
+        try:
+            parse_size(max_memory_per_process, "--max-memory-per-process")
+        except ConfigurationError as exc:
+            raise click.BadParameter(str(exc), param_hint="--max-memory-per-process") from exc
     if worker_log_format is not None:
         ctx.log_format = worker_log_format
         ctx.setup_logging(worker=True)
@@ -91,4 +115,6 @@ def worker(
         drain_timeout=drain_timeout,
         cancel_grace=cancel_grace,
         poll_interval=poll_interval,
+        max_tasks_per_process=max_tasks_per_process,
+        max_memory_per_process=max_memory_per_process,
     )

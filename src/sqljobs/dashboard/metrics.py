@@ -23,7 +23,14 @@ from prometheus_client.registry import Collector
 
 from ..app import App
 from ..jobs import JobState
-from ..rollup import BUCKET_BOUNDS, INF, AttemptOutcome, MetricAmount, Series
+from ..rollup import (
+    BUCKET_BOUNDS,
+    INF,
+    AttemptOutcome,
+    MetricAmount,
+    Series,
+    replacement_counts,
+)
 from ..stats import CAPPED_STATES
 
 
@@ -128,6 +135,16 @@ class RollupCollector(Collector):
         yield attempts
         yield expiries
         yield retries
+        replaced = CounterMetricFamily(
+            "sqljobs_worker_process_replacements",
+            "Worker processes a supervisor replaced on purpose, by reason: max_tasks and "
+            "max_memory (recycled past --max-tasks-per-process or --max-memory-per-process), "
+            "hard_timeout (killed for a handler past its hard_timeout).",
+            labels=["reason"],
+        )
+        for reason, count in sorted(replacement_counts(totals).items()):
+            replaced.add_metric([reason], count)
+        yield replaced
         yield _histogram(
             "sqljobs_attempt_duration_seconds",
             "How long attempts ran, by outcome (for lease_expired and crashed: how long the "

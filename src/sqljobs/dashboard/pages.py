@@ -33,6 +33,7 @@ from ..jobs import (
     WorkerStatus,
 )
 from ..limits import queue_limit_records
+from ..rollup import replacement_counts, replacements_text
 from ..schedules import ScheduleState
 from . import charts, flows
 from .api import filter_fields
@@ -356,9 +357,11 @@ class Pages:
 
     def workers(self, view: View) -> str:
         """Every live worker and what it is running right now."""
+        replaced = replacement_counts(self.app.metric_totals())
         return self.render(
-            "workers.html", view, title="Workers", section="/workers", workers=self._workers()
-        )
+            "workers.html", view, title="Workers", section="/workers", workers=self._workers(),
+            replaced=replacements_text(replaced) if any(replaced.values()) else None,
+        )  # fmt: skip
 
     def _workers(self) -> list[WorkerStatus]:
         return [

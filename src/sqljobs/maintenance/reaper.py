@@ -9,15 +9,57 @@ Safe to run from every worker at once: each write is fenced by state and token.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from ..backends.base import Backend, Rescue
 from ..jobs import ExpiredJob, JobState, Outcome
+from ..retry import Retry
 from ..rollup import AttemptOutcome, Meter
 
 log = logging.getLogger("sqljobs.reaper")
 
 DEFAULT_MAX_CRASHES = 3
+
+Decision = Callable[[ExpiredJob, float], Outcome]
+
+
+def hard_limit_decision(
+    hard_timeout: float, token: int, retry: Retry, otherwise: Decision
+) -> Decision:
+    """The rule for a job whose process was killed because its handler (the claim
+    ``token``) ran past its hard time limit: a charged failure, retried with the task's
+    backoff or ``dead``. Another claim of the job is decided by ``otherwise``."""
+
+    def decide(job: ExpiredJob, now: float) -> Outcome:
+        if job.token != token:
+            return otherwise(job, now)
+        error = f"exceeded its hard time limit of {hard_timeout:g} s"
+        entry = {
+            "attempt": job.attempt,
+            "outcome": "hard_timeout",
+            "started_at": job.started_at,
+            "ended_at": now,
+            "worker": job.worker,
+            "error": error,
+        }
+        delay = retry.delay(job.attempt)
+        if job.attempt >= job.max_attempts:
+            return Outcome(
+                job.id, job.token, JobState.DEAD, error=f"{error} (attempt {job.attempt} of "
+                f"{job.max_attempts})", history=entry, errors=1,
+            )  # fmt: skip
+        if job.deadline_at is not None and now + delay >= job.deadline_at:
+            return Outcome(
+                job.id, job.token, JobState.DEAD, error=f"{error}; its deadline passed",
+                history=entry, errors=1,
+            )  # fmt: skip
+        entry["retry_in"] = delay
+        return Outcome(
+            job.id, job.token, JobState.PENDING, delay=delay, error=error, history=entry,
+            errors=1,
+        )  # fmt: skip
+
+    return decide
 
 
 def rescue_decision(
@@ -120,16 +162,22 @@ class Reaper:
         """Rescue every expired job now; return what was written."""
         return self._rescue(None)
 
-    def rescue_worker(self, worker: str) -> list[Outcome]:
-        """A supervisor saw ``worker`` die: hand back every job it held, as crashed."""
-        return self._rescue(worker)
+    def rescue_worker(
+        self, worker: str, decisions: Mapping[int, Decision] | None = None
+    ) -> list[Outcome]:
+        """A supervisor saw ``worker`` die: hand back every job it held, as crashed, but
+        for those given their own decision (the job its process was killed for)."""
+        return self._rescue(worker, decisions)
 
-    def _rescue(self, worker: str | None) -> list[Outcome]:
+    def _rescue(
+        self, worker: str | None, decisions: Mapping[int, Decision] | None = None
+    ) -> list[Outcome]:
         seen: dict[int, tuple[ExpiredJob, float]] = {}
+        decisions = decisions or {}
 
         def decide(job: ExpiredJob, now: float) -> Outcome:
             seen[job.id] = job, now
-            return self.decide(job, now)
+            return decisions.get(job.id, self.decide)(job, now)
 
         written = self.backend.rescue_jobs(Rescue(decide, worker))
         at = self.backend.now()  # the minute counted in, by the clock every tally reads
@@ -139,7 +187,11 @@ class Reaper:
             log.warning("job %s: %s -> %s", o.job_id, why, o.state)
             if self.meter is not None and not o.uncharge:  # (a handed-back buffered job
                 job, now = seen[o.job_id]  # never ran: no attempt ended)
-                outcome = AttemptOutcome.CRASHED if o.crashes else AttemptOutcome.LEASE_EXPIRED
+                if o.crashes or o.lease_expiries:
+                    outcome = AttemptOutcome.CRASHED if o.crashes else AttemptOutcome.LEASE_EXPIRED
+                else:  # its own decision: an error, retried or not
+                    dead = o.state is JobState.DEAD
+                    outcome = AttemptOutcome.DEAD if dead else AttemptOutcome.RETRIED
                 held = None if job.started_at is None else now - job.started_at
                 self.meter.attempt(job.queue, job.task, outcome, at, duration=held)
         return written

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ConfigurationError
-from ..validate import is_whole
+from ..validate import is_whole, parse_size
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,10 @@ class WorkerConfig:
     ``cancel_grace`` is how long a cancelled thread handler may go on before it is called
     stuck: logged, and under ``--processes`` the worker process drains its other jobs and
     is replaced, which ends the handler (a thread cannot be stopped any other way).
+    ``max_tasks_per_process`` and ``max_memory_per_process`` (bytes, or a size such as
+    ``"512MB"``; stored as bytes) recycle a process under ``--processes``: once it has run
+    that many jobs, or its resident set size is over that, it stops claiming, drains and
+    is replaced by its supervisor.
     """
 
     concurrency: int = 8
@@ -61,6 +65,8 @@ class WorkerConfig:
     schedule_interval: float = 1.0
     misfire_grace: float = 2.0
     cancel_grace: float = 30.0
+    max_tasks_per_process: int | None = None
+    max_memory_per_process: int | str | None = None
 
     def __post_init__(self) -> None:
         if not is_whole(self.concurrency, 1):
@@ -77,6 +83,14 @@ class WorkerConfig:
             raise ConfigurationError("schedule_interval must be > 0 and misfire_grace >= 0")
         if not self.cancel_grace > 0:
             raise ConfigurationError(f"cancel_grace must be > 0 seconds, got {self.cancel_grace}")
+        if self.max_tasks_per_process is not None and not is_whole(self.max_tasks_per_process, 1):
+            raise ConfigurationError(
+                "max_tasks_per_process must be a whole number >= 1, got "
+                f"{self.max_tasks_per_process!r}"
+            )
+        if self.max_memory_per_process is not None:
+            size = parse_size(self.max_memory_per_process, "max_memory_per_process")
+            object.__setattr__(self, "max_memory_per_process", size)  # frozen: normalised once
         if not is_whole(self.max_crashes, 1):
             raise ConfigurationError(f"max_crashes must be >= 1, got {self.max_crashes}")
 

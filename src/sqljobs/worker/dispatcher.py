@@ -16,13 +16,23 @@ from ..payload import decode
 from ..tasks import Task
 from .completer import Completer
 from .events import Emitter
-from .execute import AsyncRunner, Running, ThreadPool, failure, no_hook, result_encoder
+from .execute import (
+    AsyncRunner,
+    Report,
+    Running,
+    Started,
+    ThreadPool,
+    failure,
+    no_hook,
+    result_encoder,
+)
 from .holding import Holding
 from .shutdown import StopState
 
 if TYPE_CHECKING:
     from ..app import App
     from .hook_runner import WorkerHooks
+    from .link import SupervisorLink
 
 log = logging.getLogger("sqljobs.worker")
 
@@ -46,6 +56,7 @@ class Dispatcher:
         hooks: WorkerHooks | None,
         request_heartbeat: Callable[[], None],
         progress_reported: Callable[[JobContext], None],
+        link: SupervisorLink | None = None,
     ) -> None:
         self.app = app
         self.id = worker_id
@@ -59,13 +70,17 @@ class Dispatcher:
         self._hooks = hooks
         self._request_heartbeat = request_heartbeat
         self._progress_reported = progress_reported
+        self._link = link if any(t.hard_timeout for t in app.tasks.values()) else None
         self._threads: ThreadPool | None = None
         self._async: AsyncRunner | None = None
 
     def start(self) -> None:
         """Start the first handler thread, and the event loop if a task is ``async def``."""
-        started = self._started if self._on_event is not None else no_hook
-        report, clock = self._completer.report, self.app.clock
+        started: Started = self._started if self._on_event is not None else no_hook
+        report: Report = self._completer.report
+        clock = self.app.clock
+        if self._link is not None:
+            started, report = self._hard_limited(started, report)
         self._threads = ThreadPool(
             self._concurrency, report, clock, f"sqljobs-{self.id}", started, self._hooks
         )
@@ -142,6 +157,29 @@ class Dispatcher:
     def take_queued(self) -> list[Running]:
         """The jobs no thread has started yet, taken off the queue (to hand back)."""
         return self._threads.take_queued() if self._threads is not None else []
+
+    def _hard_limited(self, started: Started, report: Report) -> tuple[Started, Report]:
+        """``started`` and ``report`` that also tell the supervisor when a handler with a
+        hard time limit begins and ends, so it can kill this process if one overruns."""
+        link = self._link
+        assert link is not None
+
+        def begun(run: Running) -> None:
+            hard = run.task.hard_timeout
+            if hard is not None:
+                link.started(run.job.id, run.job.token, hard, run.job.task)
+            started(run)
+
+        def ended(run: Running, outcome: Outcome) -> None:
+            if run.task.hard_timeout is not None and run.begun is not None:
+                link.ended(run.job.id)
+                if run.ctx.timed_out and not run.closed and outcome.state is JobState.DONE:
+                    # asked to stop at its timeout, it ended in time but late: a timeout
+                    error = TimeoutError(f"timed out after {run.task.timeout:g} s")
+                    outcome = failure(run, error, self.app.clock(), outcome="timed_out")
+            report(run, outcome)
+
+        return begun, ended
 
     def _started(self, run: Running) -> None:
         """Called by an executor thread (or the event loop) as a handler begins."""

@@ -106,6 +106,7 @@ class Producer:
         self._alone = False  # no other live worker (at the last count): limited jobs may
         # be buffered
         self._solo: int | None = None  # id of the suspect running alone
+        self.claim_budget: int | None = None  # jobs this process may take in all
         self._lanes: Lanes | None = None
         self._pushed = False  # the notifier pushes (else an own enqueue is seen by the App)
         self.checks_changes = False  # wakes every change_check_interval to read the counter
@@ -352,7 +353,15 @@ class Producer:
         if len(self._abandoned) >= self.config.concurrency:
             return 0  # every thread still runs a given-up handler: a claim would only wait
         reserved = self._lanes.reserved if self._lanes is not None else 0
-        return self.capacity - len(self.inflight) - len(self._abandoned) - reserved
+        free = self.capacity - len(self.inflight) - len(self._abandoned) - reserved
+        if self.claim_budget is not None:  # a process recycled after N jobs claims no more
+            free = min(free, self.claim_budget - self.jobs_taken)
+        return free
+
+    @property
+    def jobs_taken(self) -> int:
+        """Jobs claimed and not handed back."""
+        return self.counters["claimed"] - self.counters["released"]
 
     def _take_suspect(self, backend: Backend, look: bool) -> None:
         """Claim a job that was in a crashed worker (if ``look``), then run it once nothing

@@ -30,6 +30,8 @@ def run_worker(
     *,
     processes: int = 1,
     drain_timeout: float | None = None,
+    max_tasks_per_process: int | None = None,
+    max_memory_per_process: int | str | None = None,
     **options: Any,
 ) -> None:
     """``app.run_worker``: run until SIGTERM/SIGINT, in this process or supervised."""
@@ -39,12 +41,32 @@ def run_worker(
         concurrency=concurrency,
         queues=check_queues(queues, "run_worker(queues=...)"),
         drain_timeout=drain_timeout,
+        max_tasks_per_process=max_tasks_per_process,
+        max_memory_per_process=max_memory_per_process,
         **options,
     )
     if processes > 1:
         run_supervised(app, config, processes)
     else:
+        alone_warnings(app, config)
         Worker(app, config).run()
+
+
+def alone_warnings(app: App, config: WorkerConfig) -> None:
+    """Say once, at start, what a worker without a supervisor cannot do: recycling and
+    hard time limits both replace a process, which needs ``processes`` > 1."""
+    if config.max_tasks_per_process is not None or config.max_memory_per_process is not None:
+        log.warning(
+            "max_tasks_per_process and max_memory_per_process need --processes 2 or more "
+            "(a supervisor to start the replacement); this single worker process is not "
+            "recycled"
+        )
+    hard = sorted(name for name, task in app.tasks.items() if task.hard_timeout is not None)
+    if hard:
+        log.warning(
+            "hard_timeout needs --processes 2 or more (a supervisor to kill the process); "
+            "only the soft timeouts apply to %s", ", ".join(hard),
+        )  # fmt: skip
 
 
 async def run_worker_async(
@@ -58,6 +80,7 @@ async def run_worker_async(
         install_signal_handlers=False,
         **options,
     )
+    alone_warnings(app, config)
     worker = Worker(app, config)
     running = asyncio.ensure_future(asyncio.to_thread(worker.run))
     try:

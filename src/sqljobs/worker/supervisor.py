@@ -9,6 +9,12 @@ out, and starts a replacement. A job that keeps killing its worker therefore rea
 A child that exits with :data:`REPLACE_EXIT` asked to be replaced: a cancelled handler in
 it would not stop (threads cannot be killed), so it drained its other jobs and left; the
 supervisor starts a new one, and the stuck handler ends with the old process.
+
+A child that exits with :data:`RECYCLE_EXIT` was past ``max_tasks_per_process`` or
+``max_memory_per_process``: it drained and is replaced at once. Each child reports on a
+pipe when a handler with a ``hard_timeout`` starts and ends (:mod:`.link`); one that
+overruns gets its process killed (SIGKILL), the job it was killed for fails as "exceeded
+its hard time limit", and the process's other jobs are handed back as after a crash.
 """
 
 from __future__ import annotations
@@ -16,18 +22,22 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import signal
 import socket
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from types import FrameType
 from typing import TYPE_CHECKING
 
 from ..errors import BackendError
 from ..maintenance import Reaper
+from ..maintenance.reaper import Decision, hard_limit_decision, rescue_decision
 from ..rollup import Meter
 from .config import WorkerConfig
+from .link import ChildState, SupervisorLink
 from .worker import Worker
 
 if TYPE_CHECKING:
@@ -37,6 +47,10 @@ log = logging.getLogger("sqljobs.supervisor")
 
 REPLACE_EXIT = 75
 """A child's exit code for "replace me" (EX_TEMPFAIL): not a crash."""
+
+RECYCLE_EXIT = 76
+"""A child's exit code after it drained past ``max_tasks_per_process`` or
+``max_memory_per_process``: replaced at once, not a crash."""
 
 
 def run_supervised(app: App, config: WorkerConfig, processes: int) -> None:
@@ -49,9 +63,11 @@ class Supervisor:
         self.app = app
         self.config = config
         self.processes = processes
-        self.children: dict[int, str] = {}  # pid -> worker id
+        self.children: dict[int, ChildState] = {}  # pid -> what it told us
         self.signals = 0
         self.prefix = f"{socket.gethostname()}-{os.getpid()}"
+        self._wake_read, self._wake_write = -1, -1
+        self._recent_crashes: list[float] = []  # monotonic times, for the crash-loop delay
 
     def _spawn(self) -> None:
         """Fork one worker. Signals stay blocked across the fork, so one that arrives
@@ -60,23 +76,34 @@ class Supervisor:
         self.app.close()  # never carry an open database connection across fork
         stop_signals = {signal.SIGTERM, signal.SIGINT}
         config = replace(self.config, worker_id=worker_id, supervisor_pid=os.getpid())
+        report_read, report_write = os.pipe()
         signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
         pid = os.fork()
         if pid == 0:  # child
             code = 0
             try:
-                worker = Worker(self.app, config)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                for fd in (report_read, self._wake_read, self._wake_write):
+                    os.close(fd)
+                for other in self.children.values():
+                    os.close(other.fd)
+                worker = Worker(self.app, config, link=SupervisorLink(report_write))
                 for signum in stop_signals:
                     signal.signal(signum, lambda sig, _frame: worker.handle_signal(sig))
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
                 worker.run()
-                code = REPLACE_EXIT if worker.replace_requested else 0
+                if worker.replace_requested:
+                    code = REPLACE_EXIT
+                elif worker.recycle_reason is not None:
+                    code = RECYCLE_EXIT
             except BaseException:
                 log.exception("worker %s failed", worker_id)
                 code = 1
             finally:
                 os._exit(code)
-        self.children[pid] = worker_id
+        os.close(report_write)
+        os.set_blocking(report_read, False)
+        self.children[pid] = ChildState(worker_id, report_read)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, stop_signals)
         for _ in range(min(self.signals, 2)):  # a stop that came while we were forking
             with contextlib.suppress(ProcessLookupError):
@@ -88,44 +115,142 @@ class Supervisor:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signum)
 
+    def _on_child(self, _signum: int, _frame: FrameType | None) -> None:
+        with contextlib.suppress(OSError):  # full: a wake-up is already waiting
+            os.write(self._wake_write, b"\0")
+
     def run(self) -> None:
         Worker(self.app, self.config)  # validate settings before forking anything
-        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        self._wake_read, self._wake_write = os.pipe()
+        for fd in (self._wake_read, self._wake_write):
+            os.set_blocking(fd, False)
+        handlers: dict[signal.Signals, Callable[[int, FrameType | None], None]] = {
+            signal.SIGTERM: self._on_signal,
+            signal.SIGINT: self._on_signal,
+        }
+        handlers[signal.SIGCHLD] = self._on_child  # wakes the wait below when a child exits
+        previous = {s: signal.signal(s, h) for s, h in handlers.items()}
         try:
             for _ in range(self.processes):
                 self._spawn()
-            recent_crashes: list[float] = []
             while self.children:
-                try:
-                    pid, status = os.wait()
-                except ChildProcessError:
-                    break
-                worker_id = self.children.pop(pid, None)
-                if worker_id is None:
-                    continue
-                code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
-                if code == REPLACE_EXIT:
-                    log.warning(
-                        "worker process %s left to end a cancelled handler that would not "
-                        "stop; starting a new one", worker_id,
-                    )  # fmt: skip
-                    if not self.signals:
-                        self._spawn()
-                    continue
-                crashed = code != 0
-                if crashed:
-                    self._rescue(worker_id, status)
-                if crashed and not self.signals:
-                    now = time.monotonic()
-                    recent_crashes = [t for t in recent_crashes if now - t < 10] + [now]
-                    if len(recent_crashes) > 5 * self.processes:
-                        time.sleep(1.0)  # crash loop: slow down restarts
-                    self._spawn()
+                self._wait()
+                self._kill_overdue()
+                while self.children:
+                    try:
+                        pid, status = os.waitpid(-1, os.WNOHANG)
+                    except ChildProcessError:
+                        return
+                    if pid == 0:
+                        break
+                    self._exited(pid, status)
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+            for child in self.children.values():
+                os.close(child.fd)
+            os.close(self._wake_read)
+            os.close(self._wake_write)
 
-    def _rescue(self, worker_id: str, status: int) -> None:
+    def _wait(self) -> None:
+        """Sleep until a child exits, one reports, or a hard time limit falls due."""
+        deadlines = [d for c in self.children.values() if (d := c.next_deadline()) is not None]
+        timeout = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+        fds = [self._wake_read, *(c.fd for c in self.children.values() if not c.closed)]
+        ready, _, _ = select.select(fds, [], [], timeout)
+        now = time.monotonic()
+        for child in self.children.values():
+            if child.fd in ready:
+                self._read(child, now)
+        if self._wake_read in ready:
+            with contextlib.suppress(OSError):
+                os.read(self._wake_read, 512)
+
+    def _read(self, child: ChildState, now: float) -> None:
+        while True:
+            try:
+                data = os.read(child.fd, 65536)
+            except BlockingIOError:
+                return
+            if not data:  # it closed its end (it is exiting): stop watching the pipe
+                child.closed = True
+                return
+            child.feed(data, now)
+
+    def _kill_overdue(self) -> None:
+        now = time.monotonic()
+        for pid, child in self.children.items():
+            overdue = child.overdue(now) if child.killed is None else None
+            if overdue is None:
+                continue
+            log.error(
+                "job %s exceeded its hard time limit of %g s; killing worker process %s "
+                "(pid %s)", overdue.job_id, overdue.hard_timeout, child.worker_id, pid,
+            )  # fmt: skip
+            child.killed = overdue
+            child.running.clear()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+    def _exited(self, pid: int, status: int) -> None:
+        child = self.children.pop(pid, None)
+        if child is None:
+            return
+        self._read(child, time.monotonic())  # what it said before it went
+        os.close(child.fd)
+        worker_id = child.worker_id
+        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
+        if code == REPLACE_EXIT:
+            log.warning(
+                "worker process %s left to end a cancelled handler that would not "
+                "stop; starting a new one", worker_id,
+            )  # fmt: skip
+            if not self.signals:
+                self._spawn()
+            return
+        if code == RECYCLE_EXIT:
+            label, text = child.recycle or ("max_tasks", "recycled")
+            log.info("worker process %s %s; starting a new one", worker_id, text)
+            self._count(label)
+            if not self.signals:
+                self._spawn()
+            return
+        if child.killed is not None:
+            killed = child.killed
+            task = self.app.tasks.get(killed.task)
+            retry = task.retry if task is not None else self.app.default_retry
+            as_crash = rescue_decision(self.config.max_crashes)
+            decide = hard_limit_decision(killed.hard_timeout, killed.token, retry, as_crash)
+            self._rescue(worker_id, status, {killed.job_id: decide})
+            self._count("hard_timeout")
+            log.info("worker process %s replaced after its hard time limit kill", worker_id)
+            if not self.signals:
+                self._spawn()
+            return
+        crashed = code != 0
+        if crashed:
+            self._rescue(worker_id, status)
+        if crashed and not self.signals:
+            now = time.monotonic()
+            recent = [t for t in self._recent_crashes if now - t < 10] + [now]
+            self._recent_crashes = recent
+            if len(recent) > 5 * self.processes:
+                time.sleep(1.0)  # crash loop: slow down restarts
+            self._spawn()
+
+    def _count(self, reason: str) -> None:
+        """Count a replacement in the metrics (the rollup's totals feed ``/metrics``)."""
+        try:
+            backend = self.app.backend
+            meter = Meter()
+            meter.replacement(reason, backend.now())
+            meter.flush(backend)
+        except BackendError as exc:
+            log.warning("could not count a worker process replacement (%s)", exc)
+
+    def _rescue(
+        self, worker_id: str, status: int, decisions: dict[int, Decision] | None = None
+    ) -> None:
         how = (
             f"signal {os.WTERMSIG(status)}"
             if os.WIFSIGNALED(status)
@@ -135,7 +260,7 @@ class Supervisor:
         try:
             backend = self.app.backend
             meter = Meter()  # the crashed attempts, counted at once: no heartbeat here
-            Reaper(backend, self.config.max_crashes, meter).rescue_worker(worker_id)
+            Reaper(backend, self.config.max_crashes, meter).rescue_worker(worker_id, decisions)
             meter.flush(backend)
             backend.unregister_worker(worker_id)
         except BackendError as exc:

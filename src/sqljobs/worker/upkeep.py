@@ -98,6 +98,7 @@ class Upkeep:
     ) -> None:
         self.app = app
         self.config = config
+        self.hard_limits = False  # a supervisor kills a handler past its hard_timeout
         self.id = worker_id
         self._held = holding
         self.inflight = holding.inflight
@@ -361,9 +362,22 @@ class Upkeep:
             self.request_heartbeat()
 
     def expire_timeouts(self, now: float) -> None:
-        """Give up the runs past their task's timeout: each fails as ``timed_out``."""
+        """Give up the runs past their task's timeout: each fails as ``timed_out``. A
+        thread handler with a ``hard_timeout`` under a supervisor is only asked (its
+        ``ctx.timed_out`` set) and keeps its job until it ends or its process is killed,
+        so that no retry runs beside it."""
         for run in [r for r in self.inflight.values() if r.deadline and now >= r.deadline]:
             run.ctx.timed_out = True
+            hard = run.task.hard_timeout
+            if hard is not None and self.hard_limits and not run.task.is_async:
+                run.deadline = None  # asked once
+                self.counters["timed_out"] += 1
+                log.warning(
+                    "job %s: past its timeout of %g s; asked to stop, its worker process "
+                    "is killed at its hard time limit of %g s", run.job.id,
+                    run.task.timeout, hard,
+                )  # fmt: skip
+                continue
             self._held.close(run, abandon=True)
             error = TimeoutError(f"timed out after {run.task.timeout:g} s")
             outcome = failure(run, error, self.app.clock(), outcome="timed_out")

@@ -43,8 +43,10 @@ from .dispatcher import Dispatcher
 from .events import Emitter, OnEvent, Pass
 from .holding import Holding
 from .hook_runner import WorkerHooks
+from .link import SupervisorLink
 from .log_lines import banner, summary
 from .producer import Producer
+from .recycling import RecycleLimits
 from .shutdown import Shutdown, StopState
 from .upkeep import ProgressReports, Upkeep
 
@@ -67,8 +69,11 @@ class Worker:
         config: WorkerConfig | None = None,
         *,
         on_event: OnEvent | None = None,
+        link: SupervisorLink | None = None,
         **options: Any,
     ) -> None:
+        """``link``: set by a ``--processes`` supervisor for its child, which then reports
+        to it and is subject to recycling and hard time limits."""
         if not app.tasks:
             raise ConfigurationError(
                 f"{app!r} has no tasks: a worker would have nothing to run. Give the worker "
@@ -87,6 +92,15 @@ class Worker:
         # global one belongs to the program (a seeded simulation, Hypothesis' draws).
         self.rng = random.Random()
         self.replace_requested = False  # a cancelled handler would not stop: replace this process
+        self.recycle_reason: tuple[str, str] | None = None  # (label, text): past a limit
+        self._link = link
+        # only a supervised process is recycled: alone, exiting would stop all work
+        memory = cfg.max_memory_per_process
+        assert memory is None or isinstance(memory, int)  # WorkerConfig made it bytes
+        supervised = link is not None
+        self._limits = RecycleLimits(
+            cfg.max_tasks_per_process if supervised else None, memory if supervised else None
+        )
         self._wake = threading.Event()  # set by any thread that has news for the coordinator
         self._backend: Backend | None = None
         self._began = time.monotonic()
@@ -111,19 +125,21 @@ class Worker:
             app=app, worker_id=self.id, concurrency=cfg.concurrency, holding=held,
             completer=self._completer, stop=self._stop, rng=self.rng, emit=emit,
             hooks=self._hooks, request_heartbeat=self.request_heartbeat,
-            progress_reported=progress.reported,
+            progress_reported=progress.reported, link=link,
         )  # fmt: skip
         self._producer = Producer(
             app=app, config=cfg, worker_id=self.id, completer=self._completer,
             dispatcher=self._dispatcher, holding=held, stop=self._stop, counters=counters,
             rng=self.rng, wake=wake,
         )  # fmt: skip
+        self._producer.claim_budget = self._limits.max_tasks
         self._upkeep = Upkeep(
             app=app, config=cfg, worker_id=self.id, completer=self._completer,
             progress=progress, stop=self._stop, meter=self._meter, emit=emit,
             claim_soon=self._producer.claim_soon, count_peers=self._producer.count_peers,
             orphaned=self.stop, stuck=self._replace, holding=held, counters=counters, wake=wake,
         )  # fmt: skip
+        self._upkeep.hard_limits = supervised
         self._shutdown = Shutdown(
             worker_id=self.id, drain_timeout=self.drain_timeout,
             install_signal_handlers=cfg.install_signal_handlers, state=self._stop,
@@ -149,6 +165,18 @@ class Worker:
     def _replace(self) -> None:
         """A cancelled handler will not stop: drain, and exit to be replaced."""
         self.replace_requested = True
+        self.stop()
+
+    def _check_limits(self, finished: int) -> None:
+        """Between jobs: past a recycling limit, stop claiming, drain and exit to be
+        replaced (the supervisor is told why, for its log line and metric)."""
+        reason = self._limits.reason(finished)
+        if reason is None:
+            return
+        self.recycle_reason = reason
+        log.info("worker %s: %s; draining to be replaced", self.id, reason[1])
+        if self._link is not None:
+            self._link.recycling(*reason)
         self.stop()
 
     # -- what it measures --------------------------------------------------------------
@@ -285,6 +313,11 @@ class Worker:
         self._shutdown.take_signals()
         if self._completer.collect():
             producer.claim_soon()
+        if self._limits.active and not stop.stopping:
+            taken = producer.jobs_taken
+            spent = self._limits.max_tasks is not None and taken >= self._limits.max_tasks
+            if c["finished"] != before[1] or (spent and not self.inflight):
+                self._check_limits(c["finished"] if self.inflight else max(taken, c["finished"]))
         producer.take_trips(backend)
         now = time.monotonic()
         self._upkeep.expire_timeouts(now)
