@@ -109,6 +109,10 @@ DELETE FROM {schema}.sqljobs_jobs WHERE id = ANY(%(ids)s::bigint[])
 -- name: job_ids_by_key
 SELECT key, id FROM {schema}.sqljobs_jobs WHERE key = ANY(%(keys)s::text[])
 
+-- name: debounce_job
+-- A debounced enqueue, one row as insert_jobs reads them (see sqljobs_debounce).
+SELECT job_id AS id, created FROM {schema}.sqljobs_debounce(%(job)s::jsonb)
+
 -- name: claim
 -- The first %(start_now)s jobs (in claim order) start at once; the rest wait in the
 -- worker's buffer, marked `prefetched` so that a crash of the worker does not blame them.

@@ -30,6 +30,18 @@ WHERE key = :key AND state IN ('done', 'dead', 'cancelled')
 -- name: job_id_by_key
 SELECT id FROM sqljobs_jobs WHERE key = ?
 
+-- name: debounce_job
+-- A debounced enqueue meeting its key's job still pending: the latest arguments and start
+-- win. Its first write takes the write lock, so no claim comes between it and the insert.
+UPDATE sqljobs_jobs SET payload = :payload, run_at = :run_at
+WHERE key = :key AND state = 'pending'
+RETURNING id
+
+-- name: release_debounce_key
+-- A debounced enqueue whose key names a job already claimed or ended: a new window opens.
+UPDATE sqljobs_jobs SET released_key = key, key = NULL
+WHERE key = :key AND state <> 'pending'
+
 -- name: claim
 -- The levels and level fragments (at the end) say which queues and tasks a worker serves:
 -- it claims only the tasks it has registered. Elsewhere the queue filter is empty (all
