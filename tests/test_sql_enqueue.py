@@ -239,8 +239,8 @@ def test_sqlite_producer_with_the_documented_statement(app: App) -> None:
 def test_sqlite_statement_refuses_bad_input(app: App) -> None:
     app.migrate()
     conn = sqlite3.connect(app.url.removeprefix("sqlite:///"))
-    base: dict[str, object] = {"task": "t", "args": "[]", "kwargs": "{}", "key": None, "run_at": None,
-            "queue": None, "priority": None}  # fmt: skip
+    base: dict[str, object] = {"task": "t", "args": "[]", "kwargs": "{}", "key": None,
+                               "run_at": None, "queue": None, "priority": None}  # fmt: skip
     try:
         changes: list[tuple[dict[str, object], str]] = [
             ({"args": '{"a": 1}'}, "args must be a JSON array"),
