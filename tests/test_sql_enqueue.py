@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from sqljobs import App, JobState
+from sqljobs import App, JobState, Worker
 from sqljobs.url import url_options
 
 from .conftest import ROOT, wait_until, worker_thread
@@ -38,6 +38,13 @@ def app(url: str) -> Iterator[App]:
 
 def _pg(app: App) -> psycopg.Connection[tuple[object, ...]]:
     return psycopg.connect(url_options(app.url)[0])
+
+
+def _idle_and_listening(app: App, worker: Worker) -> None:
+    """Past the worker's first claim and poll, with its LISTEN in place: from now on only
+    a notification (or its poll a minute later) starts a job."""
+    wait_until(lambda: worker.counters["due_checks"] >= 1, what="the worker's first poll")
+    assert app.backend.notifier.wait_listening(10), "the worker never listened"
 
 
 @pytest.mark.parametrize("url", ["postgres"], indirect=True)
@@ -70,7 +77,8 @@ def test_a_trigger_enqueues_on_insert_and_a_worker_runs_it(app: App) -> None:
             conn.execute("INSERT INTO users VALUES (0, 'gone@example.com')")
             raise psycopg.Rollback
     # a worker that polls once a minute: the NOTIFY sent at commit is what wakes it
-    with worker_thread(app, queues=["mail"], poll_interval=60.0):
+    with worker_thread(app, queues=["mail"], poll_interval=60.0) as worker:
+        _idle_and_listening(app, worker)
         with _pg(app) as conn:
             conn.execute("INSERT INTO users VALUES (1, 'a@example.com'), (2, 'b@example.com')")
             conn.commit()
@@ -89,7 +97,8 @@ def test_a_producer_without_sqljobs_enqueues_with_keys_and_defaults(app: App) ->
         ran.append((tenant, day))
 
     app.migrate()
-    with worker_thread(app, queues=["reports"], poll_interval=60.0):
+    with worker_thread(app, queues=["reports"], poll_interval=60.0) as worker:
+        _idle_and_listening(app, worker)
         # the worker recorded the task in the catalogue: the function reads its defaults
         wait_until(lambda: app.backend.task_info("send_report") is not None)
         with psycopg.connect(url_options(app.url)[0], autocommit=True) as raw:
@@ -190,6 +199,8 @@ def _send_wake(database: str, queue: str) -> int:
     the queue to each socket in the folder beside the database."""
     folder = SQLITE_WAKE_FOLDER.format(database=database)
     sent = 0
+    if not os.path.isdir(folder):  # no process listens yet
+        return 0
     with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
         for name in os.listdir(folder):
             if name.endswith(".sock"):
@@ -217,6 +228,7 @@ def test_sqlite_producer_with_the_documented_statement(app: App) -> None:
     row = {"task": "send_report", "args": '["acme"]', "kwargs": None, "key": "report:acme",
            "run_at": None, "queue": "reports", "priority": None}  # fmt: skip
     with worker_thread(app, queues=["reports"], poll_interval=60.0):
+        wait_until(lambda: _send_wake(database, "nothing") > 0, what="a listening worker")
         conn = sqlite3.connect(database)
         try:
             with conn:
@@ -227,7 +239,7 @@ def test_sqlite_producer_with_the_documented_statement(app: App) -> None:
             ).fetchone()
         finally:
             conn.close()
-        wait_until(lambda: _send_wake(database, "reports") > 0, what="a listening worker")
+        assert _send_wake(database, "reports") > 0
         assert seen.wait(10), "the datagram did not wake the worker"
     assert ran == ["acme"]
     job = app.get_job(job_id)

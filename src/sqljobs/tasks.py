@@ -464,6 +464,11 @@ def enqueue_group(
             )
     if not signatures:
         raise ConfigurationError("group() needs at least one member signature")
+    if any(sig.options.debounce is not None for sig in [*signatures, *([then] if then else [])]):
+        raise ConfigurationError(
+            "group() members and callbacks cannot be debounced: enqueue a debounced job on "
+            "its own (task.with_options(key=..., debounce=...).enqueue(...))"
+        )
     now = app.clock()
     jobs = [sig.new_job(now) for sig in signatures]
     callback = None

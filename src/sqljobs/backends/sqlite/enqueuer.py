@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from ...errors import ConfigurationError
+from ...errors import BackendError, ConfigurationError
 from ...jobs import EnqueueResult, NewJob
 from ..shared import SharedBackend
 from .sql import Q
@@ -107,31 +107,24 @@ class SqliteEnqueuer(SharedBackend):
         key's job claimed, ended, or none) it is inserted, a key kept for a pruned job
         notwithstanding."""
         params = {"key": job.key, "payload": job.payload, "run_at": job.run_at}
-        row = conn.execute(Q["debounce_job"], params).fetchone()
-        if row is not None:
-            return EnqueueResult(int(row[0]), False)
-        conn.execute(Q["release_debounce_key"], {"key": job.key})
-        cur = conn.execute(
-            Q["insert_keyed_job"],
-            (
-                job.queue,
-                job.task,
-                job.payload,
-                job.key,
-                job.priority,
-                job.run_at,
-                now,
-                job.deadline_at,
-                job.max_attempts,
-                job.lease,
-                job.key_hold,
-                job.limit_key,
-                job.limit_max,
-                job.rate_max,
-                job.rate_window,
-                job.key_retention,
-            ),
+        row = (
+            job.queue, job.task, job.payload, job.key, job.priority, job.run_at, now,
+            job.deadline_at, job.max_attempts, job.lease, job.key_hold, job.limit_key,
+            job.limit_max, job.rate_max, job.rate_window, job.key_retention,
+        )  # fmt: skip
+        # more than one round only on a caller's connection in autocommit mode, where
+        # another enqueue can come between these statements
+        for _ in range(5):
+            found = conn.execute(Q["debounce_job"], params).fetchone()
+            if found is not None:
+                return EnqueueResult(int(found[0]), False)
+            conn.execute(Q["release_debounce_key"], {"key": job.key})
+            cur = conn.execute(Q["insert_keyed_job"], row)
+            if cur.rowcount == 1:
+                return EnqueueResult(int(cur.lastrowid or 0), True)
+        raise BackendError(
+            f"debounced enqueue of {job.task!r} with key {job.key!r}: other enqueues kept "
+            "taking the key meanwhile; enqueue in a transaction (or run it again)"
         )
-        return EnqueueResult(int(cur.lastrowid or 0), True)
 
     _enqueue_on = _insert
