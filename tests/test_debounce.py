@@ -76,6 +76,7 @@ def test_enqueues_while_pending_move_the_start_and_replace_the_arguments(
     assert third.id == first.id
     assert _job(app, first.id).run_at == pytest.approx(start + 65)
     assert len(_jobs(app)) == 1
+    assert _job(app, first.id).debounced == 2
 
     app.run_until_empty()
     assert ran == [3]
@@ -184,7 +185,9 @@ def test_concurrent_enqueues_leave_one_job_holding_the_last_commit(app: App) -> 
     (only,) = ids
     rows = _jobs(app)
     assert [(r[0], r[1]) for r in rows] == [(only, "pending")]
-    assert _job(app, only).args == list(committed[-1])
+    job = _job(app, only)
+    assert job.args == list(committed[-1])
+    assert job.debounced == threads * each - 1
 
     app.run_until_empty()
     assert ran == [committed[-1]]
@@ -220,7 +223,9 @@ def test_concurrent_enqueues_in_their_own_transactions_fold_into_one_job(app: Ap
     (only,) = set(ids)
     assert [(r[0], r[1]) for r in _jobs(app)] == [(only, "pending")]
     # the last commit of all is some thread's last enqueue: its arguments are kept
-    assert _job(app, only).args[1] == each - 1
+    job = _job(app, only)
+    assert job.args[1] == each - 1
+    assert job.debounced == threads * each - 1
 
 
 def test_the_cli_enqueues_debounced(url: str) -> None:
@@ -232,6 +237,7 @@ def test_the_cli_enqueues_debounced(url: str) -> None:
     again = json.loads(sqljobs_cli(url, *base, "--args", "[2]").stdout)
     assert first["created"] and (again["id"], again["created"]) == (first["id"], False)
     shown = json.loads(sqljobs_cli(url, "jobs", "show", str(first["id"]), "--json").stdout)
-    assert shown["args"] == [2]
+    assert shown["args"] == [2] and shown["debounced"] == 1
+    assert "1 times" in sqljobs_cli(url, "jobs", "show", str(first["id"])).stdout
     refused = sqljobs_cli(url, "enqueue", "reindex", "--remote", "--debounce", "30", check=False)
     assert refused.returncode != 0 and "needs a key" in refused.stderr

@@ -288,6 +288,8 @@ class Job:
     (``"active"``)."""
     released_key: str | None = None
     """The key a job held until its scope let go of it (a new job may have taken it)."""
+    debounced: int = 0
+    """How many debounced enqueues replaced its arguments while it was pending."""
 
     @property
     def key_scope(self) -> str:

@@ -213,6 +213,10 @@ def _fields(job: Job, now: float, note: str | None, stores_result: bool) -> list
         rows.append(("after", f"{ids} (policy {job.after_policy})"))
     rows += [
         ("key", f"{job.key} (scope: {job.key_scope})" if job.key else _released(job)),
+    ]
+    if job.debounced:
+        rows.append(("debounced", f"{job.debounced} times (arguments replaced, start moved)"))
+    rows += [
         ("priority", str(job.priority)),
         ("run at", _when(job.run_at, now)),
         ("created", _when(job.created_at, now)),

@@ -521,7 +521,7 @@ extract(epoch FROM started_at)::float8 AS started_at,
 extract(epoch FROM finished_at)::float8 AS finished_at, errors, lease_expiries, crashes,
 last_error, last_traceback, extract(epoch FROM deadline_at)::float8 AS deadline_at, history,
 result, progress, limit_key, limit_max, rate_max, rate_window, parents, after_policy, waiting_on,
-key_hold, released_key
+key_hold, released_key, debounced
 
 -- name: cancel_job
 -- Pending or waiting: cancelled at once. Running: cancelled too, so the worker's outcome (fenced on

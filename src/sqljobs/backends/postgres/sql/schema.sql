@@ -44,7 +44,8 @@ CREATE TABLE {schema}.sqljobs_jobs (
     collected       jsonb,           -- a group callback's parents' results
     key_retention   double precision, -- seconds its key outlives the row (0016)
     wake_at         timestamptz,     -- a parked workflow is due again then (0019)
-    wait_event      text             -- the event a parked workflow waits for (0019)
+    wait_event      text,            -- the event a parked workflow waits for (0019)
+    debounced       integer          NOT NULL DEFAULT 0 -- enqueues that replaced its arguments (0020)
 ) WITH (
     -- a queue table churns: vacuum it early and often so claims never wade through
     -- dead row versions
@@ -347,7 +348,8 @@ BEGIN
                 (job ->> 9)::float8, job ->> 11, (job ->> 12)::int, (job ->> 13)::int,
                 (job ->> 14)::float8, (job ->> 15)::float8)
         ON CONFLICT (key) WHERE key IS NOT NULL DO UPDATE
-            SET payload = excluded.payload, run_at = excluded.run_at
+            SET payload = excluded.payload, run_at = excluded.run_at,
+                debounced = j.debounced + 1
             WHERE j.state = 'pending'
         RETURNING j.id INTO got;
         IF got IS NOT NULL THEN

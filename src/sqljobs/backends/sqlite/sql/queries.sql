@@ -33,7 +33,7 @@ SELECT id FROM sqljobs_jobs WHERE key = ?
 -- name: debounce_job
 -- A debounced enqueue meeting its key's job still pending: the latest arguments and start
 -- win. Its first write takes the write lock, so no claim comes between it and the insert.
-UPDATE sqljobs_jobs SET payload = :payload, run_at = :run_at
+UPDATE sqljobs_jobs SET payload = :payload, run_at = :run_at, debounced = debounced + 1
 WHERE key = :key AND state = 'pending'
 RETURNING id
 
@@ -369,7 +369,7 @@ SELECT id, queue, task, payload, key, state, priority, run_at, created_at, attem
        max_attempts, token, lease, lease_until, worker, started_at, finished_at, errors,
        lease_expiries, crashes, last_error, last_traceback, deadline_at, history, result,
        progress, limit_key, limit_max, rate_max, rate_window, parents, after_policy,
-       waiting_on, key_hold, released_key
+       waiting_on, key_hold, released_key, debounced
 FROM sqljobs_jobs WHERE id = :id
 
 -- name: list_jobs
@@ -377,7 +377,7 @@ SELECT id, queue, task, payload, key, state, priority, run_at, created_at, attem
        max_attempts, token, lease, lease_until, worker, started_at, finished_at, errors,
        lease_expiries, crashes, last_error, last_traceback, deadline_at, history, result,
        progress, limit_key, limit_max, rate_max, rate_window, parents, after_policy,
-       waiting_on, key_hold, released_key
+       waiting_on, key_hold, released_key, debounced
 FROM sqljobs_jobs
 WHERE (:state IS NULL OR state = :state) AND (:queue IS NULL OR queue = :queue)
 ORDER BY id DESC

@@ -42,7 +42,8 @@ CREATE TABLE sqljobs_jobs (
     collected       TEXT,                       -- a group callback's parents' results
     key_retention   REAL,                       -- seconds its key outlives the row (0016)
     wake_at         REAL,                       -- a parked workflow is due again then (0019)
-    wait_event      TEXT                        -- the event a parked workflow waits for (0019)
+    wait_event      TEXT,                       -- the event a parked workflow waits for (0019)
+    debounced       INTEGER NOT NULL DEFAULT 0  -- enqueues that replaced its arguments (0020)
 );
 
 -- A business key names one job (sqljobs enqueue keys); unkeyed jobs cost no index entry.

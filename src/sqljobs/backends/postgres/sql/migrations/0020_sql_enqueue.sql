@@ -1,5 +1,8 @@
 -- 0020: debounced enqueues, and enqueue from SQL (a trigger, psql, another language).
 
+-- Jobs count the debounced enqueues that replaced their arguments.
+ALTER TABLE {schema}.sqljobs_jobs ADD COLUMN debounced integer NOT NULL DEFAULT 0;
+
 -- A debounced enqueue (with_options(debounce=...)), one row as insert_jobs reads them: a
 -- new job, or its key's job, still pending, with this enqueue's payload and start. The
 -- conflict waits for the row's lock, so updates land in commit order (the last write
@@ -26,7 +29,8 @@ BEGIN
                 (job ->> 9)::float8, job ->> 11, (job ->> 12)::int, (job ->> 13)::int,
                 (job ->> 14)::float8, (job ->> 15)::float8)
         ON CONFLICT (key) WHERE key IS NOT NULL DO UPDATE
-            SET payload = excluded.payload, run_at = excluded.run_at
+            SET payload = excluded.payload, run_at = excluded.run_at,
+                debounced = j.debounced + 1
             WHERE j.state = 'pending'
         RETURNING j.id INTO got;
         IF got IS NOT NULL THEN

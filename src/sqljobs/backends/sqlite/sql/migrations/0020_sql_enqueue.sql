@@ -1,6 +1,9 @@
 -- 0020: enqueue from SQL, for a program without sqljobs: INSERT INTO sqljobs_enqueue
 -- (task, args, ...) VALUES (...) checks the row, fills in the task's defaults from the
 -- catalogue the workers write, and keeps keys as a Python enqueue does.
+-- Jobs count the debounced enqueues that replaced their arguments.
+ALTER TABLE sqljobs_jobs ADD COLUMN debounced INTEGER NOT NULL DEFAULT 0;
+
 CREATE VIEW sqljobs_enqueue (task, args, kwargs, key, run_at, queue, priority) AS
     SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL WHERE 0;
 
