@@ -130,6 +130,8 @@ def test_debounce_refuses_what_it_cannot_mean(app: App) -> None:
         t.with_options(key="k", debounce=5, delay=3)
     with pytest.raises(ConfigurationError, match="after="):
         t.with_options(key="k", debounce=5, after=[1])
+    with pytest.raises(ConfigurationError, match="cannot be debounced"):
+        app.group([t.with_options(key="k", debounce=5).s(1)])
 
 
 def _raw_connection(app: App) -> Any:
