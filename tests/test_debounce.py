@@ -5,6 +5,7 @@ engine, under concurrent enqueues too."""
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -49,8 +50,9 @@ def _jobs(app: App, key_like: str = "%") -> list[tuple[Any, ...]]:
 
 
 def test_enqueues_while_pending_move_the_start_and_replace_the_arguments(
-    app: App, clock: Clock
+    app: App, clock: Clock, caplog: pytest.LogCaptureFixture
 ) -> None:
+    caplog.set_level(logging.DEBUG, logger="sqljobs")
     ran: list[int] = []
 
     @app.task
@@ -77,6 +79,13 @@ def test_enqueues_while_pending_move_the_start_and_replace_the_arguments(
     assert _job(app, first.id).run_at == pytest.approx(start + 65)
     assert len(_jobs(app)) == 1
     assert _job(app, first.id).debounced == 2
+    said = [r.getMessage() for r in caplog.records if "debounced by key" in r.getMessage()]
+    assert said == [
+        f"job {first.id} (reindex) enqueued, debounced by key 'reindex:42': starts 30 s after "
+        "the latest enqueue with its key",
+        f"job {first.id} (reindex) debounced by key 'reindex:42': new arguments, starts in 30 s",
+        f"job {first.id} (reindex) debounced by key 'reindex:42': new arguments, starts in 30 s",
+    ]
 
     app.run_until_empty()
     assert ran == [3]
@@ -243,3 +252,30 @@ def test_the_cli_enqueues_debounced(url: str) -> None:
     assert "1 times" in sqljobs_cli(url, "jobs", "show", str(first["id"])).stdout
     refused = sqljobs_cli(url, "enqueue", "reindex", "--remote", "--debounce", "30", check=False)
     assert refused.returncode != 0 and "needs a key" in refused.stderr
+
+
+@pytest.mark.parametrize("url", ["postgres"], indirect=True)
+def test_a_debounced_enqueue_on_an_async_connection_joins_its_transaction(app: App) -> None:
+    import asyncio
+
+    import psycopg
+
+    @app.task
+    def note(text: str) -> None: ...
+
+    app.migrate()
+
+    async def enqueue_twice() -> tuple[int, int]:
+        async with await psycopg.AsyncConnection.connect(url_options(app.url)[0]) as conn:
+            bound = note.with_options(key="async", debounce=5, connection=conn)
+            first = await bound.enqueue_async("a")
+            second = await bound.enqueue_async("b")
+            assert _jobs(app) == []  # not committed yet
+            await conn.commit()
+            assert first.created and not second.created
+            return first.id, second.id
+
+    first, second = asyncio.run(enqueue_twice())
+    assert first == second
+    job = _job(app, first)
+    assert job.args == ["b"] and job.debounced == 1
