@@ -249,7 +249,7 @@ def test_the_cli_enqueues_debounced(url: str) -> None:
     assert first["created"] and (again["id"], again["created"]) == (first["id"], False)
     shown = json.loads(sqljobs_cli(url, "jobs", "show", str(first["id"]), "--json").stdout)
     assert shown["args"] == [2] and shown["debounced"] == 1
-    assert "1 times" in sqljobs_cli(url, "jobs", "show", str(first["id"])).stdout
+    assert "1 time (arguments replaced" in sqljobs_cli(url, "jobs", "show", str(first["id"])).stdout
     refused = sqljobs_cli(url, "enqueue", "reindex", "--remote", "--debounce", "30", check=False)
     assert refused.returncode != 0 and "needs a key" in refused.stderr
 
@@ -279,3 +279,22 @@ def test_a_debounced_enqueue_on_an_async_connection_joins_its_transaction(app: A
     assert first == second
     job = _job(app, first)
     assert job.args == ["b"] and job.debounced == 1
+
+
+def test_the_dashboard_shows_how_often_a_job_was_debounced(app: App) -> None:
+    from starlette.testclient import TestClient
+
+    from sqljobs.dashboard import create_app
+
+    @app.task
+    def reindex(n: int) -> None: ...
+
+    app.migrate()
+    debounced = reindex.with_options(key="page", debounce=60)
+    job_id = debounced.enqueue(1).id
+    for n in (2, 3):
+        debounced.enqueue(n)
+    client = TestClient(create_app(app), base_url="http://127.0.0.1")
+    page = client.get(f"/jobs/{job_id}")
+    assert page.status_code == 200
+    assert "<dt>debounced</dt><dd>2 times (arguments replaced, start moved)</dd>" in page.text

@@ -215,7 +215,8 @@ def _fields(job: Job, now: float, note: str | None, stores_result: bool) -> list
         ("key", f"{job.key} (scope: {job.key_scope})" if job.key else _released(job)),
     ]
     if job.debounced:
-        rows.append(("debounced", f"{job.debounced} times (arguments replaced, start moved)"))
+        times = f"{job.debounced} time{'' if job.debounced == 1 else 's'}"
+        rows.append(("debounced", f"{times} (arguments replaced, start moved)"))
     rows += [
         ("priority", str(job.priority)),
         ("run at", _when(job.run_at, now)),
