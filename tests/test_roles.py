@@ -290,3 +290,23 @@ def test_the_reader_sees_every_page_and_the_server_refuses_its_actions(db: Datab
         db.refused("reader", sql)
     for app in (producer, owner, reader):
         app.close()
+
+
+def test_the_producer_debounces_and_enqueues_from_sql(db: Database) -> None:
+    producer = db.app("producer")
+    add = producer.tasks["add"].with_options(key="sum", debounce=60)
+    first = add.enqueue(1, 1)
+    again = add.enqueue(2, 2)  # a pending job moved by a function, not a payload grant
+    assert (again.id, again.created) == (first.id, False)
+    job = producer.get_job(first.id)
+    assert job is not None and job.args == [2, 2]
+    call = "sqljobs.enqueue" if db.schema == "public" else f"{db.schema}.sqljobs_enqueue"
+    with psycopg.connect(db.urls["producer"], autocommit=True) as conn:
+        row = conn.execute(f"SELECT {call}('add', '[3, 4]'::jsonb, key => 'k')").fetchone()
+        assert row is not None
+        same = conn.execute(f"SELECT {call}('add', '[5, 6]'::jsonb, key => 'k')").fetchone()
+    assert same == row
+    made = producer.get_job(int(row[0]))
+    assert made is not None and made.args == [3, 4]
+    db.refused("producer", "UPDATE sqljobs_jobs SET payload = '[]'")
+    producer.close()

@@ -250,7 +250,7 @@ class App:
         queue: str | None = None, connection: Any = None, key_scope: KeyScope = "retained",
         known: bool = True, concurrency_key: str | None = None,
         after: Iterable[JobHandle | int] | None = None, after_policy: AfterPolicy = "done",
-        key_retention: KeyRetention = "default",
+        key_retention: KeyRetention = "default", debounce: float | timedelta | None = None,
     ) -> JobHandle:
         """Enqueue by task name, e.g. from a service that does not import the task.
 
@@ -266,7 +266,7 @@ class App:
             self, task, args, kwargs, key=key, delay=delay, run_at=run_at, priority=priority,
             queue=queue, connection=connection, key_scope=key_scope, known=known,
             concurrency_key=concurrency_key, after=after, after_policy=after_policy,
-            key_retention=key_retention,
+            key_retention=key_retention, debounce=debounce,
         )
     # fmt: on
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import difflib
 import functools
+import logging
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -32,6 +33,8 @@ from .jobs import EnqueueOptions, KeyScope, NewJob, TaskInfo
 from .limits import QUEUE_KEY, Limit, arguments_by_name
 from .retention import KeyRetention, check_key_retention, key_hold
 from .validate import check_due, check_priority, check_queue_name, check_text, seconds, to_epoch
+
+log = logging.getLogger("sqljobs")
 
 if TYPE_CHECKING:
     from .app import App
@@ -52,11 +55,14 @@ def enqueue_options(
     after: Iterable[JobHandle | int] | None = None,
     after_policy: AfterPolicy = "done",
     key_retention: KeyRetention = "default",
+    debounce: float | timedelta | None = None,
     where: str = "with_options",
 ) -> EnqueueOptions:
     """The options of one enqueue, checked (``where`` names the call in errors)."""
     if delay is not None and run_at is not None:
         raise ConfigurationError("give either delay or run_at, not both")
+    if debounce is not None:
+        _check_debounce(key, delay, run_at, after, where)
     return EnqueueOptions(
         key=key,
         delay=seconds(delay, "delay"),
@@ -69,7 +75,33 @@ def enqueue_options(
         after=parent_ids(after),
         after_policy=check_policy(after_policy),
         key_retention=check_key_retention(key_retention, key_scope, f"{where}(key_retention=...)"),
+        debounce=seconds(debounce, f"{where}(debounce=...)"),
     )
+
+
+def _check_debounce(
+    key: str | None,
+    delay: object,
+    run_at: object,
+    after: Iterable[JobHandle | int] | None,
+    where: str,
+) -> None:
+    """Refuse a debounce that has nothing to group by, or a start of its own."""
+    if key is None:
+        raise ConfigurationError(
+            f"{where}(debounce=...) needs a key: the enqueues that share a key are the ones "
+            f"debounced together (e.g. {where}(key='reindex:42', debounce=30))"
+        )
+    if delay is not None or run_at is not None:
+        raise ConfigurationError(
+            f"{where}(debounce=...) sets the start itself (that many seconds after the "
+            "latest enqueue): leave out delay and run_at"
+        )
+    if after:
+        raise ConfigurationError(
+            f"{where}(debounce=...) cannot be combined with after=: a debounced job starts "
+            "when its enqueues settle, not when other jobs end"
+        )
 
 
 def unknown_task(name: str, registered: Iterable[str]) -> UnknownTask:
@@ -139,8 +171,9 @@ def build_job(
         info = _default_info(app, name)
     else:
         info = task if isinstance(task, TaskInfo) else task.info
-    run_at = opts.run_at if opts.run_at is not None else now + (opts.delay or 0.0)
-    check_due(run_at, "run_at" if opts.run_at is not None else f"delay={opts.delay!r}")
+    delay = opts.debounce if opts.debounce is not None else opts.delay
+    run_at = opts.run_at if opts.run_at is not None else now + (delay or 0.0)
+    check_due(run_at, "run_at" if opts.run_at is not None else f"delay={delay!r}")
     if opts.priority is not None:
         check_priority(opts.priority, f"the enqueue of {name!r}")
     if opts.key is not None:
@@ -165,13 +198,14 @@ def build_job(
         key=opts.key,
         key_hold=opts.key_hold,
         key_retention=_key_retention(opts, task),
-        delay=(opts.delay or 0.0) if opts.run_at is None else None,
+        delay=(delay or 0.0) if opts.run_at is None else None,
         limit_key=limit_key,
         limit_max=None if limit_key is None else limit_max,
         rate_max=None if limit_key is None else rate_max,
         rate_window=None if limit_key is None else rate_window,
         after=opts.after,
         after_policy=opts.after_policy,
+        debounce=opts.debounce,
     )
 
 
@@ -265,8 +299,26 @@ def insert(app: App, jobs: Iterable[NewJob], connection: Any = None) -> list[Job
     the enqueue middleware and hooks, and wake this process's workers."""
     if app.hooks.around_enqueue:
         store = functools.partial(_store, app, connection=connection)
-        return around_enqueue(app.hooks, jobs, connection is not None, store)
-    return _store(app, jobs, connection)
+        handles = around_enqueue(app.hooks, jobs, connection is not None, store)
+    else:
+        handles = _store(app, jobs, connection)
+    if isinstance(jobs, Sequence):
+        log_debounced(jobs, handles)
+    return handles
+
+
+def log_debounced(jobs: Sequence[NewJob], handles: Sequence[JobHandle]) -> None:
+    """Say what each debounced enqueue did: a new window, or a pending job moved."""
+    for job, handle in zip(jobs, handles, strict=False):
+        if job.debounce is None:
+            continue
+        if handle.created:
+            log.debug("job %d (%s) enqueued, debounced by key %r: starts %g s after the "
+                      "latest enqueue with its key", handle.id, job.task, job.key,
+                      job.debounce)  # fmt: skip
+        else:
+            log.debug("job %d (%s) debounced by key %r: new arguments, starts in %g s",
+                      handle.id, job.task, job.key, job.debounce)  # fmt: skip
 
 
 def _store(app: App, jobs: Iterable[NewJob], connection: Any) -> list[JobHandle]:
@@ -328,5 +380,8 @@ async def insert_async(app: App, jobs: Sequence[NewJob], connection: Any) -> lis
         return [JobHandle(r.id, r.created, app) for r in results]
 
     if app.hooks.around_enqueue:  # enqueue middleware (tracing) and job_enqueued hooks
-        return await around_enqueue_async(app.hooks, jobs, store)
-    return await store(jobs)
+        handles = await around_enqueue_async(app.hooks, jobs, store)
+    else:
+        handles = await store(jobs)
+    log_debounced(jobs, handles)
+    return handles

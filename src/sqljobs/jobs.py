@@ -76,6 +76,10 @@ class NewJob:
     collect: bool = False
     """A group's callback: its parents' results, in ``after``'s order, become its first
     argument when it is released."""
+    debounce: float | None = None
+    """A debounced job (``with_options(debounce=...)``): a pending job with its key takes
+    this one's payload and start (``run_at``, or ``delay`` from the server's clock) instead
+    of being answered unchanged; a key on a job already claimed names the new job."""
 
 
 @dataclass(frozen=True)
@@ -286,6 +290,8 @@ class Job:
     (``"active"``)."""
     released_key: str | None = None
     """The key a job held until its scope let go of it (a new job may have taken it)."""
+    debounced: int = 0
+    """How many debounced enqueues replaced its arguments while it was pending."""
 
     @property
     def key_scope(self) -> str:
@@ -346,6 +352,9 @@ class EnqueueOptions:
     key_retention: float | Literal["default"] | None = "default"
     """Seconds its key outlives its row (None: for ever); "default": the task's setting,
     else the pruning App's ``Retention.keys``."""
+    debounce: float | None = None
+    """Seconds of quiet before a keyed job starts: another enqueue with its key while it is
+    pending replaces its arguments and starts the wait again (see ``with_options``)."""
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ them by :func:`grants` (``sqljobs grants --role ROLE NAME`` prints the same):
   result), ``key`` and ``released_key`` (an ended job's key given up to a new enqueue),
   and it reads the keys kept after their jobs were pruned (``sqljobs_spent_keys``). It
   emits workflow events (``app.emit``: it inserts the event, and a SECURITY DEFINER
-  function makes the waiting workflows due) and reads workflow histories. It cannot
+  function makes the waiting workflows due) and reads workflow histories. It may call
+  ``sqljobs.enqueue(...)`` (enqueue from SQL) and the SECURITY DEFINER function of a
+  debounced enqueue, which changes the payload and start of its key's pending job only. It cannot
   claim, complete, retry, cancel or delete a job, nor touch schedules.
 - ``worker``: claims, completes, heartbeats, fires schedules, keeps the metrics rollup
   and prunes. It reads and writes every sqljobs table: a worker is trusted with the
@@ -45,6 +47,11 @@ ALL = ("SELECT", "INSERT", "UPDATE", "DELETE")
 READ = ("SELECT",)
 JOBS_SEQUENCE = "sqljobs_jobs_id_seq"
 WAKE_WAITERS = "sqljobs_wake_waiters(text, text)"
+ENQUEUE_ARGS = "(text, jsonb, jsonb, text, timestamptz, text, integer)"
+ENQUEUES = ("sqljobs_debounce(jsonb)", f"sqljobs_enqueue{ENQUEUE_ARGS}")
+"""The functions an enqueue may call: a debounced one, and enqueue from SQL."""
+ALIAS_SCHEMAS = ("public", "sqljobs")
+"""The schemas whose tables ``sqljobs.enqueue(...)`` serves (the migration makes it)."""
 EVENTS_SEQUENCE = "sqljobs_events_id_seq"
 MIGRATIONS = "sqljobs_migrations"
 
@@ -61,6 +68,8 @@ class Role:
     new_ids: bool = False
     emits: bool = False
     """It may emit workflow events (EXECUTE on the function that wakes their waiters)."""
+    enqueues: bool = False
+    """It may call the enqueue functions (debounce, ``sqljobs.enqueue`` from SQL)."""
 
 
 ROLES: dict[str, Role] = {
@@ -74,6 +83,7 @@ ROLES: dict[str, Role] = {
             ),
             "sqljobs_deps": ("SELECT", "INSERT"),
             "sqljobs_tasks": READ,
+            "sqljobs_queues": READ,  # a queue's limits, which sqljobs.enqueue() applies
             "sqljobs_spent_keys": READ,  # a key kept after its job was pruned answers
             "sqljobs_events": ("SELECT", "INSERT"),  # app.emit (waiters woken by a function)
             "sqljobs_workflow_steps": READ,  # app.workflow_history
@@ -81,6 +91,7 @@ ROLES: dict[str, Role] = {
         },
         new_ids=True,
         emits=True,
+        enqueues=True,
     ),
     "worker": Role(
         "claim, run and end jobs, heartbeat, fire schedules, record metrics, prune",
@@ -88,6 +99,7 @@ ROLES: dict[str, Role] = {
         default=ALL,
         new_ids=True,
         emits=True,
+        enqueues=True,
     ),
     "dashboard": Role(
         "read everything; retry, cancel and delete jobs, pause and resume queues and "
@@ -148,4 +160,13 @@ def grants(role: str, name: str, *, schema: str = "public") -> str:
             lines.append(f"GRANT USAGE ON SEQUENCE {schema}.{sequence} TO {who};")
     if spec.emits:
         lines.append(f"GRANT EXECUTE ON FUNCTION {schema}.{WAKE_WAITERS} TO {who};")
+    if spec.enqueues:
+        for function in ENQUEUES:
+            lines.append(f"GRANT EXECUTE ON FUNCTION {schema}.{function} TO {who};")
+        if schema in ALIAS_SCHEMAS:  # sqljobs.enqueue(...), if the migration could make it
+            lines.append(
+                "DO $$ BEGIN IF to_regproc('sqljobs.enqueue') IS NOT NULL THEN "
+                f"GRANT USAGE ON SCHEMA sqljobs TO {who}; GRANT EXECUTE ON FUNCTION "
+                f"sqljobs.enqueue{ENQUEUE_ARGS} TO {who}; END IF; END $$;"
+            )
     return "\n".join(lines) + "\n"

@@ -195,6 +195,7 @@ class Task(Generic[P, R]):
         after: Iterable[JobHandle | int] | None = None,
         after_policy: AfterPolicy = "done",
         key_retention: KeyRetention = "default",
+        debounce: float | timedelta | None = None,
     ) -> BoundTask[P, R]:
         """Options for the next enqueue: a business ``key`` (a second enqueue with it
         returns the existing job), a ``delay`` or ``run_at``, a ``priority`` (higher runs
@@ -205,7 +206,11 @@ class Task(Generic[P, R]):
         ``concurrency_key`` names the key a task's concurrency limit counts this job by,
         instead of its ``concurrency_key`` function. ``after`` names jobs (handles or ids)
         this one waits for: it is ``waiting`` until they are all done, or, with
-        ``after_policy="always"``, until they have all ended (see sqljobs.dependencies)."""
+        ``after_policy="always"``, until they have all ended (see sqljobs.dependencies).
+        ``debounce`` (seconds or a timedelta, with a ``key``): the job starts that long
+        after the latest enqueue with its key; an enqueue while it is still pending
+        replaces its arguments and moves its start (last write wins), and one after it
+        was claimed starts a new job."""
         if concurrency_key is not None and self.limit is None:
             raise ConfigurationError(
                 f"task {self.name!r} has no concurrency limit: concurrency_key means nothing "
@@ -223,6 +228,7 @@ class Task(Generic[P, R]):
             after=after,
             after_policy=after_policy,
             key_retention=key_retention,
+            debounce=debounce,
         )
         return BoundTask(self, opts)
 
@@ -472,6 +478,11 @@ def enqueue_group(
             )
     if not signatures:
         raise ConfigurationError("group() needs at least one member signature")
+    if any(sig.options.debounce is not None for sig in [*signatures, *([then] if then else [])]):
+        raise ConfigurationError(
+            "group() members and callbacks cannot be debounced: enqueue a debounced job on "
+            "its own (task.with_options(key=..., debounce=...).enqueue(...))"
+        )
     now = app.clock()
     jobs = [sig.new_job(now) for sig in signatures]
     callback = None

@@ -11,7 +11,7 @@ from sqljobs import ConfigurationError, JobState
 from sqljobs.backends import Backend
 
 from ..conftest import is_pg
-from .conftest import new_job, pending
+from .conftest import claim, new_job, pending
 
 COVERS = {"enqueue_jobs", "enqueue_jobs_async"}
 
@@ -69,3 +69,30 @@ def test_an_async_enqueue_works_exactly_where_the_engine_says_it_does(
     job_id = asyncio.run(enqueue())
     stored = backend.get_job(job_id)
     assert stored is not None and stored.args == [1]
+
+
+def test_a_debounced_job_moves_while_pending_and_a_claimed_one_gives_up_its_key(
+    backend: Backend,
+) -> None:
+    start = backend.now() + 30
+    (first,) = backend.enqueue_jobs([new_job(backend, "t", 1, key="d", debounce=30.0,
+                                             run_at=start)])  # fmt: skip
+    (moved,) = backend.enqueue_jobs([new_job(backend, "t", 2, key="d", debounce=30.0,
+                                             run_at=start + 10)])  # fmt: skip
+    assert first.created and (moved.id, moved.created) == (first.id, False)
+    job = backend.get_job(first.id)
+    assert job is not None and job.args == [2] and job.debounced == 1
+    assert job.run_at == pytest.approx(start + 10)
+
+    (plain,) = backend.enqueue_jobs([new_job(backend, "t", 3, key="d")])  # not debounced
+    assert (plain.id, plain.created) == (first.id, False)
+    assert backend.get_job(first.id).args == [2]  # type: ignore[union-attr]
+
+    due = [new_job(backend, "t", 4, key="now", debounce=0.0)]
+    (claimed_id,) = [r.id for r in backend.enqueue_jobs(due)]
+    assert [j.id for j in claim(backend)] == [claimed_id]
+    (fresh,) = backend.enqueue_jobs([new_job(backend, "t", 5, key="now", debounce=0.0)])
+    assert fresh.created and fresh.id != claimed_id
+    running = backend.get_job(claimed_id)
+    assert running is not None and running.state is JobState.RUNNING
+    assert (running.key, running.released_key, running.args) == (None, "now", [4])

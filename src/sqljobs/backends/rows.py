@@ -34,6 +34,7 @@ JOB = (
     "finished_at", "errors", "lease_expiries", "crashes", "last_error", "last_traceback",
     "deadline_at", "history", "result", "progress", "limit_key", "limit_max", "rate_max",
     "rate_window", "parents", "after_policy", "waiting_on", "key_hold", "released_key",
+    "debounced",
 )  # fmt: skip
 """The columns a statement that shows whole jobs returns (in any order)."""
 EFFECT = ("state", "result", "error", "attempts", "mine")

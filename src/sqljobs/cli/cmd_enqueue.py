@@ -28,6 +28,14 @@ from .options import Ctx, Seconds, pass_ctx
     help="Seconds from now before the job may run.",
 )
 @click.option(
+    "--debounce",
+    type=Seconds(),
+    default=None,
+    show_default="none",
+    help="With --key: run this many seconds after the latest enqueue with the key; while "
+    "its job is pending, an enqueue replaces its arguments and moves its start.",
+)
+@click.option(
     "--queue",
     default=None,
     show_default="the task's queue, else the app's default queue",
@@ -67,6 +75,7 @@ def enqueue(
     kwargs_json: str,
     key: str | None,
     delay: float | None,
+    debounce: float | None,
     queue: str | None,
     priority: int | None,
     after: str | None,
@@ -83,6 +92,7 @@ def enqueue(
         kwargs=kwargs,
         key=key,
         delay=delay,
+        debounce=debounce,
         queue=queue,
         priority=priority,
         known=not remote,

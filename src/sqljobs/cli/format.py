@@ -213,6 +213,11 @@ def _fields(job: Job, now: float, note: str | None, stores_result: bool) -> list
         rows.append(("after", f"{ids} (policy {job.after_policy})"))
     rows += [
         ("key", f"{job.key} (scope: {job.key_scope})" if job.key else _released(job)),
+    ]
+    if job.debounced:
+        times = f"{job.debounced} time{'' if job.debounced == 1 else 's'}"
+        rows.append(("debounced", f"{times} (arguments replaced, start moved)"))
+    rows += [
         ("priority", str(job.priority)),
         ("run at", _when(job.run_at, now)),
         ("created", _when(job.created_at, now)),

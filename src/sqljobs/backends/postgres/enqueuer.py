@@ -49,7 +49,10 @@ class PostgresEnqueue(PostgresPool):
         first, second = chunks.peek(2)
         if not first:
             return []
-        if not second and not any(_waits(j) for j in first):  # one statement: one round trip
+        if any(j.debounce is not None for j in first):  # a read-and-write: a transaction
+            every = [job for chunk in chunks for job in chunk]
+            return self._run(lambda c: self._enqueue_in(c, every))
+        if not second and not any(_one_by_one(j) for j in first):  # one statement: one trip
             notify, later = self.notifier.debounce({j.queue for j in first})
             rows = self._run(
                 lambda c: result(self._plain(c, first, notify, undo=True)), transaction=False
@@ -75,7 +78,7 @@ class PostgresEnqueue(PostgresPool):
         if not jobs:
             return []
         notify = self.notifier.in_callers_transaction({j.queue for j in jobs})
-        if any(_waits(j) for j in jobs):
+        if any(_one_by_one(j) for j in jobs):
             return self._enqueue_one_by_one(connection, jobs, notify)
         try:  # the notify is delivered only if the caller commits
             return [
@@ -101,12 +104,14 @@ class PostgresEnqueue(PostgresPool):
     def _enqueue_one_by_one(
         self, conn: psycopg.Connection[Any], jobs: Sequence[NewJob], notify: list[str]
     ) -> list[EnqueueResult]:
-        """A batch with jobs that wait for others: each job its own statements, in order
-        (a job's parents are locked and read before it is inserted)."""
+        """A batch with jobs that wait for others or are debounced: each job its own
+        statements, in order (a job's parents are locked and read before it is inserted)."""
         try:
             out = []
             for job in jobs:
-                if _waits(job):
+                if job.debounce is not None:
+                    out.append(self._debounce(conn, job))
+                elif _waits(job):
                     if job.key is not None:  # a finished job's key its scope lets go of
                         conn.execute(
                             self.sql["release_keys"], {"keys": [job.key], **self._caller_now()}
@@ -138,6 +143,16 @@ class PostgresEnqueue(PostgresPool):
 
         return _results(jobs, rows, lookup)
 
+    def _debounce(self, conn: psycopg.Connection[Any], job: NewJob) -> EnqueueResult:
+        """A debounced job (see debounce_job), in ``conn``'s transaction."""
+        (found,) = conn.execute(self.sql["debounce_job"], self._debounce_params(job))
+        return EnqueueResult(int(found[0]), bool(found[1]))
+
+    def _debounce_params(self, job: NewJob) -> dict[str, Any]:
+        row = _job_rows([job], self.server_clock)[0]
+        row.append(_json_seconds(job.key_retention))
+        return {"job": json.dumps(row)}
+
     def _send_pipelined(
         self, conn: psycopg.Connection[Any], chunks: Iterable[list[NewJob]]
     ) -> tuple[list[tuple[list[NewJob], Result]], list[str]] | None:
@@ -150,7 +165,7 @@ class PostgresEnqueue(PostgresPool):
         queues: set[str] = set()
         with conn.pipeline(), conn.transaction():
             for chunk in chunks:
-                if any(_waits(j) for j in chunk):
+                if any(_one_by_one(j) for j in chunk):
                     sent = []
                     raise psycopg.Rollback  # ends the transaction block, rolled back
                 sent.append((chunk, self._plain(conn, chunk, [], undo=True)))
@@ -216,6 +231,8 @@ class PostgresEnqueue(PostgresPool):
                 f"{type(connection).__name__}"
             )
         jobs = list(jobs)
+        if any(j.debounce is not None for j in jobs):
+            return await self._debounce_async(jobs, connection)
         if any(_waits(j) for j in jobs):
             raise ConfigurationError(
                 "jobs that run after others (after=, groups) cannot be enqueued on an "
@@ -245,6 +262,34 @@ class PostgresEnqueue(PostgresPool):
         except psycopg.Error as exc:
             raise BackendError(f"PostgreSQL enqueue failed: {str(exc).strip()}") from exc
         return out
+
+    async def _debounce_async(
+        self, jobs: Sequence[NewJob], connection: psycopg.AsyncConnection[Any]
+    ) -> list[EnqueueResult]:
+        """Debounced jobs on the caller's AsyncConnection (see :meth:`_debounce`)."""
+        if any(_waits(j) for j in jobs):
+            raise ConfigurationError("a debounced job cannot wait for others (after=)")
+        notify = self.notifier.in_callers_transaction({j.queue for j in jobs})
+        out: list[EnqueueResult] = []
+        try:
+            for job in jobs:
+                if job.debounce is None:
+                    out += await self.enqueue_jobs_async([job], connection)
+                    continue
+                cur = await connection.execute(self.sql["debounce_job"], self._debounce_params(job))
+                (found,) = await cur.fetchall()
+                out.append(EnqueueResult(int(found[0]), bool(found[1])))
+            if notify:
+                params = {"channel": self.notifier.channel, "notify": notify}
+                await connection.execute(self.sql["notify"], params)
+        except psycopg.Error as exc:
+            raise BackendError(f"PostgreSQL enqueue failed: {str(exc).strip()}") from exc
+        return out
+
+
+def _one_by_one(job: NewJob) -> bool:
+    """Whether ``job`` needs statements of its own (it waits for others, or is debounced)."""
+    return _waits(job) or job.debounce is not None
 
 
 def _json_seconds(value: float | None) -> float | str | None:

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from ...errors import ConfigurationError
+from ...errors import BackendError, ConfigurationError
 from ...jobs import EnqueueResult, NewJob
 from ..shared import SharedBackend
 from .sql import Q
@@ -53,6 +53,9 @@ class SqliteEnqueuer(SharedBackend):
         insert, by_key, release = Q["insert_job"], Q["job_id_by_key"], Q["release_key"]
         out = []
         for job in jobs:
+            if job.debounce is not None:
+                out.append(self._debounce(conn, job, now))
+                continue
             if job.key is not None:
                 conn.execute(release, {"key": job.key, "now": now})
             if job.after or job.collect:
@@ -98,5 +101,30 @@ class SqliteEnqueuer(SharedBackend):
                 (existing,) = conn.execute(by_key, (job.key,)).fetchone()
                 out.append(EnqueueResult(int(existing), False))
         return out
+
+    def _debounce(self, conn: sqlite3.Connection, job: NewJob, now: float) -> EnqueueResult:
+        """A debounced job: its key's pending job takes its payload and start, else (the
+        key's job claimed, ended, or none) it is inserted, a key kept for a pruned job
+        notwithstanding."""
+        params = {"key": job.key, "payload": job.payload, "run_at": job.run_at}
+        row = (
+            job.queue, job.task, job.payload, job.key, job.priority, job.run_at, now,
+            job.deadline_at, job.max_attempts, job.lease, job.key_hold, job.limit_key,
+            job.limit_max, job.rate_max, job.rate_window, job.key_retention,
+        )  # fmt: skip
+        # more than one round only on a caller's connection in autocommit mode, where
+        # another enqueue can come between these statements
+        for _ in range(5):
+            found = conn.execute(Q["debounce_job"], params).fetchone()
+            if found is not None:
+                return EnqueueResult(int(found[0]), False)
+            conn.execute(Q["release_debounce_key"], {"key": job.key})
+            cur = conn.execute(Q["insert_keyed_job"], row)
+            if cur.rowcount == 1:
+                return EnqueueResult(int(cur.lastrowid or 0), True)
+        raise BackendError(
+            f"debounced enqueue of {job.task!r} with key {job.key!r}: other enqueues kept "
+            "taking the key meanwhile; enqueue in a transaction (or run it again)"
+        )
 
     _enqueue_on = _insert

@@ -109,6 +109,10 @@ DELETE FROM {schema}.sqljobs_jobs WHERE id = ANY(%(ids)s::bigint[])
 -- name: job_ids_by_key
 SELECT key, id FROM {schema}.sqljobs_jobs WHERE key = ANY(%(keys)s::text[])
 
+-- name: debounce_job
+-- A debounced enqueue, one row as insert_jobs reads them (see sqljobs_debounce).
+SELECT job_id AS id, created FROM {schema}.sqljobs_debounce(%(job)s::jsonb)
+
 -- name: claim
 -- The first %(start_now)s jobs (in claim order) start at once; the rest wait in the
 -- worker's buffer, marked `prefetched` so that a crash of the worker does not blame them.
@@ -518,7 +522,7 @@ extract(epoch FROM started_at)::float8 AS started_at,
 extract(epoch FROM finished_at)::float8 AS finished_at, errors, lease_expiries, crashes,
 last_error, last_traceback, extract(epoch FROM deadline_at)::float8 AS deadline_at, history,
 result, progress, limit_key, limit_max, rate_max, rate_window, parents, after_policy, waiting_on,
-key_hold, released_key
+key_hold, released_key, debounced
 
 -- name: cancel_job
 -- Pending or waiting: cancelled at once. Running: cancelled too, so the worker's outcome (fenced on

@@ -7,7 +7,7 @@ SELECT id, queue, task, payload, key, state, priority, run_at, created_at, attem
        max_attempts, token, lease, lease_until, worker, started_at, finished_at, errors,
        lease_expiries, crashes, last_error, last_traceback, deadline_at, history, result,
        progress, limit_key, limit_max, rate_max, rate_window, parents, after_policy,
-       waiting_on, key_hold, released_key
+       waiting_on, key_hold, released_key, debounced
 FROM sqljobs_jobs WHERE {where} ORDER BY id DESC LIMIT :limit
 
 -- name: count_jobs
@@ -107,7 +107,7 @@ SELECT id, queue, task, payload, key, state, priority, run_at, created_at, attem
        max_attempts, token, lease, lease_until, worker, started_at, finished_at, errors,
        lease_expiries, crashes, last_error, last_traceback, deadline_at, history, result,
        progress, limit_key, limit_max, rate_max, rate_window, parents, after_policy,
-       waiting_on, key_hold, released_key
+       waiting_on, key_hold, released_key, debounced
 FROM sqljobs_jobs
 WHERE state = 'running' AND worker IN (SELECT value FROM json_each(:workers))
 ORDER BY id

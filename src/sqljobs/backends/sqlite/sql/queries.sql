@@ -30,6 +30,18 @@ WHERE key = :key AND state IN ('done', 'dead', 'cancelled')
 -- name: job_id_by_key
 SELECT id FROM sqljobs_jobs WHERE key = ?
 
+-- name: debounce_job
+-- A debounced enqueue meeting its key's job still pending: the latest arguments and start
+-- win. Its first write takes the write lock, so no claim comes between it and the insert.
+UPDATE sqljobs_jobs SET payload = :payload, run_at = :run_at, debounced = debounced + 1
+WHERE key = :key AND state = 'pending'
+RETURNING id
+
+-- name: release_debounce_key
+-- A debounced enqueue whose key names a job already claimed or ended: a new window opens.
+UPDATE sqljobs_jobs SET released_key = key, key = NULL
+WHERE key = :key AND state <> 'pending'
+
 -- name: claim
 -- The levels and level fragments (at the end) say which queues and tasks a worker serves:
 -- it claims only the tasks it has registered. Elsewhere the queue filter is empty (all
@@ -358,7 +370,7 @@ SELECT id, queue, task, payload, key, state, priority, run_at, created_at, attem
        max_attempts, token, lease, lease_until, worker, started_at, finished_at, errors,
        lease_expiries, crashes, last_error, last_traceback, deadline_at, history, result,
        progress, limit_key, limit_max, rate_max, rate_window, parents, after_policy,
-       waiting_on, key_hold, released_key
+       waiting_on, key_hold, released_key, debounced
 FROM sqljobs_jobs WHERE id = :id
 
 -- name: list_jobs
@@ -366,7 +378,7 @@ SELECT id, queue, task, payload, key, state, priority, run_at, created_at, attem
        max_attempts, token, lease, lease_until, worker, started_at, finished_at, errors,
        lease_expiries, crashes, last_error, last_traceback, deadline_at, history, result,
        progress, limit_key, limit_max, rate_max, rate_window, parents, after_policy,
-       waiting_on, key_hold, released_key
+       waiting_on, key_hold, released_key, debounced
 FROM sqljobs_jobs
 WHERE (:state IS NULL OR state = :state) AND (:queue IS NULL OR queue = :queue)
 ORDER BY id DESC
