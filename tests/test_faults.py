@@ -20,6 +20,7 @@ import pytest
 
 import sqljobs
 from sqljobs import App, BackendError, JobState, Retry
+from sqljobs.backends.sqlite import SqliteBackend
 from sqljobs.maintenance import Scheduler
 from sqljobs.testing import Clock, stepped_worker
 from sqljobs.worker import EventLog
@@ -276,6 +277,7 @@ def test_threads_of_one_process_take_turns_to_write_and_one_kept_waiting_is_told
     app = App(f"sqlite:///{tmp_path / 'q.db'}", backend_options={"busy_timeout": 0.3})
     app.migrate()
     backend = app.backend
+    assert isinstance(backend, SqliteBackend)
     holding, release = threading.Event(), threading.Event()
 
     def hold(conn: object) -> None:

@@ -38,7 +38,9 @@ class Recorder:
         return item * 10
 
 
-def _submit_all(writer: GroupCommit[int, int], recorder: Recorder, items: list[int]) -> dict:
+def _submit_all(
+    writer: GroupCommit[int, int], recorder: Recorder, items: list[int]
+) -> dict[int, object]:
     """Submit items[0] first (it holds the turn), the rest once it does; wait until they
     queue, release the first, and collect what each thread got."""
     got: dict[int, object] = {}
